@@ -1,0 +1,48 @@
+/*
+ * config.h - the daemon's configuration: one table (config.c) gives each option its
+ * flag, environment variable, default, validation and --help text.
+ * Precedence: command-line flag, then environment variable, then default.
+ */
+#ifndef SBXD_CONFIG_H
+#define SBXD_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "sbxd/log.h"
+
+struct sbxd_config {
+    char listen[256];
+    struct sockaddr_storage listen_addr;
+    socklen_t listen_addr_len;
+    char workspace[PATH_MAX];
+    uint64_t timeout_ms;
+    uint64_t max_timeout_ms;
+    uint64_t max_output_bytes;
+    uint64_t max_body_bytes;
+    uint64_t max_running;
+    uint64_t shutdown_grace_ms;
+    enum log_format log_format;
+};
+
+enum config_outcome {
+    CONFIG_RUN,    /* cfg is filled: start the daemon */
+    CONFIG_EXIT_0, /* --help or --version was printed */
+    CONFIG_EXIT_2, /* a bad flag or value: errbuf holds one line naming it */
+};
+
+/* envp is searched for environment variables (pass `environ` in main, a fixture in tests).
+ * Help and version text go to out. */
+enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
+                                 char *const *envp, FILE *out, char *errbuf, size_t errlen);
+
+/* Parse "host:port", "[v6]:port" or ":port" (all interfaces) into a socket address. */
+int config_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len);
+
+/* Parse a byte size: a plain number or one with a suffix K/KiB, M/MiB, G/GiB (powers of 1024)
+ * or KB/MB/GB (powers of 1000). Returns 0 or -1. */
+int config_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * err.h - the error object every module fills and only the HTTP layer maps.
+ *
+ * Functions return 0 / -1 (or a pointer / NULL) and describe the failure in a
+ * struct sbxd_err: a kind (what went wrong, independent of HTTP), the errno
+ * that caused it when there is one, and a human sentence for the client.
+ */
+#ifndef SBXD_ERR_H
+#define SBXD_ERR_H
+
+enum sbxd_errkind {
+    SBXD_E_NONE = 0,
+    SBXD_E_INVALID,     /* the request is malformed or a value is out of range */
+    SBXD_E_DENIED,      /* a path leaves the workspace, or access is refused */
+    SBXD_E_NOT_FOUND,   /* the named thing does not exist */
+    SBXD_E_TOO_LARGE,   /* a body or value is over its configured limit */
+    SBXD_E_BUSY,        /* a capacity limit is reached; retry later */
+    SBXD_E_UNAVAILABLE, /* the daemon is draining or degraded */
+    SBXD_E_NO_SPACE,    /* the filesystem is full */
+    SBXD_E_INTERNAL,    /* sbxd itself failed (a syscall, memory) */
+};
+
+struct sbxd_err {
+    enum sbxd_errkind kind;
+    int sys_errno;
+    char msg[256];
+};
+
+/* Fill err (when not NULL) and return -1, so callers can `return sbxd_fail(...)`. */
+int sbxd_fail(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Same, with ": strerror(sys_errno)" appended to the message. */
+int sbxd_fail_errno(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+
+#endif

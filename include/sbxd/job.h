@@ -1,0 +1,101 @@
+/*
+ * job.h - one execution of one command, whatever the mode.
+ *
+ * A job owns the child, its pipes, its deadline and its result. The caller drives it with
+ * job_step(), which waits for the next thing that happens and returns it as an event:
+ * a chunk of output, or the final exit. Synchronous /execute collects the chunks into
+ * capped buffers; a streamed response turns each into an NDJSON/SSE event; a background
+ * process keeps them in a ring. The HTTP layer never touches pids or pipes.
+ *
+ * Kills are whole-group (the child is a session leader): on timeout, output limit,
+ * cancellation (client gone, shutdown), and for leftovers after the main process exits.
+ */
+#ifndef SBXD_JOB_H
+#define SBXD_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbxd/err.h"
+#include "sbxd/request.h"
+
+enum job_status {
+    JOB_RUNNING,
+    JOB_EXITED,
+    JOB_SIGNALED,
+    JOB_TIMEOUT,
+    JOB_OOM,
+    JOB_OUTPUT_LIMIT,
+    JOB_FAILED_TO_START,
+    JOB_CANCELED, /* stopped by sbxd: the client went away, or shutdown */
+};
+
+const char *job_status_name(enum job_status s);
+
+enum job_kill_reason {
+    JOB_KILL_NONE = 0,
+    JOB_KILL_TIMEOUT,
+    JOB_KILL_OUTPUT,
+    JOB_KILL_CANCEL,
+};
+
+struct job_result {
+    enum job_status status;
+    int exit_code; /* 128 + N when killed by signal N, as shells report it */
+    int signal;    /* 0 when none */
+    bool timed_out;
+    bool oom_killed;
+    double duration_ms;
+    double cpu_ms;
+    uint64_t memory_peak_bytes;
+    uint64_t stdout_bytes;
+    uint64_t stderr_bytes;
+    char error[256]; /* why it failed to start */
+};
+
+enum job_event_type {
+    JOB_EV_NONE,   /* the caller's wait ran out; nothing happened */
+    JOB_EV_OUTPUT, /* len bytes of stream (1 stdout, 2 stderr) are in the caller's buffer */
+    JOB_EV_EXIT,   /* the job is over; job_result() is final */
+};
+
+struct job_event {
+    enum job_event_type type;
+    int stream;
+    size_t len;
+};
+
+struct job;
+
+/* Everything the job needs from the daemon, fixed at start. */
+struct job_env {
+    int rootfd;    /* workspace root, for cwd resolution */
+    int cancel_fd; /* a socket whose hang-up cancels the job, or -1 */
+};
+
+/*
+ * Start req's command. Returns NULL with err set when the request cannot run at all (cwd
+ * missing or outside the workspace, no resources); a command that cannot be exec'd still
+ * yields a job, which ends at once with status failed_to_start.
+ */
+struct job *job_start(const struct exec_request *req, const struct job_env *env,
+                      struct sbxd_err *err);
+
+/* Wait up to timeout_ms (-1: no limit) for the next event; output goes into buf. */
+void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct job_event *ev);
+
+/* Kill the job's process group for a reason (first reason wins). Safe from any thread. */
+void job_kill(struct job *job, enum job_kill_reason why);
+
+/* Kill every live job (shutdown). */
+void job_kill_all(enum job_kill_reason why);
+
+const struct job_result *job_result(const struct job *job);
+const char *job_id(const struct job *job);
+pid_t job_pid(const struct job *job);
+
+void job_free(struct job *job);
+
+#endif

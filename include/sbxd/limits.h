@@ -1,0 +1,49 @@
+/*
+ * limits.h - the fixed limits and tunables of sbxd in one place.
+ * Configurable values have their defaults in config.c's option table instead.
+ */
+#ifndef SBXD_LIMITS_H
+#define SBXD_LIMITS_H
+
+/* Upper bound of any timeout a configuration or request may ask for: 7 days. */
+#define SBXD_TIMEOUT_HARD_MAX_MS (7ULL * 24 * 3600 * 1000)
+
+/* After the main process exits, how long output from leftover processes that still hold the
+ * pipes is collected before they are killed. Long enough for a flush, short enough that
+ * `sleep 100 & echo started` answers at once. */
+#define SBXD_DRAIN_WINDOW_MS 50
+
+/* Bytes read from a child pipe per read(2). */
+#define SBXD_READ_CHUNK 65536
+
+/* Stack of the short-lived clone child between clone() and execve(). */
+#define SBXD_SPAWN_STACK 32768
+
+/* Request shape limits (on top of --max-body-bytes). */
+#define SBXD_MAX_ARGS 65536
+#define SBXD_MAX_ENV  4096
+
+/* Command text kept in an audit log line. */
+#define SBXD_AUDIT_COMMAND_MAX 256
+
+/* Symlinks followed while resolving one path (as the kernel's MAXSYMLINKS). */
+#define SBXD_MAX_SYMLINKS 40
+
+/* Directory depth tracked while resolving one path. */
+#define SBXD_MAX_PATH_DEPTH 2048
+
+/* Body bytes read and dropped past --max-body-bytes (when no Content-Length announced the
+ * size) before the connection is closed instead of answered with 413. */
+#define SBXD_BODY_DISCARD_MAX (16 * 1024 * 1024)
+
+/* Stack of each connection thread. */
+#define SBXD_THREAD_STACK (512 * 1024)
+
+/* Seconds a client is told to wait after 429 or 503. */
+#define SBXD_RETRY_AFTER_S 1
+
+/* Base environment of every command; the request's env is merged over it. */
+#define SBXD_BASE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define SBXD_BASE_LANG "C.UTF-8"
+
+#endif

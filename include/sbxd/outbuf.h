@@ -1,0 +1,32 @@
+/*
+ * outbuf.h - capture of one output stream: keeps the first `cap` bytes, counts all.
+ * Memory grows with what is kept, never beyond cap, whatever the command prints.
+ */
+#ifndef SBXD_OUTBUF_H
+#define SBXD_OUTBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct outbuf {
+    uint8_t *data;
+    size_t len;     /* bytes kept */
+    size_t alloc;   /* bytes allocated */
+    size_t cap;     /* most bytes kept */
+    uint64_t total; /* bytes seen */
+};
+
+void outbuf_init(struct outbuf *ob, size_t cap);
+void outbuf_free(struct outbuf *ob);
+
+/* Keep what fits under cap and count everything. Returns -1 if memory ran out (the bytes are
+ * still counted; what is kept stops growing). */
+int outbuf_append(struct outbuf *ob, const void *data, size_t n);
+
+static inline bool outbuf_truncated(const struct outbuf *ob)
+{
+    return ob->total > ob->len;
+}
+
+#endif

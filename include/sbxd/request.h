@@ -1,0 +1,60 @@
+/*
+ * request.h - the /execute request: JSON in, a validated exec_request out.
+ *
+ * Everything a command needs is decided here, before any process exists: argv, the
+ * final environment (request env merged over a minimal base, never the daemon's own),
+ * stdin bytes, cwd, timeout and limits checked against the server's maxima. Unknown
+ * fields, wrong types, NUL inside strings and duplicate keys are all rejected.
+ */
+#ifndef SBXD_REQUEST_H
+#define SBXD_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbxd/err.h"
+
+enum exec_encoding { EXEC_ENC_UTF8, EXEC_ENC_BASE64 };
+
+#define EXEC_LIMIT_UNSET UINT64_MAX
+
+struct exec_limits {
+    uint64_t cpu_ms;          /* RLIMIT_CPU (rounded up to whole seconds) */
+    uint64_t file_size_bytes; /* RLIMIT_FSIZE */
+    uint64_t open_files;      /* RLIMIT_NOFILE */
+    uint64_t output_bytes;    /* stdout + stderr beyond this: killed, status output_limit */
+};
+
+struct exec_request {
+    char **argv; /* NULL-terminated */
+    size_t argc;
+    bool shell;  /* from "command": argv is {"/bin/sh", "-c", command} */
+    char **envp; /* NULL-terminated, final */
+    char *cwd;   /* relative to the workspace; "" for the root */
+    uint8_t *stdin_data;
+    size_t stdin_len;
+    bool has_stdin;
+    uint64_t timeout_ms;
+    struct exec_limits limits;
+    enum exec_encoding encoding;
+};
+
+struct request_policy {
+    uint64_t default_timeout_ms;
+    uint64_t max_timeout_ms;
+    const char *workspace; /* absolute; HOME of commands, and accepted as a cwd prefix */
+};
+
+/* Parse and validate a JSON body. On failure err says which field and why (SBXD_E_INVALID,
+ * or SBXD_E_DENIED for a cwd outside the workspace) and *req holds nothing to free. */
+int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
+                       struct exec_request *req, struct sbxd_err *err);
+
+void exec_request_free(struct exec_request *req);
+
+/* Check the raw JSON text for NUL characters inside strings (the \u0000 escape or a raw NUL):
+ * C strings cannot carry them, so they would silently cut a command. Returns 0 when clean. */
+int json_check_no_nul(const char *text, size_t len);
+
+#endif

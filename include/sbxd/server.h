@@ -1,0 +1,30 @@
+/*
+ * server.h - the HTTP server: libmicrohttpd with one thread per connection, so a route may
+ * block for the life of a command while every other connection goes on.
+ */
+#ifndef SBXD_SERVER_H
+#define SBXD_SERVER_H
+
+#include <stdint.h>
+
+#include "sbxd/config.h"
+#include "sbxd/err.h"
+
+struct server;
+
+/* Listen as cfg says and serve; rootfd and workspace (absolute) are the workspace root. */
+struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
+                            struct sbxd_err *err);
+
+uint16_t server_port(const struct server *srv);
+
+/* Stop taking work: /healthz answers 503 draining and work routes 503. */
+void server_set_draining(struct server *srv);
+
+/* Requests that are running commands right now. */
+unsigned server_running(const struct server *srv);
+
+/* Close the listener and every connection, wait for their threads, free. */
+void server_stop(struct server *srv);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * spawn.h - start one command as a contained child.
+ *
+ * The child is made with clone(CLONE_VM|CLONE_VFORK): it borrows the parent's memory until
+ * execve, so nothing is copied (fast in a daemon of any size) and everything it needs is
+ * prepared by the parent beforehand. Between clone and execve the child makes only raw
+ * syscalls (no malloc, no locks): that is what makes forking from a threaded daemon safe.
+ *
+ * CLONE_PARENT_SETTID makes the kernel store the pid in *pid_slot before the child runs, so
+ * a reaper that finds the pid in wait4 can always match it to its job.
+ */
+#ifndef SBXD_SPAWN_H
+#define SBXD_SPAWN_H
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "sbxd/err.h"
+
+#define SPAWN_MAX_RLIMITS 8
+
+struct spawn_rlimit {
+    int resource;
+    struct rlimit value;
+};
+
+struct spawn_spec {
+    char *const *exec_paths; /* candidates for execve, tried in order (a PATH search) */
+    char *const *argv;
+    char *const *envp;
+    int stdin_fd, stdout_fd, stderr_fd;
+    int cwd_fd; /* an fd of the working directory, or -1 */
+    struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
+    int nrlimits;
+};
+
+/* Note which signals the daemon ignores, so children get them back at their defaults. Call
+ * once, after the daemon's own signal dispositions are set. */
+void spawn_init(void);
+
+/*
+ * Start the child. Returns its pid (also written to *pid_slot by the kernel), or -1 with err
+ * set. When the child could not exec, the pid is still returned (the child exits 127 and is
+ * reaped like any other) and *child_errno / *child_step say what failed; else *child_errno
+ * is 0.
+ */
+pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_errno,
+                  const char **child_step, struct sbxd_err *err);
+
+#endif

@@ -1,0 +1,21 @@
+/* timeutil.h - monotonic and wall clocks in the units the rest of sbxd uses. */
+#ifndef SBXD_TIMEUTIL_H
+#define SBXD_TIMEUTIL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* Monotonic clock, nanoseconds. For durations and deadlines. */
+int64_t time_mono_ns(void);
+
+/* Wall clock, nanoseconds since the epoch. For logs and timestamps. */
+int64_t time_real_ns(void);
+
+/* Milliseconds from now until deadline_ns (monotonic), clamped to [0, INT32_MAX]; -1 if
+ * deadline_ns is 0 (no deadline). Rounds up so a poll never wakes before the deadline. */
+int time_ms_until(int64_t deadline_ns);
+
+/* RFC 3339 UTC timestamp with milliseconds, e.g. 2026-01-02T03:04:05.678Z. */
+void time_rfc3339(int64_t real_ns, char *buf, size_t len);
+
+#endif

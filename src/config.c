@@ -1,0 +1,365 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/config.h"
+#include "sbxd/limits.h"
+
+enum opt_type {
+    OPT_LISTEN,
+    OPT_PATH,
+    OPT_UINT,  /* a whole number */
+    OPT_SIZE,  /* bytes, with optional suffix */
+    OPT_LOGFMT /* json | text */
+};
+
+struct opt {
+    const char *flag;
+    const char *metavar;
+    const char *env;
+    const char *alt_env;    /* a second, compatibility variable (lower precedence) */
+    uint64_t alt_env_scale; /* alt_env's value is multiplied by this */
+    const char *def;
+    enum opt_type type;
+    size_t off;
+    uint64_t min, max;
+    const char *help;
+};
+
+#define OFF(field) offsetof(struct sbxd_config, field)
+#define GIB        (1024ULL * 1024 * 1024)
+
+/* The one table: flag, variable, default, validation and help of every option. */
+static const struct opt opts[] = {
+    {"listen", "ADDR", "SBXD_LISTEN", NULL, 0, "0.0.0.0:8888", OPT_LISTEN, OFF(listen), 0, 0,
+     "Address to listen on: HOST:PORT, [IPV6]:PORT or :PORT (port 0 picks a free one)."},
+    {"workspace", "DIR", "SBXD_WORKSPACE", "SANDBOX_BASE_DIR", 0, "/workspace", OPT_PATH,
+     OFF(workspace), 0, 0,
+     "Root of the files commands work on and the default cwd; created if missing."},
+    {"timeout-ms", "MS", "SBXD_TIMEOUT_MS", "SANDBOX_EXEC_TIMEOUT_SECONDS", 1000, "60000", OPT_UINT,
+     OFF(timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
+     "Wall-clock timeout of a command that asks for none. SANDBOX_EXEC_TIMEOUT_SECONDS (in "
+     "seconds) is honoured too."},
+    {"max-timeout-ms", "MS", "SBXD_MAX_TIMEOUT_MS", NULL, 0, "3600000", OPT_UINT,
+     OFF(max_timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
+     "Largest timeout_ms a request may ask for (raised to --timeout-ms when only that is set)."},
+    {"max-output-bytes", "SIZE", "SBXD_MAX_OUTPUT_BYTES", NULL, 0, "1MiB", OPT_SIZE,
+     OFF(max_output_bytes), 1, 1 * GIB,
+     "Bytes of stdout and of stderr kept per command (the head); the rest is counted and "
+     "dropped."},
+    {"max-body-bytes", "SIZE", "SBXD_MAX_BODY_BYTES", NULL, 0, "1MiB", OPT_SIZE,
+     OFF(max_body_bytes), 64, 1 * GIB, "Largest request body accepted (413 beyond)."},
+    {"max-running", "N", "SBXD_MAX_RUNNING", NULL, 0, "32", OPT_UINT, OFF(max_running), 1, 4096,
+     "Commands running at once; more are refused with 429 and Retry-After."},
+    {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
+     OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
+     "After SIGTERM, how long running commands may finish before they are killed."},
+    {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
+     "Log lines on stderr: json (one object per line) or text."},
+};
+
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static const char *env_lookup(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (*s)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mult;
+    } units[] = {
+        {"", 1},
+        {"B", 1},
+        {"K", 1ULL << 10},
+        {"KiB", 1ULL << 10},
+        {"KB", 1000ULL},
+        {"M", 1ULL << 20},
+        {"MiB", 1ULL << 20},
+        {"MB", 1000000ULL},
+        {"G", 1ULL << 30},
+        {"GiB", 1ULL << 30},
+        {"GB", 1000000000ULL},
+    };
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    const char *p = s;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    char num[32];
+    if ((size_t)(p - s) >= sizeof(num))
+        return -1;
+    memcpy(num, s, (size_t)(p - s));
+    num[p - s] = '\0';
+    uint64_t v;
+    if (parse_uint(num, &v) < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(p, units[i].suffix) == 0) {
+            if (v > UINT64_MAX / units[i].mult)
+                return -1;
+            *out = v * units[i].mult;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int config_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[256];
+    const char *port;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof(host))
+            return -1;
+        memcpy(host, s + 1, (size_t)(end - s - 1));
+        host[end - s - 1] = '\0';
+        port = end + 2;
+    } else {
+        const char *colon = strrchr(s, ':');
+        if (!colon || (size_t)(colon - s) >= sizeof(host) || strchr(s, ':') != colon)
+            return -1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        port = colon + 1;
+    }
+    uint64_t p;
+    if (parse_uint(port, &p) < 0 || p > 65535)
+        return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host[0] ? host : NULL, port, &hints, &res) != 0 || !res)
+        return -1;
+    /* ":PORT" means every interface: prefer IPv4's wildcard, as 0.0.0.0 does. */
+    struct addrinfo *pick = res;
+    for (struct addrinfo *ai = res; !host[0] && ai; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET) {
+            pick = ai;
+            break;
+        }
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Print text word-wrapped to the help's right-hand column. */
+static void print_wrapped(FILE *out, const char *left, const char *text)
+{
+    enum { INDENT = 29, WIDTH = 96 };
+    fprintf(out, "  %-26s ", left);
+    int col = INDENT;
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > INDENT && col + 1 + (int)word > WIDTH) {
+            fprintf(out, "\n%*s", INDENT, "");
+            col = INDENT;
+        } else if (col > INDENT) {
+            fputc(' ', out);
+            col++;
+        }
+        fprintf(out, "%.*s", (int)word, text);
+        col += (int)word;
+        text += word;
+        while (*text == ' ')
+            text++;
+    }
+    fputc('\n', out);
+}
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "Usage: sbxd [OPTION]...\n"
+                 "Run commands for AI agents over HTTP, each contained, with its output, exit "
+                 "status and\nresource use reported honestly.\n\n"
+                 "Each option can also be set by the environment variable shown; a flag wins.\n"
+                 "SIZE takes a suffix: K/KiB, M/MiB, G/GiB (1024s) or KB, MB, GB (1000s).\n\n");
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt *o = &opts[i];
+        char left[64];
+        snprintf(left, sizeof(left), "--%s %s", o->flag, o->metavar);
+        print_wrapped(out, left, o->help);
+        fprintf(out, "  %-26s env %s%s%s, default %s\n", "", o->env, o->alt_env ? " or " : "",
+                o->alt_env ? o->alt_env : "", o->def);
+    }
+    fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
+    fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");
+    fprintf(out, "\nEndpoints: GET /healthz, GET /, POST /execute. See docs/api.md.\n"
+                 "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
+                 "failure,\n2 on a bad option.\n");
+}
+
+/* Apply one textual value to its field; on error write one line naming the option. */
+static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, const char *src,
+                 uint64_t scale, char *errbuf, size_t errlen)
+{
+    char *field = (char *)cfg + o->off;
+    uint64_t v = 0;
+    switch (o->type) {
+    case OPT_LISTEN:
+        if (strlen(val) >= sizeof(cfg->listen) ||
+            config_parse_listen(val, &cfg->listen_addr, &cfg->listen_addr_len) < 0) {
+            snprintf(errbuf, errlen,
+                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT or :PORT", o->flag,
+                     val, src);
+            return -1;
+        }
+        snprintf(cfg->listen, sizeof(cfg->listen), "%s", val);
+        return 0;
+    case OPT_PATH:
+        if (!*val || strlen(val) >= PATH_MAX) {
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not a usable path", o->flag, val, src);
+            return -1;
+        }
+        snprintf(field, PATH_MAX, "%s", val);
+        return 0;
+    case OPT_LOGFMT:
+        if (strcmp(val, "json") == 0)
+            cfg->log_format = LOG_FORMAT_JSON;
+        else if (strcmp(val, "text") == 0)
+            cfg->log_format = LOG_FORMAT_TEXT;
+        else {
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: json, text", o->flag, val, src);
+            return -1;
+        }
+        return 0;
+    case OPT_UINT:
+        if (parse_uint(val, &v) < 0) {
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);
+            return -1;
+        }
+        break;
+    case OPT_SIZE:
+        if (config_parse_size(val, &v) < 0) {
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not a size (e.g. 1048576, 512KiB, 1MiB)",
+                     o->flag, val, src);
+            return -1;
+        }
+        break;
+    }
+    if (scale > 1 && v > UINT64_MAX / scale)
+        v = UINT64_MAX;
+    else if (scale > 1)
+        v *= scale;
+    if (v < o->min || v > o->max) {
+        snprintf(errbuf, errlen, "--%s: '%s'%s is out of range (%llu to %llu)", o->flag, val, src,
+                 (unsigned long long)o->min / (scale ? scale : 1),
+                 (unsigned long long)o->max / (scale ? scale : 1));
+        return -1;
+    }
+    memcpy(field, &v, sizeof(v));
+    return 0;
+}
+
+static const struct opt *find_opt(const char *name, size_t n)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strlen(opts[i].flag) == n && strncmp(opts[i].flag, name, n) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
+                                 char *const *envp, FILE *out, char *errbuf, size_t errlen)
+{
+    const char *flag_val[NOPTS] = {0};
+    memset(cfg, 0, sizeof(*cfg));
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            print_usage(out);
+            return CONFIG_EXIT_0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            fprintf(out, "sbxd %s\n", SBXD_VERSION);
+            return CONFIG_EXIT_0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(errbuf, errlen, "unexpected argument '%s' (see --help)", a);
+            return CONFIG_EXIT_2;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const struct opt *o = find_opt(name, nlen);
+        if (!o) {
+            snprintf(errbuf, errlen, "unknown option '--%.*s' (see --help)", (int)nlen, name);
+            return CONFIG_EXIT_2;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val) {
+            if (i + 1 >= argc) {
+                snprintf(errbuf, errlen, "--%s needs a value (%s)", o->flag, o->metavar);
+                return CONFIG_EXIT_2;
+            }
+            val = argv[++i];
+        }
+        flag_val[o - opts] = val;
+    }
+
+    bool max_timeout_given = false;
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt *o = &opts[i];
+        const char *val = flag_val[i];
+        const char *src = "";
+        char srcbuf[96];
+        uint64_t scale = 1;
+        if (!val && (val = env_lookup(envp, o->env))) {
+            snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->env);
+            src = srcbuf;
+        }
+        if (!val && o->alt_env && (val = env_lookup(envp, o->alt_env))) {
+            snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->alt_env);
+            src = srcbuf;
+            scale = o->alt_env_scale ? o->alt_env_scale : 1;
+        }
+        if (val && o->off == OFF(max_timeout_ms))
+            max_timeout_given = true;
+        if (!val)
+            val = o->def;
+        if (apply(cfg, o, val, src, scale, errbuf, errlen) < 0)
+            return CONFIG_EXIT_2;
+    }
+
+    if (cfg->timeout_ms > cfg->max_timeout_ms) {
+        if (max_timeout_given) {
+            snprintf(errbuf, errlen, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
+                     (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);
+            return CONFIG_EXIT_2;
+        }
+        cfg->max_timeout_ms = cfg->timeout_ms;
+    }
+    return CONFIG_RUN;
+}

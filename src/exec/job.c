@@ -1,0 +1,555 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sbxd/job.h"
+#include "sbxd/limits.h"
+#include "sbxd/reaper.h"
+#include "sbxd/resolve.h"
+#include "sbxd/spawn.h"
+#include "sbxd/timeutil.h"
+
+struct job {
+    struct reap_target rt; /* first: the reaper's callbacks hand us this pointer */
+    char id[25];
+    int out_fd, err_fd, in_fd, ev_fd, cancel_fd;
+    uint8_t *stdin_data;
+    size_t stdin_len, stdin_off;
+    int64_t start_ns, deadline_ns, drain_deadline_ns;
+    uint64_t output_limit, output_total;
+    int kill_reason;  /* enum job_kill_reason, atomic */
+    bool exited;      /* the main process is reaped */
+    bool final_drain; /* leftovers killed: read what is buffered, then end */
+    bool finished;
+    int next_stream; /* which pipe is read first, alternated so neither starves */
+    struct job_result res;
+};
+
+const char *job_status_name(enum job_status s)
+{
+    switch (s) {
+    case JOB_RUNNING:
+        return "running";
+    case JOB_EXITED:
+        return "exited";
+    case JOB_SIGNALED:
+        return "signaled";
+    case JOB_TIMEOUT:
+        return "timeout";
+    case JOB_OOM:
+        return "oom";
+    case JOB_OUTPUT_LIMIT:
+        return "output_limit";
+    case JOB_FAILED_TO_START:
+        return "failed_to_start";
+    case JOB_CANCELED:
+        return "canceled";
+    }
+    return "unknown";
+}
+
+static int devnull_fd = -1;
+static pthread_once_t devnull_once = PTHREAD_ONCE_INIT;
+
+static void devnull_open(void)
+{
+    devnull_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void make_id(char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    static uint64_t fallback_counter;
+    uint8_t raw[12];
+    if (getrandom(raw, sizeof(raw), GRND_NONBLOCK) != (ssize_t)sizeof(raw)) {
+        uint64_t a = (uint64_t)time_real_ns() ^ (uint64_t)getpid() << 32;
+        uint64_t b = __atomic_add_fetch(&fallback_counter, 1, __ATOMIC_RELAXED);
+        memcpy(raw, &a, 8);
+        memcpy(raw + 8, &b, 4);
+    }
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * sizeof(raw)] = '\0';
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void free_strv(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+/* Candidate paths for execve, as execvp would try them: a name with a slash as it is,
+ * otherwise each directory of the command's own PATH. */
+static char **exec_candidates(const struct exec_request *req)
+{
+    const char *name = req->argv[0];
+    if (strchr(name, '/')) {
+        char **v = calloc(2, sizeof(char *));
+        if (v && !(v[0] = strdup(name))) {
+            free(v);
+            return NULL;
+        }
+        return v;
+    }
+    const char *path = SBXD_BASE_PATH;
+    for (char **e = req->envp; *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0)
+            path = *e + 5;
+    size_t n = 1;
+    for (const char *p = path; *p; p++)
+        n += *p == ':';
+    char **v = calloc(n + 1, sizeof(char *));
+    if (!v)
+        return NULL;
+    size_t i = 0;
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t dl = end ? (size_t)(end - p) : strlen(p);
+        size_t len = (dl ? dl : 1) + 1 + strlen(name) + 1;
+        if (!(v[i] = malloc(len))) {
+            free_strv(v);
+            return NULL;
+        }
+        snprintf(v[i], len, "%.*s/%s", (int)(dl ? dl : 1), dl ? p : ".", name);
+        i++;
+        if (!end)
+            break;
+        p = end;
+    }
+    return v;
+}
+
+static int add_rlimit(struct spawn_spec *s, int res, uint64_t soft, uint64_t hard)
+{
+    if (s->nrlimits >= SPAWN_MAX_RLIMITS)
+        return -1;
+    s->rlimits[s->nrlimits].resource = res;
+    s->rlimits[s->nrlimits].value.rlim_cur = soft;
+    s->rlimits[s->nrlimits].value.rlim_max = hard;
+    s->nrlimits++;
+    return 0;
+}
+
+static void job_destroy_fds(struct job *job)
+{
+    close_fd(&job->out_fd);
+    close_fd(&job->err_fd);
+    close_fd(&job->in_fd);
+    close_fd(&job->ev_fd);
+}
+
+struct job *job_start(const struct exec_request *req, const struct job_env *env,
+                      struct sbxd_err *err)
+{
+    pthread_once(&devnull_once, devnull_open);
+    struct job *job = calloc(1, sizeof(*job));
+    if (!job) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    job->out_fd = job->err_fd = job->in_fd = job->ev_fd = -1;
+    job->cancel_fd = env->cancel_fd;
+    job->output_limit = req->limits.output_bytes;
+    make_id(job->id);
+
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, in_p[2] = {-1, -1};
+    int cwd_fd = -1;
+    char **candidates = NULL;
+
+    if (req->cwd[0]) {
+        cwd_fd = fs_resolve_beneath(env->rootfd, req->cwd, FS_RESOLVE_DIRECTORY, err);
+        if (cwd_fd < 0) {
+            char why[sizeof(err->msg)];
+            snprintf(why, sizeof(why), "%s", err->msg);
+            /* A missing cwd is a bad request here, not a missing resource. */
+            enum sbxd_errkind kind = err->kind == SBXD_E_NOT_FOUND ? SBXD_E_INVALID : err->kind;
+            sbxd_fail(err, kind, err->sys_errno, "cwd '%.100s': %s", req->cwd, why);
+            goto fail;
+        }
+    }
+    if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
+        (req->has_stdin && pipe2(in_p, O_CLOEXEC) < 0)) {
+        sbxd_fail_errno(err, errno == EMFILE || errno == ENFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL,
+                        errno, "cannot create pipes");
+        goto fail;
+    }
+    if (req->has_stdin) {
+        /* Written from the poll loop: never block on a child that does not read. */
+        fcntl(in_p[1], F_SETFL, O_NONBLOCK);
+        job->stdin_data = malloc(req->stdin_len ? req->stdin_len : 1);
+        if (!job->stdin_data) {
+            sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(job->stdin_data, req->stdin_data, req->stdin_len);
+        job->stdin_len = req->stdin_len;
+    } else if (devnull_fd < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open /dev/null");
+        goto fail;
+    }
+    job->ev_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (job->ev_fd < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot create an eventfd");
+        goto fail;
+    }
+    candidates = exec_candidates(req);
+    if (!candidates) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        goto fail;
+    }
+
+    struct spawn_spec spec = {
+        .exec_paths = candidates,
+        .argv = req->argv,
+        .envp = req->envp,
+        .stdin_fd = req->has_stdin ? in_p[0] : devnull_fd,
+        .stdout_fd = out_p[1],
+        .stderr_fd = err_p[1],
+        .cwd_fd = cwd_fd >= 0 ? cwd_fd : env->rootfd,
+    };
+    add_rlimit(&spec, RLIMIT_CORE, 0, 0); /* no core dumps of untrusted memory */
+    if (req->limits.cpu_ms != EXEC_LIMIT_UNSET) {
+        /* SIGXCPU at the soft limit, SIGKILL a second later for those who catch it. */
+        uint64_t secs = (req->limits.cpu_ms + 999) / 1000;
+        add_rlimit(&spec, RLIMIT_CPU, secs, secs + 1);
+    }
+    if (req->limits.file_size_bytes != EXEC_LIMIT_UNSET)
+        add_rlimit(&spec, RLIMIT_FSIZE, req->limits.file_size_bytes, req->limits.file_size_bytes);
+    if (req->limits.open_files != EXEC_LIMIT_UNSET)
+        add_rlimit(&spec, RLIMIT_NOFILE, req->limits.open_files, req->limits.open_files);
+
+    job->rt.notify_fd = job->ev_fd;
+    reaper_add(&job->rt);
+    job->start_ns = time_mono_ns();
+    int child_errno = 0;
+    const char *child_step = NULL;
+    if (spawn_child(&spec, &job->rt.pid, &child_errno, &child_step, err) < 0) {
+        reaper_remove(&job->rt);
+        goto fail;
+    }
+    job->deadline_ns = job->start_ns + (int64_t)req->timeout_ms * 1000000;
+    if (child_errno) {
+        job->res.status = JOB_FAILED_TO_START;
+        snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s", child_step, req->argv[0],
+                 strerror(child_errno));
+    }
+    close(out_p[1]);
+    close(err_p[1]);
+    if (req->has_stdin)
+        close(in_p[0]);
+    job->out_fd = out_p[0];
+    job->err_fd = err_p[0];
+    job->in_fd = in_p[1];
+    if (cwd_fd >= 0)
+        close(cwd_fd);
+    free_strv(candidates);
+    return job;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        close_fd(&out_p[i]);
+        close_fd(&err_p[i]);
+        close_fd(&in_p[i]);
+    }
+    if (cwd_fd >= 0)
+        close(cwd_fd);
+    free_strv(candidates);
+    job_destroy_fds(job);
+    free(job->stdin_data);
+    free(job);
+    return NULL;
+}
+
+static void kill_group(struct job *job)
+{
+    pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
+    /* The child called setsid(), so its pid is its process group. The group id cannot be
+     * reused while any member lives, so this reaches only the job's own processes. */
+    if (pid > 0)
+        kill(-pid, SIGKILL);
+}
+
+void job_kill(struct job *job, enum job_kill_reason why)
+{
+    int none = JOB_KILL_NONE;
+    __atomic_compare_exchange_n(&job->kill_reason, &none, (int)why, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    kill_group(job);
+}
+
+static void kill_live(struct reap_target *t, void *arg)
+{
+    if (!t->reaped)
+        job_kill((struct job *)t, (enum job_kill_reason)(intptr_t)arg);
+}
+
+void job_kill_all(enum job_kill_reason why)
+{
+    reaper_foreach(kill_live, (void *)(intptr_t)why);
+}
+
+static void mark_exited(struct job *job)
+{
+    job->exited = true;
+    job->drain_deadline_ns = time_mono_ns() + (int64_t)SBXD_DRAIN_WINDOW_MS * 1000000;
+    close_fd(&job->in_fd); /* nobody left to read it */
+}
+
+static void finish(struct job *job)
+{
+    /* Leftovers (a background child of the command) die with the job. */
+    kill_group(job);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+    reaper_result(&job->rt, &status, &ru);
+    struct job_result *r = &job->res;
+    r->duration_ms = (double)(job->rt.reaped_ns - job->start_ns) / 1e6;
+    r->cpu_ms = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
+                (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
+    r->memory_peak_bytes = (uint64_t)ru.ru_maxrss * 1024;
+    int reason = __atomic_load_n(&job->kill_reason, __ATOMIC_ACQUIRE);
+    if (r->status == JOB_FAILED_TO_START) {
+        r->exit_code = 127;
+    } else if (WIFSIGNALED(status)) {
+        r->signal = WTERMSIG(status);
+        r->exit_code = 128 + r->signal;
+        /* A SIGKILL that sbxd sent is reported as its reason, never as a plain signal. */
+        if (r->signal == SIGKILL && reason == JOB_KILL_TIMEOUT)
+            r->status = JOB_TIMEOUT;
+        else if (r->signal == SIGKILL && reason == JOB_KILL_OUTPUT)
+            r->status = JOB_OUTPUT_LIMIT;
+        else if (r->signal == SIGKILL && reason == JOB_KILL_CANCEL)
+            r->status = JOB_CANCELED;
+        else
+            r->status = JOB_SIGNALED;
+    } else {
+        r->exit_code = WEXITSTATUS(status);
+        r->status = JOB_EXITED;
+    }
+    r->timed_out = r->status == JOB_TIMEOUT;
+    job_destroy_fds(job);
+    reaper_remove(&job->rt);
+    job->finished = true;
+}
+
+static int64_t min_deadline(int64_t a, int64_t b)
+{
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    return a < b ? a : b;
+}
+
+/* Read one chunk from *fd into buf: > 0 bytes, or 0 when the pipe is done (closed). */
+static ssize_t read_pipe(int *fd, void *buf, size_t buflen)
+{
+    for (;;) {
+        ssize_t n = read(*fd, buf, buflen);
+        if (n > 0)
+            return n;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return -1;
+        close_fd(fd); /* EOF or a broken pipe */
+        return 0;
+    }
+}
+
+static bool output_event(struct job *job, int stream, ssize_t n, struct job_event *ev)
+{
+    if (n <= 0)
+        return false;
+    if (stream == 1)
+        job->res.stdout_bytes += (uint64_t)n;
+    else
+        job->res.stderr_bytes += (uint64_t)n;
+    job->output_total += (uint64_t)n;
+    if (job->output_limit != EXEC_LIMIT_UNSET && job->output_total > job->output_limit)
+        job_kill(job, JOB_KILL_OUTPUT);
+    ev->type = JOB_EV_OUTPUT;
+    ev->stream = stream;
+    ev->len = (size_t)n;
+    job->next_stream = stream == 1 ? 2 : 1;
+    return true;
+}
+
+void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct job_event *ev)
+{
+    ev->type = JOB_EV_NONE;
+    ev->len = 0;
+    int64_t wait_until = timeout_ms < 0 ? 0 : time_mono_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        if (job->finished) {
+            ev->type = JOB_EV_EXIT;
+            return;
+        }
+        int64_t now = time_mono_ns();
+        if (!job->exited && now >= job->deadline_ns) {
+            job_kill(job, JOB_KILL_TIMEOUT);
+            /* Now wait for the reaper; should the kill somehow not take, repeat it. */
+            job->deadline_ns = now + 1000000000LL;
+        }
+        /* Both pipes closed usually means the process is gone: try to reap it here rather
+         * than wait for the SIGCHLD round trip through the main thread. */
+        if (!job->exited && job->out_fd < 0 && job->err_fd < 0 && reaper_try(&job->rt))
+            mark_exited(job);
+        if (job->exited) {
+            if (job->out_fd < 0 && job->err_fd < 0) {
+                finish(job);
+                continue;
+            }
+            if (!job->final_drain && now >= job->drain_deadline_ns) {
+                /* The main process is gone but something still holds the pipes. */
+                kill_group(job);
+                job->final_drain = true;
+            }
+        }
+        if (job->final_drain) {
+            /* Take what is already buffered, without waiting for holders outside the group. */
+            int *fds[2] = {&job->out_fd, &job->err_fd};
+            for (int i = 0; i < 2; i++) {
+                if (*fds[i] < 0)
+                    continue;
+                struct pollfd p = {.fd = *fds[i], .events = POLLIN};
+                if (poll(&p, 1, 0) == 1) {
+                    ssize_t n = read_pipe(fds[i], buf, buflen);
+                    if (output_event(job, i + 1, n, ev))
+                        return;
+                }
+                close_fd(fds[i]);
+            }
+            continue;
+        }
+
+        struct pollfd pfd[5];
+        int idx[5]; /* 0 ev, 1 stdout, 2 stderr, 3 stdin, 4 cancel */
+        nfds_t np = 0;
+        if (!job->exited) {
+            pfd[np] = (struct pollfd){.fd = job->ev_fd, .events = POLLIN};
+            idx[np++] = 0;
+        }
+        int first = job->next_stream == 2 ? 2 : 1;
+        for (int k = 0; k < 2; k++) {
+            int s = k == 0 ? first : 3 - first;
+            int fd = s == 1 ? job->out_fd : job->err_fd;
+            if (fd >= 0) {
+                pfd[np] = (struct pollfd){.fd = fd, .events = POLLIN};
+                idx[np++] = s;
+            }
+        }
+        if (job->in_fd >= 0) {
+            pfd[np] = (struct pollfd){.fd = job->in_fd, .events = POLLOUT};
+            idx[np++] = 3;
+        }
+        if (job->cancel_fd >= 0) {
+            pfd[np] = (struct pollfd){.fd = job->cancel_fd, .events = POLLRDHUP};
+            idx[np++] = 4;
+        }
+        int64_t until =
+            min_deadline(wait_until, job->exited ? job->drain_deadline_ns : job->deadline_ns);
+        int rc = poll(pfd, np, time_ms_until(until));
+        if (rc < 0 && errno != EINTR) {
+            job_kill(job, JOB_KILL_CANCEL); /* cannot wait any more: do not leave it running */
+            continue;
+        }
+        for (nfds_t i = 0; rc > 0 && i < np; i++) {
+            if (!pfd[i].revents)
+                continue;
+            switch (idx[i]) {
+            case 0: {
+                uint64_t v;
+                if (read(job->ev_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+                    /* nothing to do: reaper_result() below is the truth */
+                }
+                int st;
+                struct rusage ru;
+                if (reaper_result(&job->rt, &st, &ru))
+                    mark_exited(job);
+                break;
+            }
+            case 1:
+            case 2: {
+                int *fd = idx[i] == 1 ? &job->out_fd : &job->err_fd;
+                ssize_t n = read_pipe(fd, buf, buflen);
+                if (output_event(job, idx[i], n, ev))
+                    return;
+                break;
+            }
+            case 3: {
+                if (pfd[i].revents & (POLLERR | POLLHUP)) {
+                    close_fd(&job->in_fd);
+                    break;
+                }
+                ssize_t n = write(job->in_fd, job->stdin_data + job->stdin_off,
+                                  job->stdin_len - job->stdin_off);
+                if (n > 0)
+                    job->stdin_off += (size_t)n;
+                if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
+                    job->stdin_off == job->stdin_len)
+                    close_fd(&job->in_fd); /* done, or the child closed its end (EPIPE) */
+                break;
+            }
+            case 4:
+                /* The client hung up: nobody will read the result. */
+                job_kill(job, JOB_KILL_CANCEL);
+                job->cancel_fd = -1;
+                break;
+            }
+        }
+        if (wait_until && time_mono_ns() >= wait_until && !job->finished)
+            return; /* JOB_EV_NONE */
+    }
+}
+
+const struct job_result *job_result(const struct job *job)
+{
+    return &job->res;
+}
+
+const char *job_id(const struct job *job)
+{
+    return job->id;
+}
+
+pid_t job_pid(const struct job *job)
+{
+    return job->rt.pid;
+}
+
+void job_free(struct job *job)
+{
+    if (!job)
+        return;
+    if (!job->finished) {
+        /* Abandoned mid-run: kill it; the reaper collects the child as an unknown pid. */
+        kill_group(job);
+        reaper_remove(&job->rt);
+        job_destroy_fds(job);
+    }
+    free(job->stdin_data);
+    free(job);
+}

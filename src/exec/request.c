@@ -1,0 +1,348 @@
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/limits.h"
+#include "sbxd/request.h"
+
+int json_check_no_nul(const char *text, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (c == '\0')
+            return -1;
+        if (!in_str) {
+            in_str = c == '"';
+            continue;
+        }
+        if (c == '"') {
+            in_str = false;
+        } else if (c == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+                return -1;
+            i++; /* skip the escaped character, so "\\u0000" (a backslash, then text) passes */
+        }
+    }
+    return 0;
+}
+
+#define invalid(err, ...) sbxd_fail((err), SBXD_E_INVALID, 0, __VA_ARGS__)
+
+/* A JSON number that is a whole number in [min, max]. */
+static int get_uint(const cJSON *item, const char *name, uint64_t min, uint64_t max, uint64_t *out,
+                    struct sbxd_err *err)
+{
+    if (!cJSON_IsNumber(item))
+        return invalid(err, "'%s' must be a whole number", name);
+    double v = item->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < (double)min || v > (double)max ||
+        v > 9007199254740992.0)
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "'%s' must be a whole number from %llu to %llu",
+                         name, (unsigned long long)min, (unsigned long long)max);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Reject duplicate member names: cJSON keeps both, and which one wins would be a guess. */
+static int check_unique_keys(const cJSON *obj, const char *where, struct sbxd_err *err)
+{
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2)
+        return 0;
+    const char **names = malloc(sizeof(*names) * (size_t)n);
+    if (!names)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        names[i++] = c->string;
+    qsort(names, (size_t)n, sizeof(*names), cmp_str);
+    int rc = 0;
+    for (i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            rc = sbxd_fail(err, SBXD_E_INVALID, 0, "duplicate field '%s%s'", where, names[i]);
+            break;
+        }
+    free(names);
+    return rc;
+}
+
+static char *join_kv(const char *k, const char *v)
+{
+    size_t kl = strlen(k), vl = strlen(v);
+    char *s = malloc(kl + vl + 2);
+    if (!s)
+        return NULL;
+    memcpy(s, k, kl);
+    s[kl] = '=';
+    memcpy(s + kl + 1, v, vl + 1);
+    return s;
+}
+
+static bool env_name_ok(const char *name)
+{
+    /* Any non-empty name without '=' can be passed through execve; '=' would split it. */
+    return name[0] && !strchr(name, '=');
+}
+
+static int build_env(const cJSON *env, const struct request_policy *pol, struct exec_request *req,
+                     struct sbxd_err *err)
+{
+    int nreq = env ? cJSON_GetArraySize(env) : 0;
+    if (nreq > SBXD_MAX_ENV)
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "'env' has more than %d variables", SBXD_MAX_ENV);
+    const char *base[3][2] = {
+        {"PATH", SBXD_BASE_PATH}, {"HOME", pol->workspace}, {"LANG", SBXD_BASE_LANG}};
+    req->envp = calloc((size_t)nreq + 4, sizeof(char *));
+    if (!req->envp)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    size_t n = 0;
+    for (int b = 0; b < 3; b++) {
+        const cJSON *over = env ? cJSON_GetObjectItemCaseSensitive(env, base[b][0]) : NULL;
+        if (over)
+            continue; /* the request's value is added below */
+        if (!(req->envp[n++] = join_kv(base[b][0], base[b][1])))
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    for (const cJSON *c = env ? env->child : NULL; c; c = c->next) {
+        if (!env_name_ok(c->string))
+            return sbxd_fail(err, SBXD_E_INVALID, 0,
+                             "env name '%.64s' is not valid (empty or contains '=')", c->string);
+        if (!cJSON_IsString(c))
+            return sbxd_fail(err, SBXD_E_INVALID, 0, "env value of '%.64s' must be a string",
+                             c->string);
+        if (!(req->envp[n++] = join_kv(c->string, c->valuestring)))
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_limits(const cJSON *lim, struct exec_request *req, struct sbxd_err *err)
+{
+    if (!cJSON_IsObject(lim))
+        return invalid(err, "'%s' must be an object", "limits");
+    if (check_unique_keys(lim, "limits.", err) < 0)
+        return -1;
+    for (const cJSON *c = lim->child; c; c = c->next) {
+        const char *k = c->string;
+        char name[80];
+        snprintf(name, sizeof(name), "limits.%.60s", k);
+        uint64_t *dst;
+        uint64_t min = 0, max = 1ULL << 53;
+        if (strcmp(k, "cpu_ms") == 0) {
+            dst = &req->limits.cpu_ms;
+            min = 1;
+            max = SBXD_TIMEOUT_HARD_MAX_MS;
+        } else if (strcmp(k, "file_size_bytes") == 0) {
+            dst = &req->limits.file_size_bytes;
+        } else if (strcmp(k, "open_files") == 0) {
+            dst = &req->limits.open_files;
+            min = 3; /* stdin, stdout and stderr */
+            max = 1048576;
+        } else if (strcmp(k, "output_bytes") == 0) {
+            dst = &req->limits.output_bytes;
+            min = 1;
+        } else {
+            return sbxd_fail(err, SBXD_E_INVALID, 0,
+                             "unknown field '%s' (known: cpu_ms, file_size_bytes, open_files, "
+                             "output_bytes)",
+                             name);
+        }
+        if (get_uint(c, name, min, max, dst, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int set_cwd(const char *cwd, const struct request_policy *pol, struct exec_request *req,
+                   struct sbxd_err *err)
+{
+    if (cwd[0] == '/') {
+        /* Accept the workspace's own absolute path (what `pwd` prints inside a command). */
+        size_t wl = strlen(pol->workspace);
+        if (strcmp(pol->workspace, "/") == 0)
+            wl = 0;
+        else if (strncmp(cwd, pol->workspace, wl) != 0 || (cwd[wl] != '\0' && cwd[wl] != '/'))
+            return sbxd_fail(err, SBXD_E_DENIED, 0, "cwd '%.128s' is outside the workspace %s", cwd,
+                             pol->workspace);
+        cwd += wl;
+    }
+    req->cwd = strdup(cwd);
+    if (!req->cwd)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    return 0;
+}
+
+static int parse_argv(const cJSON *argv, struct exec_request *req, struct sbxd_err *err)
+{
+    if (!cJSON_IsArray(argv))
+        return invalid(err, "'%s' must be an array of strings", "argv");
+    int n = cJSON_GetArraySize(argv);
+    if (n == 0)
+        return invalid(err, "'%s' must not be empty", "argv");
+    if (n > SBXD_MAX_ARGS)
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "'argv' has more than %d items", SBXD_MAX_ARGS);
+    req->argv = calloc((size_t)n + 1, sizeof(char *));
+    if (!req->argv)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *c = argv->child; c; c = c->next, i++) {
+        if (!cJSON_IsString(c))
+            return sbxd_fail(err, SBXD_E_INVALID, 0, "'argv[%d]' must be a string", i);
+        if (!(req->argv[i] = strdup(c->valuestring)))
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    if (!req->argv[0][0])
+        return invalid(err, "'%s' must not be empty", "argv[0]");
+    req->argc = (size_t)n;
+    return 0;
+}
+
+static int parse_command(const cJSON *cmd, struct exec_request *req, struct sbxd_err *err)
+{
+    if (!cJSON_IsString(cmd))
+        return invalid(err, "'%s' must be a string", "command");
+    if (!cmd->valuestring[0])
+        return invalid(err, "'%s' must not be empty", "command");
+    req->argv = calloc(4, sizeof(char *));
+    if (!req->argv || !(req->argv[0] = strdup("/bin/sh")) || !(req->argv[1] = strdup("-c")) ||
+        !(req->argv[2] = strdup(cmd->valuestring)))
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    req->argc = 3;
+    req->shell = true;
+    return 0;
+}
+
+static const char *const known_fields[] = {"command",    "argv",   "stdin",    "env", "cwd",
+                                           "timeout_ms", "limits", "encoding", NULL};
+
+static int parse_fields(const cJSON *root, const struct request_policy *pol,
+                        struct exec_request *req, struct sbxd_err *err)
+{
+    if (!cJSON_IsObject(root))
+        return invalid(err, "%s", "request body must be a JSON object");
+    if (check_unique_keys(root, "", err) < 0)
+        return -1;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        bool known = false;
+        for (int i = 0; known_fields[i]; i++)
+            known = known || strcmp(c->string, known_fields[i]) == 0;
+        if (!known)
+            return sbxd_fail(err, SBXD_E_INVALID, 0,
+                             "unknown field '%.64s' (known: command, argv, stdin, env, cwd, "
+                             "timeout_ms, limits, encoding)",
+                             c->string);
+    }
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(root, "command");
+    const cJSON *argv = cJSON_GetObjectItemCaseSensitive(root, "argv");
+    if (cmd && argv)
+        return invalid(err, "%s", "give either 'command' or 'argv', not both");
+    if (!cmd && !argv)
+        return invalid(err, "%s", "'command' (a shell command) or 'argv' (an array) is required");
+    if ((cmd ? parse_command(cmd, req, err) : parse_argv(argv, req, err)) < 0)
+        return -1;
+
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "stdin");
+    if (in) {
+        if (!cJSON_IsString(in))
+            return invalid(err, "'%s' must be a string", "stdin");
+        req->stdin_len = strlen(in->valuestring);
+        req->stdin_data = (uint8_t *)strdup(in->valuestring);
+        if (!req->stdin_data)
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        req->has_stdin = true;
+    }
+
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(root, "env");
+    if (env) {
+        if (!cJSON_IsObject(env))
+            return invalid(err, "'%s' must be an object of strings", "env");
+        if (check_unique_keys(env, "env.", err) < 0)
+            return -1;
+    }
+    if (build_env(env, pol, req, err) < 0)
+        return -1;
+
+    const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(root, "cwd");
+    if (cwd && !cJSON_IsString(cwd))
+        return invalid(err, "'%s' must be a string", "cwd");
+    if (set_cwd(cwd ? cwd->valuestring : "", pol, req, err) < 0)
+        return -1;
+
+    req->timeout_ms = pol->default_timeout_ms;
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(root, "timeout_ms");
+    if (to && get_uint(to, "timeout_ms", 1, pol->max_timeout_ms, &req->timeout_ms, err) < 0)
+        return -1;
+
+    const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
+    if (lim && parse_limits(lim, req, err) < 0)
+        return -1;
+
+    const cJSON *enc = cJSON_GetObjectItemCaseSensitive(root, "encoding");
+    if (enc) {
+        if (cJSON_IsString(enc) && strcmp(enc->valuestring, "utf8") == 0)
+            req->encoding = EXEC_ENC_UTF8;
+        else if (cJSON_IsString(enc) && strcmp(enc->valuestring, "base64") == 0)
+            req->encoding = EXEC_ENC_BASE64;
+        else
+            return invalid(err, "'%s' must be \"utf8\" or \"base64\"", "encoding");
+    }
+    return 0;
+}
+
+int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
+                       struct exec_request *req, struct sbxd_err *err)
+{
+    memset(req, 0, sizeof(*req));
+    req->limits = (struct exec_limits){EXEC_LIMIT_UNSET, EXEC_LIMIT_UNSET, EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET};
+    if (len == 0)
+        return invalid(err, "%s", "request body is empty; send a JSON object");
+    if (json_check_no_nul(body, len) < 0)
+        return invalid(err, "%s", "strings must not contain NUL characters (\\u0000)");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at && at >= body && at <= body + len ? (size_t)(at - body) : 0;
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "request body is not valid JSON (near byte %zu)",
+                         off);
+    }
+    while (end && end < body + len && strchr(" \t\r\n", *end))
+        end++;
+    int rc;
+    if (end && end < body + len)
+        rc = sbxd_fail(err, SBXD_E_INVALID, 0,
+                       "request body has data after the JSON value (at byte %zu)",
+                       (size_t)(end - body));
+    else
+        rc = parse_fields(root, pol, req, err);
+    cJSON_Delete(root);
+    if (rc < 0)
+        exec_request_free(req);
+    return rc;
+}
+
+static void free_strv(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+void exec_request_free(struct exec_request *req)
+{
+    free_strv(req->argv);
+    free_strv(req->envp);
+    free(req->cwd);
+    free(req->stdin_data);
+    memset(req, 0, sizeof(*req));
+}

@@ -1,0 +1,184 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sbxd/limits.h"
+#include "sbxd/spawn.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+/* What the child reports back through the memory it shares with its parent until execve. */
+struct child_ctx {
+    const struct spawn_spec *spec;
+    int err;
+    const char *step;
+};
+
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+#define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+/* Signals whose disposition is SIG_IGN in the daemon (bit sig-1): these survive execve and
+ * must be reset in the child. All of them until spawn_init() has looked. */
+static uint64_t ignored_signals = ~0ULL;
+
+/* /proc/self/clear_refs, kept open: see spawn_child. */
+static int clear_refs_fd = -1;
+
+void spawn_init(void)
+{
+    clear_refs_fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    uint64_t mask = 0;
+    for (int sig = 1; sig < 65; sig++) {
+        struct sigaction sa;
+        if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, NULL, &sa) == 0 &&
+            sa.sa_handler == SIG_IGN)
+            mask |= 1ULL << (sig - 1);
+    }
+    ignored_signals = mask;
+}
+
+/* Close every fd from 3 up. close_range is missing in older kernels and gVisor releases;
+ * then walk /proc/self/fd with getdents64 (no malloc), and as a last resort close blindly. */
+NO_SANITIZE static int close_from_3(void)
+{
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+        return 0;
+    int dfd =
+        (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        char buf[4096];
+        for (;;) {
+            long n = syscall(SYS_getdents64, dfd, buf, sizeof(buf));
+            if (n <= 0)
+                break;
+            for (long off = 0; off < n;) {
+                struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+                off += d->d_reclen;
+                int fd = 0;
+                const char *p = d->d_name;
+                if (*p < '0' || *p > '9')
+                    continue;
+                for (; *p >= '0' && *p <= '9'; p++)
+                    fd = fd * 10 + (*p - '0');
+                if (fd > 2 && fd != dfd)
+                    syscall(SYS_close, fd);
+            }
+        }
+        syscall(SYS_close, dfd);
+        return 0;
+    }
+    for (int fd = 3; fd < 65536; fd++)
+        syscall(SYS_close, fd);
+    return 0;
+}
+
+/*
+ * The child, between clone and execve. It runs on a borrowed stack in the parent's memory,
+ * so: raw syscalls only, no malloc, no locks, no stdio, no errno-dependent libc paths, and
+ * no sanitizer instrumentation (its shadow state belongs to the parent thread).
+ */
+NO_SANITIZE static int child_main(void *arg)
+{
+    struct child_ctx *c = arg;
+    const struct spawn_spec *s = c->spec;
+
+    /* Own session and process group: a group kill then reaches every descendant that does
+     * not leave the group itself, and no terminal signal of the daemon's reaches us. */
+    if (syscall(SYS_setsid) < 0) {
+        c->step = "setsid";
+        goto fail;
+    }
+    /* Ignored signals stay ignored across execve; commands expect the defaults (a shell
+     * pipeline must die of SIGPIPE). Handlers are reset by execve itself. */
+    struct {
+        void *handler;
+        unsigned long flags;
+        void *restorer;
+        uint64_t mask;
+    } dfl = {SIG_DFL, 0, NULL, 0};
+    for (int sig = 1; sig < 65; sig++)
+        if (ignored_signals & (1ULL << (sig - 1)))
+            syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8);
+
+    /* The daemon keeps 0-2 open (main.c), so these fds are all > 2 and dup3 never sees
+     * equal arguments. */
+    if (syscall(SYS_dup3, s->stdin_fd, 0, 0) < 0 || syscall(SYS_dup3, s->stdout_fd, 1, 0) < 0 ||
+        syscall(SYS_dup3, s->stderr_fd, 2, 0) < 0) {
+        c->step = "dup2";
+        goto fail;
+    }
+    if (s->cwd_fd >= 0 && syscall(SYS_fchdir, s->cwd_fd) < 0) {
+        c->step = "fchdir";
+        goto fail;
+    }
+    /* Nothing of the daemon's (sockets, the workspace fd, other jobs' pipes) may leak in. */
+    close_from_3();
+    for (int i = 0; i < s->nrlimits; i++)
+        if (syscall(SYS_prlimit64, 0, s->rlimits[i].resource, &s->rlimits[i].value, NULL) < 0) {
+            c->step = "setrlimit";
+            goto fail;
+        }
+    uint64_t empty = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
+
+    /* Like execvp: try each candidate; EACCES is remembered over a later ENOENT. */
+    int saved = ENOENT;
+    for (char *const *p = s->exec_paths; *p; p++) {
+        syscall(SYS_execve, *p, s->argv, s->envp);
+        int e = errno;
+        if (e == EACCES)
+            saved = EACCES;
+        else if (e != ENOENT && e != ENOTDIR) {
+            saved = e;
+            break;
+        }
+    }
+    c->err = saved;
+    c->step = "execve";
+    syscall(SYS_exit_group, 127);
+    return 127;
+fail:
+    c->err = errno ? errno : EINVAL;
+    syscall(SYS_exit_group, 127);
+    return 127;
+}
+
+pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_errno,
+                  const char **child_step, struct sbxd_err *err)
+{
+    /* The child's stack: this frame's own, idle while CLONE_VFORK suspends us. */
+    _Alignas(64) char stack[SBXD_SPAWN_STACK];
+    struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL};
+    /* At execve the kernel folds the outgoing mm's peak RSS into the child's maxrss, and a
+     * CLONE_VM child's outgoing mm is the daemon's. Resetting the daemon's peak to its current
+     * size first keeps one earlier large request from inflating every later command's
+     * memory_peak_bytes. (Best effort: gVisor has no clear_refs.) */
+    if (clear_refs_fd >= 0 && write(clear_refs_fd, "5", 1) < 0) {
+        close(clear_refs_fd);
+        clear_refs_fd = -1;
+    }
+    pid_t pid = clone(child_main, stack + sizeof(stack),
+                      CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx, pid_slot);
+    if (pid < 0) {
+        int e = errno;
+        return sbxd_fail_errno(err, e == EAGAIN || e == ENOMEM ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
+                               "cannot start a process");
+    }
+    *child_errno = ctx.err;
+    *child_step = ctx.step;
+    return pid;
+}

@@ -1,0 +1,110 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/http.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/limits.h"
+
+/* Queue body (taken over) as JSON, with one optional extra header. */
+static enum MHD_Result queue_json(struct MHD_Connection *c, unsigned status, char *body, size_t len,
+                                  const char *hdr, const char *hdr_value)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", SBXD_RETRY_AFTER_S);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (hdr)
+        MHD_add_response_header(r, hdr, hdr_value);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result reply_jsonw(struct MHD_Connection *c, unsigned status, struct jsonw *w)
+{
+    jw_newline(w);
+    size_t len;
+    char *body = jw_finish(w, &len);
+    if (!body)
+        return MHD_NO; /* out of memory: drop the connection rather than lie */
+    return queue_json(c, status, body, len, NULL, NULL);
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *c, unsigned status, const char *code,
+                                   const char *msg, const char *hdr, const char *hdr_value)
+{
+    struct jsonw w;
+    jw_init(&w, 256);
+    jw_obj_begin(&w);
+    jw_key(&w, "code");
+    jw_str(&w, code);
+    jw_key(&w, "message");
+    jw_str(&w, msg);
+    jw_obj_end(&w);
+    jw_newline(&w);
+    size_t len;
+    char *body = jw_finish(&w, &len);
+    return body ? queue_json(c, status, body, len, hdr, hdr_value) : MHD_NO;
+}
+
+enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code,
+                            const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return queue_error(c, status, code, msg, NULL, NULL);
+}
+
+enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
+{
+    static const struct {
+        unsigned status;
+        const char *code;
+    } map[] = {
+        [SBXD_E_NONE] = {500, "INTERNAL"},
+        [SBXD_E_INVALID] = {400, "INVALID_ARGUMENT"},
+        [SBXD_E_DENIED] = {403, "PERMISSION_DENIED"},
+        [SBXD_E_NOT_FOUND] = {404, "NOT_FOUND"},
+        [SBXD_E_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE"},
+        [SBXD_E_BUSY] = {429, "RESOURCE_EXHAUSTED"},
+        [SBXD_E_UNAVAILABLE] = {503, "UNAVAILABLE"},
+        [SBXD_E_NO_SPACE] = {507, "INSUFFICIENT_STORAGE"},
+        [SBXD_E_INTERNAL] = {500, "INTERNAL"},
+    };
+    unsigned k = (unsigned)err->kind < sizeof(map) / sizeof(map[0]) ? (unsigned)err->kind : 0;
+    return queue_error(c, map[k].status, map[k].code, err->msg, NULL, NULL);
+}
+
+enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allowed)
+{
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } names[] = {{HTTP_GET, "GET"},
+                 {HTTP_HEAD, "HEAD"},
+                 {HTTP_POST, "POST"},
+                 {HTTP_PUT, "PUT"},
+                 {HTTP_DELETE, "DELETE"}};
+    char allow[64] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (allowed & names[i].bit)
+            n += (size_t)snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "",
+                                  names[i].name);
+    char msg[128];
+    snprintf(msg, sizeof(msg), "method not allowed here; allowed: %s", allow);
+    return queue_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", msg,
+                       MHD_HTTP_HEADER_ALLOW, allow);
+}

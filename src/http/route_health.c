@@ -1,0 +1,79 @@
+#include <stdio.h>
+#include <unistd.h>
+
+#include "sbxd/http.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/timeutil.h"
+
+/* What this build enforces for every command, stated as it is. Later isolation backends
+ * (cgroups, namespaces, seccomp, credentials) report here too. */
+static void write_isolation(struct jsonw *w)
+{
+    char user[32];
+    snprintf(user, sizeof(user), "%u:%u", (unsigned)getuid(), (unsigned)getgid());
+    jw_key(w, "isolation");
+    jw_obj_begin(w);
+    jw_key(w, "cgroup");
+    jw_str(w, "none");
+    jw_key(w, "memory");
+    jw_str(w, "none");
+    jw_key(w, "pids");
+    jw_str(w, "none");
+    jw_key(w, "cpu");
+    jw_str(w, "rlimit-cpu"); /* only when a request sets limits.cpu_ms */
+    jw_key(w, "tree_kill");
+    jw_str(w, "pgid"); /* setsid + kill(-pgid): misses processes that leave the group */
+    jw_key(w, "seccomp");
+    jw_str(w, "none");
+    jw_key(w, "capabilities");
+    jw_str(w, "inherited");
+    jw_key(w, "no_new_privs");
+    jw_bool(w, false);
+    jw_key(w, "user");
+    jw_str(w, user);
+    jw_key(w, "fds");
+    jw_str(w, "closed");
+    jw_key(w, "environment");
+    jw_str(w, "minimal");
+    jw_key(w, "core_dumps");
+    jw_bool(w, false);
+    jw_obj_end(w);
+}
+
+enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)rc;
+    bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    struct jsonw w;
+    jw_init(&w, 512);
+    jw_obj_begin(&w);
+    jw_key(&w, "status");
+    jw_str(&w, draining ? "draining" : "ok");
+    jw_key(&w, "version");
+    jw_str(&w, SBXD_VERSION);
+    jw_key(&w, "uptime_s");
+    jw_double(&w, (double)(time_mono_ns() - srv->start_ns) / 1e9, 3);
+    jw_key(&w, "running");
+    jw_uint(&w, __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
+    jw_key(&w, "max_running");
+    jw_uint(&w, srv->cfg->max_running);
+    write_isolation(&w);
+    jw_obj_end(&w);
+    return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+}
+
+/* The legacy python-runtime readiness probe. */
+enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)rc;
+    bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    struct jsonw w;
+    jw_init(&w, 128);
+    jw_obj_begin(&w);
+    jw_key(&w, "status");
+    jw_str(&w, draining ? "draining" : "ok");
+    jw_key(&w, "message");
+    jw_str(&w, draining ? "sbxd is shutting down" : "sbxd is running");
+    jw_obj_end(&w);
+    return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+}

@@ -1,0 +1,255 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sbxd/http.h"
+#include "sbxd/limits.h"
+#include "sbxd/log.h"
+#include "sbxd/server.h"
+#include "sbxd/timeutil.h"
+
+static const struct route routes[] = {
+    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz},
+    {"/", HTTP_GET | HTTP_HEAD, false, route_root},
+    {"/execute", HTTP_POST, true, route_execute},
+};
+
+static const struct route *find_route(const char *url)
+{
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (strcmp(url, routes[i].path) == 0)
+            return &routes[i];
+    return NULL;
+}
+
+static unsigned method_bit(const char *m)
+{
+    if (strcmp(m, "GET") == 0)
+        return HTTP_GET;
+    if (strcmp(m, "HEAD") == 0)
+        return HTTP_HEAD;
+    if (strcmp(m, "POST") == 0)
+        return HTTP_POST;
+    if (strcmp(m, "PUT") == 0)
+        return HTTP_PUT;
+    if (strcmp(m, "DELETE") == 0)
+        return HTTP_DELETE;
+    return 0;
+}
+
+/* JSON bodies: application/json (any parameters), none at all, and the form type that
+ * `curl -d` sends by default, so the documented one-liner works. */
+static bool json_content_type(const char *ct)
+{
+    if (!ct || !*ct)
+        return true;
+    size_t n = strcspn(ct, "; \t");
+    return (n == 16 && strncasecmp(ct, "application/json", n) == 0) ||
+           (n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", n) == 0);
+}
+
+static void client_string(struct MHD_Connection *c, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, len, "-");
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    char host[INET6_ADDRSTRLEN] = "";
+    unsigned port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(out, len, "%s:%u", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(out, len, "[%s]:%u", host, port);
+    }
+}
+
+/* Checks made as soon as the headers are in, before any body byte is read. */
+static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *c,
+                                     struct req_ctx *rc, const char *method)
+{
+    const struct route *rt = rc->route;
+    unsigned m = method_bit(method);
+    if (!(rt->methods & m)) {
+        rc->replied = true;
+        return reply_method_not_allowed(c, rt->methods);
+    }
+    if (!rt->json_body)
+        return MHD_YES;
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    rc->replied = true;
+    if (!json_content_type(ct))
+        return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
+                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || *end || n > srv->cfg->max_body_bytes)
+            return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
+                               "request body is larger than %llu bytes (--max-body-bytes)",
+                               (unsigned long long)srv->cfg->max_body_bytes);
+    }
+    rc->replied = false;
+    return MHD_YES;
+}
+
+static enum MHD_Result append_body(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                   const char *data, size_t n)
+{
+    (void)c;
+    if (rc->too_large || rc->body_len + n > srv->cfg->max_body_bytes) {
+        /* A chunked body that grows past the limit. libmicrohttpd cannot answer in the middle
+         * of a body, so the rest is read and dropped and 413 comes at its end; a sender that
+         * goes on far beyond that loses the connection instead. */
+        rc->too_large = true;
+        rc->discarded += n;
+        return rc->discarded > SBXD_BODY_DISCARD_MAX ? MHD_NO : MHD_YES;
+    }
+    if (rc->body_len + n + 1 > rc->body_cap) {
+        size_t cap = rc->body_cap ? rc->body_cap : 1024;
+        while (cap < rc->body_len + n + 1)
+            cap *= 2;
+        char *nb = realloc(rc->body, cap);
+        if (!nb)
+            return MHD_NO;
+        rc->body = nb;
+        rc->body_cap = cap;
+    }
+    memcpy(rc->body + rc->body_len, data, n);
+    rc->body_len += n;
+    rc->body[rc->body_len] = '\0';
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct server *srv = cls;
+    struct req_ctx *rc = *con_cls;
+    if (!rc) {
+        rc = calloc(1, sizeof(*rc));
+        if (!rc)
+            return MHD_NO;
+        *con_cls = rc;
+        client_string(c, rc->client, sizeof(rc->client));
+        rc->route = find_route(url);
+        if (!rc->route) {
+            rc->replied = true;
+            return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no route for %.200s %.200s",
+                               method, url);
+        }
+        /* A check that fails queues its error at once; MHD sends it and, if a body was
+         * coming, closes the connection instead of reading it. */
+        return check_headers(srv, c, rc, method);
+    }
+    if (rc->replied) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        enum MHD_Result r = append_body(srv, c, rc, upload_data, *upload_size);
+        *upload_size = 0;
+        return r;
+    }
+    rc->replied = true;
+    if (rc->too_large)
+        return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
+                           "request body is larger than %llu bytes (--max-body-bytes)",
+                           (unsigned long long)srv->cfg->max_body_bytes);
+    return rc->route->fn(srv, c, rc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    struct req_ctx *rc = *con_cls;
+    if (rc) {
+        free(rc->body);
+        free(rc);
+        *con_cls = NULL;
+    }
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0';
+    LOG_EVENT("warn", "http", LOG_S("message", msg));
+}
+
+struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
+                            struct sbxd_err *err)
+{
+    struct server *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    srv->cfg = cfg;
+    srv->rootfd = rootfd;
+    snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
+    srv->start_ns = time_mono_ns();
+
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (cfg->listen_addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->listen_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_END);
+    if (!srv->mhd) {
+        int e = errno;
+        free(srv);
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot listen on %s", cfg->listen);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di ? di->port : 0;
+    return srv;
+}
+
+uint16_t server_port(const struct server *srv)
+{
+    return srv->port;
+}
+
+void server_set_draining(struct server *srv)
+{
+    __atomic_store_n(&srv->draining, true, __ATOMIC_RELEASE);
+}
+
+unsigned server_running(const struct server *srv)
+{
+    return __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE);
+}
+
+void server_stop(struct server *srv)
+{
+    if (!srv)
+        return;
+    MHD_stop_daemon(srv->mhd);
+    free(srv);
+}

@@ -1,0 +1,134 @@
+/*
+ * sbxd - main: configuration, start-up, the signal loop (which is also the reaper), and
+ * the drain on SIGTERM/SIGINT.
+ *
+ * Every signal sbxd handles is blocked in all threads and taken synchronously here with
+ * sigtimedwait: no asynchronous handler ever runs, so none can run on a borrowed stack in a
+ * freshly cloned child either.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "sbxd/config.h"
+#include "sbxd/job.h"
+#include "sbxd/log.h"
+#include "sbxd/reaper.h"
+#include "sbxd/resolve.h"
+#include "sbxd/server.h"
+#include "sbxd/spawn.h"
+#include "sbxd/timeutil.h"
+
+extern char **environ;
+
+/* A daemon started with 0, 1 or 2 closed would hand those numbers to its own pipes and
+ * sockets, and a child's dup onto 0-2 would then clobber them. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
+            _exit(1);
+}
+
+/* Wait up to ms for a signal in set; reap on SIGCHLD. Returns the signal, 0 on timeout. */
+static int wait_signal(const sigset_t *set, int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    siginfo_t si;
+    int sig = sigtimedwait(set, &si, ms < 0 ? NULL : &ts);
+    if (sig == SIGCHLD)
+        reaper_reap();
+    return sig < 0 ? 0 : sig;
+}
+
+static void drain(struct server *srv, const struct sbxd_config *cfg, const sigset_t *set)
+{
+    server_set_draining(srv);
+    LOG_EVENT("info", "draining", LOG_I("running", server_running(srv)),
+              LOG_I("grace_ms", cfg->shutdown_grace_ms));
+    int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
+    while (server_running(srv) > 0 && time_mono_ns() < deadline) {
+        int sig = wait_signal(set, 20);
+        if (sig == SIGTERM || sig == SIGINT)
+            break; /* asked twice: do not wait out the grace period */
+    }
+    if (server_running(srv) > 0) {
+        LOG_EVENT("warn", "killing", LOG_I("running", server_running(srv)));
+        job_kill_all(JOB_KILL_CANCEL);
+    }
+    /* Killed commands end within milliseconds; their responses are still sent. */
+    int64_t hard = time_mono_ns() + 5000000000LL;
+    while (server_running(srv) > 0 && time_mono_ns() < hard)
+        wait_signal(set, 20);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t t0 = time_mono_ns();
+    struct sbxd_config cfg;
+    char errbuf[512];
+    switch (config_parse(&cfg, argc, argv, environ, stdout, errbuf, sizeof(errbuf))) {
+    case CONFIG_EXIT_0:
+        return 0;
+    case CONFIG_EXIT_2:
+        fprintf(stderr, "sbxd: %s\n", errbuf);
+        return 2;
+    case CONFIG_RUN:
+        break;
+    }
+    ensure_std_fds();
+    log_init(cfg.log_format);
+
+    /* Writes to a vanished client must fail with EPIPE, not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread exists: all inherit it */
+    spawn_init();
+    reaper_init();
+    /* Orphans of commands (a shell's background child whose parent exited) are re-parented
+     * to us rather than to an init that may not reap them, and the reaper collects them. */
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    struct sbxd_err err = {0};
+    char workspace[PATH_MAX];
+    int rootfd = fs_open_root(cfg.workspace, workspace, &err);
+    if (rootfd < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        return 1;
+    }
+    struct server *srv = server_start(&cfg, rootfd, workspace, &err);
+    if (!srv) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        close(rootfd);
+        return 1;
+    }
+    LOG_EVENT("info", "listening", LOG_S("listen", cfg.listen), LOG_I("port", server_port(srv)),
+              LOG_S("workspace", workspace), LOG_S("version", SBXD_VERSION),
+              LOG_I("max_running", cfg.max_running),
+              LOG_D("startup_ms", (double)(time_mono_ns() - t0) / 1e6));
+
+    for (;;) {
+        int sig = wait_signal(&set, -1);
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        if (sig == SIGHUP)
+            LOG_EVENT("info", "signal", LOG_S("name", "SIGHUP"), LOG_S("action", "ignored"));
+    }
+    drain(srv, &cfg, &set);
+    server_stop(srv);
+    reaper_reap();
+    close(rootfd);
+    LOG_EVENT("info", "stopped", LOG_I("exit_code", 0));
+    return 0;
+}

@@ -1,0 +1,282 @@
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/base64.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/utf8.h"
+
+void jw_init(struct jsonw *w, size_t initial)
+{
+    memset(w, 0, sizeof(*w));
+    if (initial) {
+        w->buf = malloc(initial);
+        if (w->buf)
+            w->cap = initial;
+        else
+            w->failed = true;
+    }
+}
+
+void jw_free(struct jsonw *w)
+{
+    free(w->buf);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Make room for n more bytes (plus a terminator); false once memory ran out. */
+static bool jw_reserve(struct jsonw *w, size_t n)
+{
+    if (w->failed)
+        return false;
+    if (w->len + n + 1 <= w->cap)
+        return true;
+    size_t cap = w->cap ? w->cap : 256;
+    while (cap < w->len + n + 1) {
+        if (cap > SIZE_MAX / 2) {
+            w->failed = true;
+            return false;
+        }
+        cap *= 2;
+    }
+    char *nb = realloc(w->buf, cap);
+    if (!nb) {
+        w->failed = true;
+        return false;
+    }
+    w->buf = nb;
+    w->cap = cap;
+    return true;
+}
+
+static void put(struct jsonw *w, const void *s, size_t n)
+{
+    if (n == 0 || !jw_reserve(w, n)) /* s may be NULL when n is 0 (an empty stream) */
+        return;
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+static void put_c(struct jsonw *w, char c)
+{
+    if (!jw_reserve(w, 1))
+        return;
+    w->buf[w->len++] = c;
+}
+
+static void value_begin(struct jsonw *w)
+{
+    if (w->need_comma)
+        put_c(w, ',');
+}
+
+void jw_obj_begin(struct jsonw *w)
+{
+    value_begin(w);
+    put_c(w, '{');
+    w->need_comma = false;
+}
+
+void jw_obj_end(struct jsonw *w)
+{
+    put_c(w, '}');
+    w->need_comma = true;
+}
+
+void jw_arr_begin(struct jsonw *w)
+{
+    value_begin(w);
+    put_c(w, '[');
+    w->need_comma = false;
+}
+
+void jw_arr_end(struct jsonw *w)
+{
+    put_c(w, ']');
+    w->need_comma = true;
+}
+
+/* Escape bytes that JSON forbids raw; the caller guarantees valid UTF-8 for the rest. */
+static void put_escaped(struct jsonw *w, const uint8_t *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t run = 0; /* start of the pending run of bytes that need no escape */
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(w, s + run, i - run);
+        run = i + 1;
+        char e[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"':
+            e[1] = '"';
+            break;
+        case '\\':
+            e[1] = '\\';
+            break;
+        case '\n':
+            e[1] = 'n';
+            break;
+        case '\r':
+            e[1] = 'r';
+            break;
+        case '\t':
+            e[1] = 't';
+            break;
+        case '\b':
+            e[1] = 'b';
+            break;
+        case '\f':
+            e[1] = 'f';
+            break;
+        default:
+            e[1] = 'u';
+            e[2] = '0';
+            e[3] = '0';
+            e[4] = hex[c >> 4];
+            e[5] = hex[c & 15];
+            elen = 6;
+        }
+        put(w, e, elen);
+    }
+    put(w, s + run, n - run);
+}
+
+void jw_key(struct jsonw *w, const char *key)
+{
+    value_begin(w);
+    put_c(w, '"');
+    put_escaped(w, (const uint8_t *)key, strlen(key));
+    put(w, "\":", 2);
+    w->need_comma = false;
+}
+
+void jw_str(struct jsonw *w, const char *s)
+{
+    if (!s) {
+        jw_null(w);
+        return;
+    }
+    jw_str_utf8(w, s, strlen(s), false);
+}
+
+void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
+{
+    static const uint8_t repl[3] = {0xEF, 0xBF, 0xBD};
+    const uint8_t *s = data;
+    value_begin(w);
+    put_c(w, '"');
+    size_t run = 0; /* start of a run of valid bytes not yet written */
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int k = utf8_decode(s + i, n - i);
+        if (k > 0) {
+            i += (size_t)k;
+            continue;
+        }
+        put_escaped(w, s + run, i - run);
+        if (k == 0 && cut) {
+            i = n; /* the stream goes on past the kept head: drop the partial character */
+        } else {
+            put(w, repl, 3);
+            i += k < 0 ? (size_t)-k : n - i;
+        }
+        run = i;
+    }
+    put_escaped(w, s + run, n - run);
+    put_c(w, '"');
+    w->need_comma = true;
+}
+
+void jw_base64(struct jsonw *w, const void *s, size_t n)
+{
+    value_begin(w);
+    size_t elen = base64_encoded_len(n);
+    if (jw_reserve(w, elen + 2)) {
+        w->buf[w->len++] = '"';
+        w->len += base64_encode(s, n, w->buf + w->len);
+        w->buf[w->len++] = '"';
+    }
+    w->need_comma = true;
+}
+
+void jw_int(struct jsonw *w, int64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
+    value_begin(w);
+    put(w, tmp, (size_t)n);
+    w->need_comma = true;
+}
+
+void jw_uint(struct jsonw *w, uint64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
+    value_begin(w);
+    put(w, tmp, (size_t)n);
+    w->need_comma = true;
+}
+
+void jw_double(struct jsonw *w, double v, int decimals)
+{
+    if (!isfinite(v)) {
+        jw_null(w);
+        return;
+    }
+    char tmp[64];
+    int n = snprintf(tmp, sizeof(tmp), "%.*f", decimals, v);
+    value_begin(w);
+    put(w, tmp, (size_t)n);
+    w->need_comma = true;
+}
+
+void jw_bool(struct jsonw *w, bool v)
+{
+    value_begin(w);
+    if (v)
+        put(w, "true", 4);
+    else
+        put(w, "false", 5);
+    w->need_comma = true;
+}
+
+void jw_null(struct jsonw *w)
+{
+    value_begin(w);
+    put(w, "null", 4);
+    w->need_comma = true;
+}
+
+void jw_raw(struct jsonw *w, const void *s, size_t n)
+{
+    put(w, s, n);
+}
+
+void jw_newline(struct jsonw *w)
+{
+    put_c(w, '\n');
+    w->need_comma = false;
+}
+
+char *jw_finish(struct jsonw *w, size_t *len)
+{
+    if (!jw_reserve(w, 0)) {
+        jw_free(w);
+        return NULL;
+    }
+    w->buf[w->len] = '\0';
+    char *out = w->buf;
+    if (len)
+        *len = w->len;
+    memset(w, 0, sizeof(*w));
+    return out;
+}
