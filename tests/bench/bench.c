@@ -1,0 +1,1472 @@
+/*
+ * sbxd-bench: starts sbxd, measures its latency, throughput, memory and
+ * start-up time against a fork+exec floor taken in the same run, optionally
+ * measures another server speaking the legacy API, and prints one table.
+ *
+ *   sbxd-bench --sbxd PATH [--vs URL] [--seconds N] [--quick]
+ *
+ * The HTTP client is deliberately small: blocking TCP sockets with
+ * TCP_NODELAY, HTTP/1.1 keep-alive, Content-Length or chunked bodies,
+ * reconnect-and-retry-once when a reused connection was closed by the server.
+ * Exit status: 0 when every request got a 200, 1 on errors, 2 on bad usage.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ------------------------------------------------------------------------ */
+/* small utilities                                                          */
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !g_interrupted) {
+    }
+}
+
+__attribute__((format(printf, 1, 2))) static void warnx_(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sbxd-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+__attribute__((format(printf, 3, 4))) static void setmsg(char *dst, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, n, fmt, ap);
+    va_end(ap);
+}
+
+/* Copies src into dst[n], truncating; always terminates (n > 0). */
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t l = strlen(src);
+    if (l >= n)
+        l = n - 1;
+    memcpy(dst, src, l);
+    dst[l] = '\0';
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n);
+    if (!q) {
+        warnx_("out of memory");
+        exit(1);
+    }
+    return q;
+}
+
+/* Latency samples in milliseconds. */
+typedef struct {
+    double *v;
+    size_t n, cap;
+} samples;
+
+static void samples_push(samples *s, double x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 1024;
+        s->v = xrealloc(s->v, s->cap * sizeof *s->v);
+    }
+    s->v[s->n++] = x;
+}
+
+static void samples_append(samples *dst, const samples *src)
+{
+    for (size_t i = 0; i < src->n; i++)
+        samples_push(dst, src->v[i]);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void samples_sort(samples *s)
+{
+    if (s->n > 1)
+        qsort(s->v, s->n, sizeof *s->v, cmp_double);
+}
+
+/* Nearest-rank percentile of sorted samples; p in (0, 100]. */
+static double pct(const samples *s, double p)
+{
+    if (s->n == 0)
+        return 0.0;
+    double rank = p / 100.0 * (double)s->n;
+    size_t idx = (size_t)rank;
+    if ((double)idx < rank)
+        idx++; /* ceil */
+    if (idx == 0)
+        idx = 1;
+    if (idx > s->n)
+        idx = s->n;
+    return s->v[idx - 1];
+}
+
+static void samples_free(samples *s)
+{
+    free(s->v);
+    s->v = NULL;
+    s->n = s->cap = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* HTTP/1.1 client                                                          */
+
+#define IO_TIMEOUT_S 30
+#define MAX_HEAD     65536
+
+typedef struct {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    char hostport[300]; /* Host header */
+    char prefix[256];   /* path prefix from the URL, without trailing '/' */
+    char label[320];
+} target;
+
+typedef struct {
+    const target *t;
+    int fd;
+    unsigned long reqs_on_fd; /* responses completed on this fd */
+    int io_timeout_s;
+    char *buf; /* read buffer: bytes [beg, end) are unread */
+    size_t cap, beg, end;
+    char *body; /* last response body */
+    size_t body_len, body_cap;
+    char *req; /* request scratch */
+    size_t req_cap;
+    char err[200];
+} conn;
+
+static void conn_init(conn *c, const target *t, int io_timeout_s)
+{
+    memset(c, 0, sizeof *c);
+    c->t = t;
+    c->fd = -1;
+    c->io_timeout_s = io_timeout_s;
+    c->cap = 16384;
+    c->buf = xrealloc(NULL, c->cap);
+}
+
+static void conn_close(conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->reqs_on_fd = 0;
+    c->beg = c->end = 0;
+}
+
+static void conn_free(conn *c)
+{
+    conn_close(c);
+    free(c->buf);
+    free(c->body);
+    free(c->req);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}
+
+static int conn_connect(conn *c)
+{
+    conn_close(c);
+    int fd = socket(c->t->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        setmsg(c->err, sizeof c->err, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct timeval tv = {c->io_timeout_s, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    for (;;) {
+        if (connect(fd, (const struct sockaddr *)&c->t->addr, c->t->addrlen) == 0)
+            break;
+        if (errno == EINTR && !g_interrupted)
+            continue;
+        setmsg(c->err, sizeof c->err, "connect %s: %s", c->t->hostport, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    c->fd = fd;
+    c->reqs_on_fd = 0;
+    c->beg = c->end = 0;
+    return 0;
+}
+
+/* Reads more bytes into the buffer. 1: got some, 0: EOF, -1: error. */
+static int conn_fill(conn *c)
+{
+    if (c->beg == c->end) {
+        c->beg = c->end = 0;
+    } else if (c->end == c->cap) {
+        if (c->beg > 0) {
+            memmove(c->buf, c->buf + c->beg, c->end - c->beg);
+            c->end -= c->beg;
+            c->beg = 0;
+        } else {
+            c->cap *= 2;
+            c->buf = xrealloc(c->buf, c->cap);
+        }
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->end, c->cap - c->end, 0);
+        if (n > 0) {
+            c->end += (size_t)n;
+            return 1;
+        }
+        if (n == 0) {
+            setmsg(c->err, sizeof c->err, "connection closed by server");
+            return 0;
+        }
+        if (errno == EINTR && !g_interrupted)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            setmsg(c->err, sizeof c->err, "no response within %d s", c->io_timeout_s);
+        else
+            setmsg(c->err, sizeof c->err, "recv: %s", strerror(errno));
+        return -1;
+    }
+}
+
+static void body_append(conn *c, const char *p, size_t n)
+{
+    if (c->body_len + n + 1 > c->body_cap) {
+        size_t want = c->body_cap ? c->body_cap : 4096;
+        while (want < c->body_len + n + 1)
+            want *= 2;
+        c->body = xrealloc(c->body, want);
+        c->body_cap = want;
+    }
+    memcpy(c->body + c->body_len, p, n);
+    c->body_len += n;
+    c->body[c->body_len] = '\0';
+}
+
+/* Moves exactly n body bytes from the socket into c->body. */
+static int conn_take(conn *c, size_t n)
+{
+    while (n > 0) {
+        if (c->beg == c->end && conn_fill(c) != 1) {
+            if (!c->err[0] || strstr(c->err, "closed"))
+                setmsg(c->err, sizeof c->err, "connection closed in the middle of a body");
+            return -1;
+        }
+        size_t avail = c->end - c->beg;
+        size_t k = avail < n ? avail : n;
+        body_append(c, c->buf + c->beg, k);
+        c->beg += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Reads one CRLF-terminated line (for chunked framing) into out. */
+static int conn_line(conn *c, char *out, size_t outsz)
+{
+    for (;;) {
+        char *nl = memchr(c->buf + c->beg, '\n', c->end - c->beg);
+        if (nl) {
+            size_t len = (size_t)(nl - (c->buf + c->beg));
+            size_t keep = len;
+            if (keep > 0 && c->buf[c->beg + keep - 1] == '\r')
+                keep--;
+            if (keep >= outsz) {
+                setmsg(c->err, sizeof c->err, "chunk line too long");
+                return -1;
+            }
+            memcpy(out, c->buf + c->beg, keep);
+            out[keep] = '\0';
+            c->beg += len + 1;
+            return 0;
+        }
+        if (c->end - c->beg > 4096) {
+            setmsg(c->err, sizeof c->err, "chunk line too long");
+            return -1;
+        }
+        if (conn_fill(c) != 1)
+            return -1;
+    }
+}
+
+static bool header_is(const char *line, size_t len, const char *name, const char **val,
+                      size_t *vlen)
+{
+    size_t nl = strlen(name);
+    if (len <= nl || line[nl] != ':' || strncasecmp(line, name, nl) != 0)
+        return false;
+    const char *v = line + nl + 1;
+    const char *e = line + len;
+    while (v < e && (*v == ' ' || *v == '\t'))
+        v++;
+    while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    *val = v;
+    *vlen = (size_t)(e - v);
+    return true;
+}
+
+static bool token_in(const char *v, size_t vlen, const char *tok)
+{
+    size_t tl = strlen(tok);
+    for (size_t i = 0; i + tl <= vlen; i++)
+        if (strncasecmp(v + i, tok, tl) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Reads one response. Returns 0 with *status set, -1 on a transport or framing
+ * error. *got_any tells whether any byte of the response arrived (a reused
+ * connection closed before that is retried by the caller).
+ */
+static int read_response(conn *c, bool head_request, int *status, bool *got_any)
+{
+    *got_any = false;
+    for (;;) { /* loops over 1xx interim responses */
+        char *hend;
+        for (;;) {
+            hend = memmem(c->buf + c->beg, c->end - c->beg, "\r\n\r\n", 4);
+            if (hend)
+                break;
+            if (c->end - c->beg > MAX_HEAD) {
+                setmsg(c->err, sizeof c->err, "response head larger than %d bytes", MAX_HEAD);
+                return -1;
+            }
+            if (c->end > c->beg)
+                *got_any = true;
+            if (conn_fill(c) != 1)
+                return -1;
+            *got_any = true;
+        }
+        const char *p = c->buf + c->beg;
+        const char *stop = hend + 2; /* include the CRLF of the last header line */
+        size_t head_len = (size_t)(hend + 4 - p);
+
+        int minor = 0, code = 0;
+        if (sscanf(p, "HTTP/1.%d %3d", &minor, &code) != 2 || code < 100 || code > 999) {
+            setmsg(c->err, sizeof c->err, "malformed status line");
+            return -1;
+        }
+        bool chunked = false, have_len = false;
+        bool close_after = (minor == 0);
+        unsigned long long clen = 0;
+
+        const char *line = memchr(p, '\n', (size_t)(stop - p));
+        line = line ? line + 1 : stop;
+        while (line < stop) {
+            const char *le = memchr(line, '\n', (size_t)(stop - line));
+            if (!le)
+                le = stop;
+            size_t len = (size_t)(le - line);
+            if (len > 0 && line[len - 1] == '\r')
+                len--;
+            const char *v;
+            size_t vlen;
+            if (header_is(line, len, "Content-Length", &v, &vlen)) {
+                char tmp[32];
+                if (vlen == 0 || vlen >= sizeof tmp) {
+                    setmsg(c->err, sizeof c->err, "bad Content-Length");
+                    return -1;
+                }
+                memcpy(tmp, v, vlen);
+                tmp[vlen] = '\0';
+                char *endp;
+                clen = strtoull(tmp, &endp, 10);
+                if (*endp) {
+                    setmsg(c->err, sizeof c->err, "bad Content-Length");
+                    return -1;
+                }
+                have_len = true;
+            } else if (header_is(line, len, "Transfer-Encoding", &v, &vlen)) {
+                if (token_in(v, vlen, "chunked"))
+                    chunked = true;
+            } else if (header_is(line, len, "Connection", &v, &vlen)) {
+                if (token_in(v, vlen, "close"))
+                    close_after = true;
+                else if (token_in(v, vlen, "keep-alive"))
+                    close_after = false;
+            }
+            line = le + 1;
+        }
+        c->beg += head_len;
+
+        if (code >= 100 && code < 200) /* 100 Continue & co.: no body, read on */
+            continue;
+
+        c->body_len = 0;
+        body_append(c, "", 0);
+        if (head_request || code == 204 || code == 304) {
+            /* no body */
+        } else if (chunked) {
+            char ln[128];
+            for (;;) {
+                if (conn_line(c, ln, sizeof ln) != 0)
+                    return -1;
+                char *endp;
+                unsigned long long n = strtoull(ln, &endp, 16);
+                if (endp == ln) {
+                    setmsg(c->err, sizeof c->err, "bad chunk size line");
+                    return -1;
+                }
+                if (n == 0) {
+                    do { /* trailers up to the empty line */
+                        if (conn_line(c, ln, sizeof ln) != 0)
+                            return -1;
+                    } while (ln[0] != '\0');
+                    break;
+                }
+                if (conn_take(c, (size_t)n) != 0)
+                    return -1;
+                if (conn_line(c, ln, sizeof ln) != 0)
+                    return -1;
+                if (ln[0] != '\0') {
+                    setmsg(c->err, sizeof c->err, "chunk not followed by CRLF");
+                    return -1;
+                }
+            }
+        } else if (have_len) {
+            if (conn_take(c, (size_t)clen) != 0)
+                return -1;
+        } else { /* body runs to EOF */
+            for (;;) {
+                if (c->end > c->beg) {
+                    body_append(c, c->buf + c->beg, c->end - c->beg);
+                    c->beg = c->end;
+                }
+                int r = conn_fill(c);
+                if (r == 0)
+                    break;
+                if (r < 0)
+                    return -1;
+            }
+            close_after = true;
+        }
+        *status = code;
+        c->reqs_on_fd++;
+        if (close_after)
+            conn_close(c);
+        return 0;
+    }
+}
+
+static int send_all(conn *c, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR && !g_interrupted)
+                continue;
+            setmsg(c->err, sizeof c->err, "send: %s", strerror(errno));
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/*
+ * One request/response on the connection (connecting if needed). A reused
+ * keep-alive connection that fails before any response byte is reconnected
+ * and the request retried once. Returns 0 with *status set, or -1 (c->err).
+ */
+static int http_do(conn *c, const char *method, const char *path, const char *body, int *status)
+{
+    size_t blen = body ? strlen(body) : 0;
+    size_t need =
+        strlen(method) + strlen(c->t->prefix) + strlen(path) + strlen(c->t->hostport) + blen + 256;
+    if (need > c->req_cap) {
+        c->req = xrealloc(c->req, need);
+        c->req_cap = need;
+    }
+    int hl;
+    if (body)
+        hl = snprintf(c->req, c->req_cap,
+                      "%s %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\nAccept: */*\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, c->t->prefix, path, c->t->hostport, blen);
+    else
+        hl = snprintf(
+            c->req, c->req_cap,
+            "%s %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\nAccept: */*\r\n\r\n", method,
+            c->t->prefix, path, c->t->hostport);
+    if (hl < 0 || (size_t)hl + blen >= c->req_cap) {
+        setmsg(c->err, sizeof c->err, "request too large");
+        return -1;
+    }
+    if (blen)
+        memcpy(c->req + hl, body, blen);
+    size_t total = (size_t)hl + blen;
+    bool head = strcmp(method, "HEAD") == 0;
+
+    for (int attempt = 0;; attempt++) {
+        c->err[0] = '\0';
+        if (c->fd < 0 && conn_connect(c) != 0)
+            return -1;
+        bool reused = c->reqs_on_fd > 0;
+        bool got_any = false;
+        if (send_all(c, c->req, total) == 0 && read_response(c, head, status, &got_any) == 0)
+            return 0;
+        conn_close(c);
+        if (!reused || got_any || attempt > 0 || g_interrupted)
+            return -1;
+    }
+}
+
+/* Parses http://host[:port][/prefix] into t. */
+static int target_from_url(target *t, const char *url)
+{
+    memset(t, 0, sizeof *t);
+    if (strncasecmp(url, "http://", 7) != 0) {
+        warnx_("--vs: only http:// URLs are supported: %s", url);
+        return -1;
+    }
+    const char *h = url + 7;
+    const char *slash = strchr(h, '/');
+    size_t hplen = slash ? (size_t)(slash - h) : strlen(h);
+    if (hplen == 0 || hplen >= sizeof t->hostport) {
+        warnx_("--vs: bad host in %s", url);
+        return -1;
+    }
+    memcpy(t->hostport, h, hplen);
+    t->hostport[hplen] = '\0';
+    if (slash) {
+        size_t pl = strlen(slash);
+        while (pl > 0 && slash[pl - 1] == '/')
+            pl--;
+        if (pl >= sizeof t->prefix) {
+            warnx_("--vs: path too long");
+            return -1;
+        }
+        memcpy(t->prefix, slash, pl);
+        t->prefix[pl] = '\0';
+    }
+    char host[300], port[16] = "80";
+    if (t->hostport[0] == '[') {
+        const char *rb = strchr(t->hostport, ']');
+        if (!rb) {
+            warnx_("--vs: bad IPv6 host in %s", url);
+            return -1;
+        }
+        size_t n = (size_t)(rb - t->hostport - 1);
+        memcpy(host, t->hostport + 1, n);
+        host[n] = '\0';
+        if (rb[1] == ':')
+            copy_str(port, sizeof port, rb + 2);
+    } else {
+        copy_str(host, sizeof host, t->hostport);
+        char *colon = strrchr(host, ':');
+        if (colon) {
+            *colon = '\0';
+            copy_str(port, sizeof port, colon + 1);
+        }
+    }
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || !res) {
+        warnx_("--vs: cannot resolve %s port %s: %s", host, port, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
+    t->addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    copy_str(t->label, sizeof t->label, url);
+    return 0;
+}
+
+static void target_local(target *t, int port)
+{
+    memset(t, 0, sizeof *t);
+    struct sockaddr_in *sin = (struct sockaddr_in *)&t->addr;
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons((uint16_t)port);
+    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    t->addrlen = sizeof *sin;
+    snprintf(t->hostport, sizeof t->hostport, "127.0.0.1:%d", port);
+    snprintf(t->label, sizeof t->label, "http://127.0.0.1:%d", port);
+}
+
+/* ------------------------------------------------------------------------ */
+/* request kinds and result checks                                          */
+
+typedef struct {
+    const char *method, *path, *body;
+    const char *expect; /* substring a 200 body must contain, or NULL */
+} reqspec;
+
+static const reqspec REQ_EXEC = {"POST", "/execute", "{\"command\":\"echo hi\"}", "hi"};
+static const reqspec REQ_HEALTH = {"GET", "/healthz", NULL, NULL};
+static const reqspec REQ_ROOT = {"GET", "/", NULL, NULL};
+
+/* Error tally of one phase. */
+typedef struct {
+    unsigned long ok, errors;
+    char first[240];
+} tally;
+
+static void tally_error(tally *t, const char *msg)
+{
+    if (t->errors++ == 0)
+        copy_str(t->first, sizeof t->first, msg);
+}
+
+static void tally_merge(tally *dst, const tally *src)
+{
+    dst->ok += src->ok;
+    if (src->errors && !dst->errors)
+        copy_str(dst->first, sizeof dst->first, src->first);
+    dst->errors += src->errors;
+}
+
+/* One request, checked; returns true on a good 200. */
+static bool do_checked(conn *c, const reqspec *r, tally *t)
+{
+    int status = 0;
+    char msg[300];
+    if (http_do(c, r->method, r->path, r->body, &status) != 0) {
+        snprintf(msg, sizeof msg, "%s %s: %s", r->method, r->path, c->err);
+        tally_error(t, msg);
+        return false;
+    }
+    if (status != 200) {
+        snprintf(msg, sizeof msg, "%s %s: HTTP %d: %.120s", r->method, r->path, status,
+                 c->body ? c->body : "");
+        tally_error(t, msg);
+        return false;
+    }
+    if (r->expect && (!c->body || !strstr(c->body, r->expect))) {
+        snprintf(msg, sizeof msg, "%s %s: 200 but the body lacks \"%s\": %.120s", r->method,
+                 r->path, r->expect, c->body ? c->body : "");
+        tally_error(t, msg);
+        return false;
+    }
+    t->ok++;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* measurements                                                             */
+
+static int floor_once(double *dt);
+
+/* Sequential requests on one keep-alive connection. With floor_lat, each request is followed
+ * by one floor spawn, so both series see the same machine conditions and their ratio is fair
+ * even on a noisy host. */
+static void run_seq(const target *tg, const reqspec *r, int warm, int iters, samples *lat, tally *t,
+                    samples *floor_lat)
+{
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    tally warm_t = {0};
+    for (int i = 0; i < warm && !g_interrupted; i++)
+        do_checked(&c, r, &warm_t);
+    tally_merge(t, &warm_t);
+    t->ok -= warm_t.ok; /* warm-up successes are not part of the count */
+    for (int i = 0; i < iters && !g_interrupted; i++) {
+        double t0 = now_ms();
+        bool ok = do_checked(&c, r, t);
+        double dt = now_ms() - t0;
+        if (ok)
+            samples_push(lat, dt);
+        double fdt;
+        if (floor_lat && floor_once(&fdt) == 0)
+            samples_push(floor_lat, fdt);
+    }
+    conn_free(&c);
+    samples_sort(lat);
+    if (floor_lat)
+        samples_sort(floor_lat);
+}
+
+typedef struct {
+    const target *tg;
+    const reqspec *r;
+    pthread_barrier_t *bar;
+    const double *deadline; /* written by the main thread between the two barriers */
+    samples lat;
+    tally t;
+    double last_end;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    conn c;
+    conn_init(&c, w->tg, IO_TIMEOUT_S);
+    (void)conn_connect(&c);       /* connect before the clock starts; errors resurface below */
+    pthread_barrier_wait(w->bar); /* all connected (a slow accept queue can take seconds) */
+    pthread_barrier_wait(w->bar); /* the main thread has set the deadline */
+    double deadline = *w->deadline;
+    double t0 = now_ms();
+    while (t0 < deadline && !g_interrupted) {
+        bool ok = do_checked(&c, w->r, &w->t);
+        double t1 = now_ms();
+        if (ok)
+            samples_push(&w->lat, t1 - t0);
+        else if (c.fd < 0)
+            sleep_us(1000); /* do not spin on a refused connection */
+        t0 = t1;
+    }
+    w->last_end = t0;
+    conn_free(&c);
+    return NULL;
+}
+
+typedef struct {
+    double rps, p50, p99, seconds;
+    tally t;
+} load_result;
+
+/* nthreads clients, each with its own keep-alive connection, for secs. */
+static void run_load(const target *tg, const reqspec *r, int nthreads, double secs,
+                     load_result *res)
+{
+    memset(res, 0, sizeof *res);
+    worker *ws = calloc((size_t)nthreads, sizeof *ws);
+    pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+    if (!ws || !th) {
+        warnx_("out of memory");
+        exit(1);
+    }
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nthreads + 1);
+    double deadline = 0;
+    int started = 0;
+    for (int i = 0; i < nthreads; i++) {
+        ws[i].tg = tg;
+        ws[i].r = r;
+        ws[i].bar = &bar;
+        ws[i].deadline = &deadline;
+        if (pthread_create(&th[i], NULL, worker_main, &ws[i]) != 0) {
+            warnx_("pthread_create failed");
+            exit(1);
+        }
+        started++;
+    }
+    pthread_barrier_wait(&bar);
+    double start = now_ms();
+    deadline = start + secs * 1000.0;
+    pthread_barrier_wait(&bar);
+    double end = start;
+    samples all = {0};
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        if (ws[i].last_end > end)
+            end = ws[i].last_end;
+        tally_merge(&res->t, &ws[i].t);
+        samples_append(&all, &ws[i].lat);
+        samples_free(&ws[i].lat);
+    }
+    pthread_barrier_destroy(&bar);
+    samples_sort(&all);
+    res->seconds = (end - start) / 1000.0;
+    res->rps = res->seconds > 0 ? (double)res->t.ok / res->seconds : 0;
+    res->p50 = pct(&all, 50);
+    res->p99 = pct(&all, 99);
+    samples_free(&all);
+    free(ws);
+    free(th);
+}
+
+/* One fork + execve(/bin/true) + waitpid: the floor any spawner pays. */
+static int floor_once(double *dt)
+{
+    char *argv[] = {(char *)"/bin/true", NULL};
+    double t0 = now_ms();
+    pid_t pid = fork();
+    if (pid < 0) {
+        warnx_("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        execve(argv[0], argv, environ);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    *dt = now_ms() - t0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        warnx_("/bin/true did not exit 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the sbxd process                                                          */
+
+static pid_t g_sbxd_pid = -1;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sin = {0};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sin;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sin, &len) == 0)
+        port = ntohs(sin.sin_port);
+    close(fd);
+    return port;
+}
+
+static void redirect_std_to_null(void)
+{
+    int nul = open("/dev/null", O_RDWR);
+    if (nul >= 0) {
+        dup2(nul, 0);
+        dup2(nul, 1);
+        dup2(nul, 2);
+        if (nul > 2)
+            close(nul);
+    }
+}
+
+static pid_t start_sbxd(const char *path, int port, const char *ws)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    char *argv[] = {(char *)path, (char *)"--listen",     listen,         (char *)"--workspace",
+                    (char *)ws,   (char *)"--log-format", (char *)"json", NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        warnx_("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        redirect_std_to_null();
+        execv(path, argv);
+        _exit(127);
+    }
+    g_sbxd_pid = pid;
+    return pid;
+}
+
+static const char *describe_status(int st, char *buf, size_t n)
+{
+    if (WIFEXITED(st))
+        snprintf(buf, n, "exit status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(buf, n, "wait status %#x", st);
+    return buf;
+}
+
+/* Is the child still running? If not, *st gets its status. */
+static bool child_alive(pid_t pid, int *st)
+{
+    pid_t r = waitpid(pid, st, WNOHANG);
+    if (r == pid) {
+        if (pid == g_sbxd_pid)
+            g_sbxd_pid = -1;
+        return false;
+    }
+    return true;
+}
+
+/* SIGTERM, wait up to 15 s, then SIGKILL. Returns the wait status. */
+static int stop_sbxd(pid_t pid, double *stop_ms)
+{
+    int st = 0;
+    double t0 = now_ms();
+    if (kill(pid, SIGTERM) != 0 && errno == ESRCH) {
+        waitpid(pid, &st, 0);
+    } else {
+        for (;;) {
+            pid_t r = waitpid(pid, &st, WNOHANG);
+            if (r == pid)
+                break;
+            if (r < 0 && errno != EINTR)
+                break;
+            if (now_ms() - t0 > 15000) {
+                warnx_("sbxd pid %d ignored SIGTERM for 15 s; sending SIGKILL", (int)pid);
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+                break;
+            }
+            sleep_us(200);
+        }
+    }
+    if (stop_ms)
+        *stop_ms = now_ms() - t0;
+    if (pid == g_sbxd_pid)
+        g_sbxd_pid = -1;
+    return st;
+}
+
+/*
+ * Polls connect + GET /healthz until a 200. Returns 0 and the time since t0,
+ * or -1 if sbxd exited or did not become ready within timeout_ms.
+ */
+static int wait_ready(pid_t pid, int port, double t0, double timeout_ms, double *ready_ms,
+                      char *why, size_t whyn)
+{
+    target tg;
+    target_local(&tg, port);
+    conn c;
+    conn_init(&c, &tg, 2);
+    int rc = -1;
+    for (;;) {
+        int st = 0, status = 0;
+        if (g_interrupted) {
+            snprintf(why, whyn, "interrupted");
+            break;
+        }
+        if (!child_alive(pid, &st)) {
+            char d[80];
+            snprintf(why, whyn, "sbxd exited before it was ready (%s)",
+                     describe_status(st, d, sizeof d));
+            break;
+        }
+        if (http_do(&c, "GET", "/healthz", NULL, &status) == 0 && status == 200) {
+            *ready_ms = now_ms() - t0;
+            rc = 0;
+            break;
+        }
+        if (now_ms() - t0 > timeout_ms) {
+            snprintf(why, whyn, "no 200 on /healthz within %.0f ms (last: %s)", timeout_ms,
+                     c.err[0] ? c.err : "non-200");
+            break;
+        }
+        conn_close(&c);
+        sleep_us(200);
+    }
+    conn_free(&c);
+    return rc;
+}
+
+static long vmrss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtol(line + 6, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb;
+}
+
+/* First line of `path --version`. */
+static void sbxd_version(const char *path, char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return;
+    }
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0)
+            dup2(nul, 2);
+        char *argv[] = {(char *)path, (char *)"--version", NULL};
+        execv(path, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[256];
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fds[0], buf + len, sizeof buf - 1 - len);
+        if (r > 0) {
+            len += (size_t)r;
+            if (len == sizeof buf - 1)
+                break;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else {
+            break;
+        }
+    }
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    buf[len] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (len > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        copy_str(out, n, buf);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (type == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+static void rm_rf(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the table                                                                */
+
+typedef struct {
+    char metric[64], value[64], target[24];
+    const char *ok; /* "yes", "NO", "" */
+} row;
+
+static row g_rows[48];
+static int g_nrows;
+
+__attribute__((format(printf, 4, 5))) static void add_row(const char *metric, const char *target_,
+                                                          const char *ok, const char *vfmt, ...)
+{
+    if (g_nrows >= (int)(sizeof g_rows / sizeof g_rows[0]))
+        return;
+    row *r = &g_rows[g_nrows++];
+    copy_str(r->metric, sizeof r->metric, metric);
+    copy_str(r->target, sizeof r->target, target_ ? target_ : "");
+    r->ok = ok ? ok : "";
+    va_list ap;
+    va_start(ap, vfmt);
+    vsnprintf(r->value, sizeof r->value, vfmt, ap);
+    va_end(ap);
+}
+
+static const char *yesno(bool b)
+{
+    return b ? "yes" : "NO";
+}
+
+static void print_table(void)
+{
+    int w0 = (int)strlen("metric"), w1 = (int)strlen("value"), w2 = (int)strlen("target");
+    for (int i = 0; i < g_nrows; i++) {
+        int a = (int)strlen(g_rows[i].metric), b = (int)strlen(g_rows[i].value),
+            c = (int)strlen(g_rows[i].target);
+        if (a > w0)
+            w0 = a;
+        if (b > w1)
+            w1 = b;
+        if (c > w2)
+            w2 = c;
+    }
+    char dash[128];
+    int tot = w0 + w1 + w2 + 3 * 3 + 3;
+    if (tot > (int)sizeof dash - 1)
+        tot = (int)sizeof dash - 1;
+    memset(dash, '-', (size_t)tot);
+    dash[tot] = '\0';
+    printf("%-*s | %-*s | %-*s | %s\n", w0, "metric", w1, "value", w2, "target", "ok?");
+    printf("%s\n", dash);
+    for (int i = 0; i < g_nrows; i++)
+        printf("%-*s | %*s | %-*s | %s\n", w0, g_rows[i].metric, w1, g_rows[i].value, w2,
+               g_rows[i].target, g_rows[i].ok);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+    fputs("Usage: sbxd-bench --sbxd PATH [--vs URL] [--seconds N] [--quick]\n"
+          "\n"
+          "Starts sbxd (PATH) on a free loopback port with a temporary workspace, measures it\n"
+          "and prints one table: fork+exec floor, /execute latency (1 keep-alive client),\n"
+          "/execute req/s (16 clients), /healthz req/s (8 clients), RSS idle and after load,\n"
+          "and ready time (median of fresh starts).\n"
+          "\n"
+          "  --sbxd PATH    the sbxd binary to measure (required)\n"
+          "  --vs URL       also measure /execute on another, already running server speaking\n"
+          "                 the legacy API (e.g. http://127.0.0.1:8000) and print the ratios\n"
+          "  --seconds N    length of each load phase (default: 5 for /execute, 3 for /healthz)\n"
+          "  --quick        smoke run: ~1 s per load phase, 100 iterations, 3 fresh starts\n"
+          "  --help         this text\n"
+          "\n"
+          "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    const char *sbxd = NULL, *vs = NULL;
+    double seconds = 0;
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--quick") == 0) {
+            quick = true;
+        } else if ((strcmp(a, "--sbxd") == 0 || strcmp(a, "--vs") == 0 ||
+                    strcmp(a, "--seconds") == 0) &&
+                   i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(a, "--sbxd") == 0) {
+                sbxd = v;
+            } else if (strcmp(a, "--vs") == 0) {
+                vs = v;
+            } else {
+                char *end;
+                seconds = strtod(v, &end);
+                if (*end || !(seconds > 0) || seconds > 3600) {
+                    warnx_("--seconds wants a number of seconds in (0, 3600], got %s", v);
+                    return 2;
+                }
+            }
+        } else if (strncmp(a, "--sbxd=", 7) == 0) {
+            sbxd = a + 7;
+        } else if (strncmp(a, "--vs=", 5) == 0) {
+            vs = a + 5;
+        } else if (strncmp(a, "--seconds=", 10) == 0) {
+            char *end;
+            seconds = strtod(a + 10, &end);
+            if (*end || !(seconds > 0) || seconds > 3600) {
+                warnx_("--seconds wants a number of seconds in (0, 3600], got %s", a + 10);
+                return 2;
+            }
+        } else {
+            warnx_("unknown or incomplete option: %s", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!sbxd) {
+        warnx_("--sbxd PATH is required");
+        usage(stderr);
+        return 2;
+    }
+    if (access(sbxd, X_OK) != 0) {
+        warnx_("%s: not an executable file", sbxd);
+        return 2;
+    }
+    char sbxd_abs[4096];
+    if (!realpath(sbxd, sbxd_abs)) {
+        warnx_("%s: %s", sbxd, strerror(errno));
+        return 2;
+    }
+    target other;
+    if (vs && target_from_url(&other, vs) != 0)
+        return 2;
+
+    const int iters = quick ? 100 : 500;
+    const int warm = quick ? 20 : 50;
+    const int starts = quick ? 3 : 10;
+    const double exec_secs = seconds > 0 ? seconds : (quick ? 1 : 5);
+    const double health_secs = seconds > 0 ? seconds : (quick ? 1 : 3);
+    const int exec_clients = 16, health_clients = 8;
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    char ws[] = "/tmp/sbxd-bench.XXXXXX";
+    if (!mkdtemp(ws)) {
+        warnx_("mkdtemp: %s", strerror(errno));
+        return 1;
+    }
+
+    char version[128];
+    sbxd_version(sbxd_abs, version, sizeof version);
+    int ncpu = cpu_count();
+    printf("sbxd-bench: %s (%s), nproc %d%s\n", version, sbxd_abs, ncpu, quick ? ", --quick" : "");
+    printf("plan: /execute %d+%d sequential, each paired with a fork/exec floor; /execute %d "
+           "clients %.3g s; "
+           "/healthz %d clients %.3g s; ready x%d%s%s\n",
+           warm, iters, exec_clients, exec_secs, health_clients, health_secs, starts,
+           vs ? "; vs " : "", vs ? vs : "");
+
+    int exit_code = 0;
+    unsigned long total_errors = 0;
+    char first_error[300] = "";
+    char d[96];
+#define NOTE_ERRORS(phase, tl)                                                                     \
+    do {                                                                                           \
+        if ((tl).errors) {                                                                         \
+            total_errors += (tl).errors;                                                           \
+            fprintf(stderr, "sbxd-bench: %s: %lu error(s), first: %s\n", phase, (tl).errors,       \
+                    (tl).first);                                                                   \
+            if (!first_error[0])                                                                   \
+                snprintf(first_error, sizeof first_error, "%s: %s", phase, (tl).first);            \
+        }                                                                                          \
+    } while (0)
+
+    /* 1. the floor is measured together with /execute below (interleaved) */
+    samples floor_lat = {0};
+
+    /* 2. ready time over fresh starts */
+    fprintf(stderr, "sbxd-bench: ready time over %d fresh starts ...\n", starts);
+    samples ready = {0};
+    for (int i = 0; i < starts && !g_interrupted; i++) {
+        int port = free_port();
+        if (port <= 0) {
+            warnx_("cannot find a free port");
+            exit_code = 1;
+            goto out;
+        }
+        double t0 = now_ms();
+        pid_t pid = start_sbxd(sbxd_abs, port, ws);
+        if (pid < 0) {
+            exit_code = 1;
+            goto out;
+        }
+        double rms;
+        char why[300];
+        if (wait_ready(pid, port, t0, 5000, &rms, why, sizeof why) != 0) {
+            warnx_("start %d: %s", i + 1, why);
+            if (g_sbxd_pid > 0)
+                stop_sbxd(pid, NULL);
+            exit_code = 1;
+            goto out;
+        }
+        samples_push(&ready, rms);
+        int st = stop_sbxd(pid, NULL);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            warnx_("start %d: sbxd stopped with %s after SIGTERM (want exit 0)", i + 1,
+                   describe_status(st, d, sizeof d));
+            total_errors++;
+        }
+    }
+    samples_sort(&ready);
+    double ready_med = ready.n
+                           ? (ready.n % 2 ? ready.v[ready.n / 2]
+                                          : (ready.v[ready.n / 2 - 1] + ready.v[ready.n / 2]) / 2)
+                           : 0;
+    if (g_interrupted)
+        goto out;
+
+    /* 3. the long-running instance */
+    int port = free_port();
+    double t0 = now_ms();
+    pid_t pid = start_sbxd(sbxd_abs, port, ws);
+    if (pid < 0) {
+        exit_code = 1;
+        goto out;
+    }
+    {
+        double rms;
+        char why[300];
+        if (wait_ready(pid, port, t0, 5000, &rms, why, sizeof why) != 0) {
+            warnx_("%s", why);
+            exit_code = 1;
+            goto out;
+        }
+    }
+    target local;
+    target_local(&local, port);
+    {
+        conn c;
+        conn_init(&c, &local, IO_TIMEOUT_S);
+        tally t = {0};
+        do_checked(&c, &REQ_HEALTH, &t);
+        conn_free(&c);
+        NOTE_ERRORS("first /healthz", t);
+    }
+    sleep_us(100000); /* let start-up settle before reading RSS */
+    long rss_idle = vmrss_kb(pid);
+    bool crashed = false;
+    int crash_st = 0;
+
+    fprintf(stderr, "sbxd-bench: /execute, 1 keep-alive client, %d requests ...\n", iters);
+    samples ex1 = {0};
+    tally ex1_t = {0};
+    run_seq(&local, &REQ_EXEC, warm, iters, &ex1, &ex1_t, &floor_lat);
+    NOTE_ERRORS("/execute 1 client", ex1_t);
+    if (!child_alive(pid, &crash_st))
+        crashed = true;
+
+    load_result ex16 = {0}, hz = {0};
+    if (!crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: /execute, %d clients, %.3g s ...\n", exec_clients, exec_secs);
+        run_load(&local, &REQ_EXEC, exec_clients, exec_secs, &ex16);
+        NOTE_ERRORS("/execute 16 clients", ex16.t);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+    if (!crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: /healthz, %d clients, %.3g s ...\n", health_clients,
+                health_secs);
+        run_load(&local, &REQ_HEALTH, health_clients, health_secs, &hz);
+        NOTE_ERRORS("/healthz", hz.t);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+    long rss_after = crashed ? -1 : vmrss_kb(pid);
+    if (crashed) {
+        warnx_("sbxd died under load: %s", describe_status(crash_st, d, sizeof d));
+        total_errors++;
+        exit_code = 1;
+    } else {
+        double stop_ms;
+        int st = stop_sbxd(pid, &stop_ms);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            warnx_("sbxd stopped with %s after SIGTERM (want exit 0)",
+                   describe_status(st, d, sizeof d));
+            total_errors++;
+        }
+    }
+    if (g_interrupted)
+        goto out;
+
+    double floor_p50 = pct(&floor_lat, 50), floor_p99 = pct(&floor_lat, 99);
+    add_row("floor: fork+exec /bin/true p50", "", "", "%.3f ms", floor_p50);
+    add_row("floor: fork+exec /bin/true p99", "", "", "%.3f ms", floor_p99);
+    double ratio = floor_p50 > 0 ? pct(&ex1, 50) / floor_p50 : 0;
+    add_row("/execute echo hi, 1 client: p50", "", "", "%.3f ms", pct(&ex1, 50));
+    add_row("/execute echo hi, 1 client: p99", "", "", "%.3f ms", pct(&ex1, 99));
+    add_row("/execute p50 / floor p50", "<= 1.3", yesno(ex1.n && ratio <= 1.3), "%.2f", ratio);
+    add_row("/execute req/s, 16 clients", "", "", "%.0f", ex16.rps);
+    add_row("  p50 / p99 under that load", "", "", "%.2f / %.2f ms", ex16.p50, ex16.p99);
+    add_row("/healthz req/s, 8 clients", ">= 20000", yesno(hz.rps >= 20000), "%.0f", hz.rps);
+    add_row("  p50 / p99 under that load", "", "", "%.3f / %.3f ms", hz.p50, hz.p99);
+    add_row("idle RSS", "<= 4 MiB", yesno(rss_idle > 0 && rss_idle <= 4096), "%.2f MiB",
+            (double)rss_idle / 1024.0);
+    if (rss_after >= 0)
+        add_row("RSS after load", "", "", "%.2f MiB", (double)rss_after / 1024.0);
+    else
+        add_row("RSS after load", "", "", "%s", "n/a (died)");
+    add_row("ready (median of fresh starts)", "<= 20 ms", yesno(ready.n && ready_med <= 20),
+            "%.2f ms", ready_med);
+    if (ready.n > 1)
+        add_row("  min / max", "", "", "%.2f / %.2f ms", ready.v[0], ready.v[ready.n - 1]);
+
+    /* 4. the other server */
+    if (vs) {
+        fprintf(stderr, "sbxd-bench: other server %s ...\n", vs);
+        conn c;
+        conn_init(&c, &other, IO_TIMEOUT_S);
+        tally t = {0};
+        bool up = do_checked(&c, &REQ_ROOT, &t);
+        conn_free(&c);
+        NOTE_ERRORS("other: GET /", t);
+        if (up && !g_interrupted) {
+            samples ox = {0};
+            tally ox_t = {0};
+            run_seq(&other, &REQ_EXEC, warm, iters, &ox, &ox_t, NULL);
+            NOTE_ERRORS("other: /execute 1 client", ox_t);
+            load_result o16 = {0};
+            if (!g_interrupted) {
+                fprintf(stderr, "sbxd-bench: other server, /execute, %d clients, %.3g s ...\n",
+                        exec_clients, exec_secs);
+                run_load(&other, &REQ_EXEC, exec_clients, exec_secs, &o16);
+                NOTE_ERRORS("other: /execute 16 clients", o16.t);
+            }
+            add_row("other: /execute 1 client: p50", "", "", "%.3f ms", pct(&ox, 50));
+            add_row("other: /execute 1 client: p99", "", "", "%.3f ms", pct(&ox, 99));
+            add_row("other: /execute req/s, 16 clients", "", "", "%.0f", o16.rps);
+            add_row("  p50 / p99 under that load", "", "", "%.2f / %.2f ms", o16.p50, o16.p99);
+            if (ex1.n && ox.n)
+                add_row("p50 latency: other / sbxd", "> 1", yesno(pct(&ox, 50) > pct(&ex1, 50)),
+                        "%.1fx", pct(&ox, 50) / pct(&ex1, 50));
+            if (ex1.n && ox.n)
+                add_row("p99 latency: other / sbxd", "> 1", yesno(pct(&ox, 99) > pct(&ex1, 99)),
+                        "%.1fx", pct(&ox, 99) / pct(&ex1, 99));
+            if (o16.rps > 0)
+                add_row("req/s, 16 clients: sbxd / other", "> 1", yesno(ex16.rps > o16.rps),
+                        "%.1fx", ex16.rps / o16.rps);
+            samples_free(&ox);
+        }
+    }
+
+    add_row("errors (non-200 / transport / exit)", "0", yesno(total_errors == 0), "%lu",
+            total_errors);
+    printf("\n");
+    print_table();
+    if (total_errors) {
+        printf("\nfirst error: %s\n", first_error[0] ? first_error : "(see above)");
+        exit_code = 1;
+    }
+    samples_free(&ex1);
+    samples_free(&ready);
+    samples_free(&floor_lat);
+
+out:
+    if (g_sbxd_pid > 0)
+        stop_sbxd(g_sbxd_pid, NULL);
+    rm_rf(ws);
+    if (g_interrupted) {
+        warnx_("interrupted");
+        return 130;
+    }
+    return exit_code;
+}

@@ -1,0 +1,31 @@
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "suites.h"
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    daemon_start(&g_sbxd, NULL, NULL);
+    SRunner *sr = srunner_create(execute_suite());
+    srunner_add_suite(sr, errors_suite());
+    srunner_add_suite(sr, lifecycle_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+
+    /* The shared daemon served every test above: it must still stop cleanly, with exit 0
+     * and (in sanitizer builds) no leak or error report. */
+    int st = daemon_stop(&g_sbxd, 15000);
+    bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!clean)
+        fprintf(stderr, "shared sbxd did not stop cleanly (wait status %d)\n", st);
+    if (daemon_log_has_sanitizer_report(&g_sbxd))
+        clean = false;
+    remove(g_sbxd.log);
+    curl_global_cleanup();
+    return failed || !clean ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,16 @@
+#ifndef SBXD_IT_SUITES_H
+#define SBXD_IT_SUITES_H
+
+#include <check.h>
+
+Suite *execute_suite(void);
+Suite *errors_suite(void);
+Suite *lifecycle_suite(void);
+
+#ifdef SBXD_SANITIZED
+#define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */
+#else
+#define SLOW 1.0
+#endif
+
+#endif

@@ -1,0 +1,519 @@
+/* POST /execute: what a command sees, and what the result reports. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+static cJSON *run(const char *json)
+{
+    return execute(&g_sbxd, json);
+}
+
+START_TEST(exit_codes)
+{
+    static const int codes[] = {0, 1, 42};
+    for (int i = 0; i < 3; i++) {
+        char body[64];
+        snprintf(body, sizeof(body), "{\"command\":\"exit %d\"}", codes[i]);
+        cJSON *r = run(body);
+        ck_assert_str_eq(jstr(r, "status"), "exited");
+        ck_assert_int_eq((int)jnum(r, "exit_code"), codes[i]);
+        ck_assert(jnull(r, "signal"));
+        ck_assert(!jbool(r, "timed_out"));
+        ck_assert(!jbool(r, "oom_killed"));
+        ck_assert_uint_eq(strlen(jstr(r, "id")), 24);
+        ck_assert(jnum(r, "duration_ms") > 0);
+        ck_assert(jnum(r, "cpu_ms") >= 0);
+        ck_assert(jnum(r, "memory_peak_bytes") > 0);
+        cJSON_Delete(r);
+    }
+}
+END_TEST
+
+START_TEST(output_and_streams)
+{
+    cJSON *r = run("{\"command\":\"echo out; echo err >&2\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "out\n");
+    ck_assert_str_eq(jstr(r, "stderr"), "err\n");
+    ck_assert_int_eq((int)jnum(r, "stdout_bytes"), 4);
+    ck_assert_int_eq((int)jnum(r, "stderr_bytes"), 4);
+    ck_assert(!jbool(r, "stdout_truncated"));
+    ck_assert_str_eq(jstr(r, "encoding"), "utf8");
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(signal_is_reported_like_a_shell)
+{
+    cJSON *r = run("{\"command\":\"kill -SEGV $$\"}");
+    ck_assert_str_eq(jstr(r, "status"), "signaled");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 139);
+    ck_assert_int_eq((int)jnum(r, "signal"), 11);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(stdin_round_trip)
+{
+    cJSON *r = run("{\"argv\":[\"cat\"],\"stdin\":\"line 1\\nzw\\u00f6lf \\u20ac\\n\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "line 1\nzw\xc3\xb6lf \xe2\x82\xac\n");
+    cJSON_Delete(r);
+    /* No stdin: /dev/null, so a reader ends at once instead of hanging. */
+    r = run("{\"argv\":[\"cat\"]}");
+    ck_assert_str_eq(jstr(r, "stdout"), "");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(large_stdin_and_stdout_do_not_deadlock)
+{
+    /* 400 KB each way: far past the 64 KiB a pipe holds, in both directions at once. */
+    size_t n = 400000;
+    char *body = malloc(n + 64);
+    int off = sprintf(body, "{\"argv\":[\"cat\"],\"stdin\":\"");
+    memset(body + off, 'a', n);
+    strcpy(body + off + n, "\"}");
+    cJSON *r = run(body);
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    ck_assert_int_eq((int)jnum(r, "stdout_bytes"), (int)n);
+    ck_assert_uint_eq(strlen(jstr(r, "stdout")), n);
+    cJSON_Delete(r);
+    free(body);
+}
+END_TEST
+
+START_TEST(environment_is_minimal_and_merged)
+{
+    cJSON *r = run("{\"argv\":[\"env\"],\"env\":{\"FOO\":\"bar baz\",\"LANG\":\"C\"}}");
+    const char *out = jstr(r, "stdout");
+    char expect_home[600];
+    snprintf(expect_home, sizeof(expect_home), "HOME=%s\n", g_sbxd.ws);
+    ck_assert_ptr_nonnull(strstr(out, expect_home));
+    ck_assert_ptr_nonnull(strstr(out, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"));
+    ck_assert_ptr_nonnull(strstr(out, "FOO=bar baz\n"));
+    ck_assert_ptr_nonnull(strstr(out, "LANG=C\n")); /* the request wins over the base */
+    ck_assert_ptr_null(strstr(out, "C.UTF-8"));
+    /* Nothing of the daemon's own environment. */
+    ck_assert_ptr_null(strstr(out, "SBXD_TEST_DAEMON_SECRET"));
+    int lines = 0;
+    for (const char *p = out; *p; p++)
+        lines += *p == '\n';
+    ck_assert_int_eq(lines, 4);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(cwd_confined_to_workspace)
+{
+    cJSON *r = run("{\"command\":\"mkdir -p sub/dir && touch afile && ln -sf / rootlink && "
+                   "ln -sf ../.. uplink && ln -sf sub/dir inlink\"}");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 0);
+    cJSON_Delete(r);
+
+    char expect[600];
+    snprintf(expect, sizeof(expect), "%s/sub/dir\n", g_sbxd.ws);
+    r = run("{\"command\":\"pwd\",\"cwd\":\"sub/dir\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), expect);
+    cJSON_Delete(r);
+    r = run("{\"command\":\"pwd -P\",\"cwd\":\"inlink\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), expect);
+    cJSON_Delete(r);
+    char body[700];
+    snprintf(body, sizeof(body), "{\"command\":\"pwd\",\"cwd\":\"%s/sub/dir\"}", g_sbxd.ws);
+    r = run(body);
+    ck_assert_str_eq(jstr(r, "stdout"), expect);
+    cJSON_Delete(r);
+
+    static const struct {
+        const char *cwd;
+        long status;
+        const char *code;
+    } bad[] = {
+        {"..", 403, "PERMISSION_DENIED"},         /* climbing out */
+        {"sub/../../", 403, "PERMISSION_DENIED"}, /* climbing out through a subdirectory */
+        {"/etc", 403, "PERMISSION_DENIED"},       /* an absolute path elsewhere */
+        {"rootlink", 403, "PERMISSION_DENIED"},   /* a symlink to / */
+        {"uplink", 403, "PERMISSION_DENIED"},     /* a relative symlink that climbs out */
+        {"missing", 400, "INVALID_ARGUMENT"},     {"afile", 400, "INVALID_ARGUMENT"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(body, sizeof(body), "{\"command\":\"pwd\",\"cwd\":\"%s\"}", bad[i].cwd);
+        struct http_resp resp;
+        http_request(&g_sbxd, "POST", "/execute", NULL, body, strlen(body), 0, &resp);
+        assert_error(&resp, bad[i].status, bad[i].code);
+        http_resp_free(&resp);
+    }
+}
+END_TEST
+
+START_TEST(timeout_kills_the_whole_group)
+{
+    double t0 = now_ms();
+    cJSON *r = run("{\"command\":\"sleep 10.4242 & sleep 10.4242; wait\",\"timeout_ms\":200}");
+    double took = now_ms() - t0;
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    ck_assert(jbool(r, "timed_out"));
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 137);
+    ck_assert_int_eq((int)jnum(r, "signal"), 9);
+    ck_assert(jnum(r, "duration_ms") >= 200);
+    /* The answer comes within 100 ms of the deadline (plus the HTTP round trip). */
+    ck_assert_msg(took < 200 + 100 * SLOW, "took %.1f ms", took);
+    ck_assert_int_eq(wait_no_procs("sleep 10.4242", 500), 0);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(background_child_does_not_hold_the_answer)
+{
+    double t0 = now_ms();
+    cJSON *r = run("{\"command\":\"sleep 100.4545 & echo started\"}");
+    double took = now_ms() - t0;
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 0);
+    ck_assert_str_eq(jstr(r, "stdout"), "started\n");
+    ck_assert_msg(took < 500 * SLOW, "took %.1f ms", took);
+    /* The leftover is killed, not left running in the sandbox. */
+    ck_assert_int_eq(wait_no_procs("sleep 100.4545", 500), 0);
+    cJSON_Delete(r);
+}
+END_TEST
+
+static volatile int sampling;
+static long rss_peak_kb;
+
+static void *sample_rss(void *arg)
+{
+    (void)arg;
+    while (sampling) {
+        long kb = proc_rss_kb(g_sbxd.pid);
+        if (kb > rss_peak_kb)
+            rss_peak_kb = kb;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+START_TEST(output_flood_is_capped_with_bounded_memory)
+{
+    long base = proc_rss_kb(g_sbxd.pid);
+    rss_peak_kb = base;
+    sampling = 1;
+    pthread_t t;
+    pthread_create(&t, NULL, sample_rss, NULL);
+    cJSON *r = run("{\"command\":\"yes | head -c 50000000; yes e | head -c 3000000 >&2\"}");
+    sampling = 0;
+    pthread_join(t, NULL);
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    ck_assert(jbool(r, "stdout_truncated"));
+    ck_assert(jbool(r, "stderr_truncated"));
+    ck_assert_int_eq((int)jnum(r, "stdout_bytes"), 50000000);
+    ck_assert_int_eq((int)jnum(r, "stderr_bytes"), 3000000);
+    ck_assert_uint_eq(strlen(jstr(r, "stdout")), 1048576); /* the head, 1 MiB by default */
+    ck_assert_uint_eq(strlen(jstr(r, "stderr")), 1048576);
+    ck_assert(strncmp(jstr(r, "stdout"), "y\ny\n", 4) == 0);
+    /* 2 x 1 MiB kept + the response: a few MiB, never the 53 MB printed. */
+    long bound = 16 * 1024 * (long)SLOW * (long)SLOW;
+    ck_assert_msg(rss_peak_kb - base < bound, "RSS grew by %ld kB", rss_peak_kb - base);
+    cJSON_Delete(r);
+}
+END_TEST
+
+static void *concurrent_one(void *arg)
+{
+    intptr_t i = (intptr_t)arg;
+    char body[128];
+    snprintf(body, sizeof(body), "{\"command\":\"sleep 0.5; echo %d\"}", (int)i);
+    struct http_resp r;
+    http_request(&g_sbxd, "POST", "/execute", NULL, body, strlen(body), 20000, &r);
+    char expect[16];
+    snprintf(expect, sizeof(expect), "%d\n", (int)i);
+    bool ok = r.status == 200 && r.json &&
+              strcmp(cJSON_GetObjectItem(r.json, "stdout")->valuestring, expect) == 0;
+    http_resp_free(&r);
+    return (void *)(intptr_t)ok;
+}
+
+START_TEST(thirty_two_concurrent_requests)
+{
+    pthread_t t[32];
+    double t0 = now_ms();
+    for (intptr_t i = 0; i < 32; i++)
+        pthread_create(&t[i], NULL, concurrent_one, (void *)i);
+    int ok = 0;
+    for (int i = 0; i < 32; i++) {
+        void *res;
+        pthread_join(t[i], &res);
+        ok += (int)(intptr_t)res;
+    }
+    double took = now_ms() - t0;
+    ck_assert_int_eq(ok, 32);
+    /* 32 x 0.5 s run side by side, not one after another. */
+    ck_assert_msg(took < 3000 * SLOW, "took %.0f ms", took);
+}
+END_TEST
+
+START_TEST(argv_runs_without_a_shell)
+{
+    cJSON *r = run("{\"argv\":[\"printf\",\"%s|\",\"a b\",\"$HOME\"]}");
+    ck_assert_str_eq(jstr(r, "stdout"), "a b|$HOME|");
+    cJSON_Delete(r);
+    /* The command's own PATH is searched. */
+    r = run("{\"argv\":[\"mytool\"],\"env\":{\"PATH\":\"/nonexistent:/bin\"}}");
+    ck_assert_str_eq(jstr(r, "status"), "failed_to_start");
+    cJSON_Delete(r);
+    r = run("{\"argv\":[\"true\"],\"env\":{\"PATH\":\"/nonexistent:/bin\"}}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(failed_to_start)
+{
+    cJSON *r = run("{\"argv\":[\"no-such-program-xyz\"]}");
+    ck_assert_str_eq(jstr(r, "status"), "failed_to_start");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 127);
+    ck_assert_ptr_nonnull(strstr(jstr(r, "error"), "No such file or directory"));
+    cJSON_Delete(r);
+    r = run("{\"command\":\"printf 'echo x' > noexec\"}");
+    cJSON_Delete(r);
+    r = run("{\"argv\":[\"./noexec\"]}");
+    ck_assert_str_eq(jstr(r, "status"), "failed_to_start");
+    ck_assert_ptr_nonnull(strstr(jstr(r, "error"), "Permission denied"));
+    cJSON_Delete(r);
+    /* A shell that cannot find a command is a command that ran: exit 127, status exited. */
+    r = run("{\"command\":\"no-such-program-xyz\"}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 127);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(encodings)
+{
+    cJSON *r = run("{\"command\":\"printf 'a\\\\377b\\\\342\\\\202\\\\254'\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "a\xEF\xBF\xBD"
+                                        "b\xE2\x82\xAC"); /* U+FFFD for \377 */
+    cJSON_Delete(r);
+    r = run("{\"command\":\"printf '\\\\377\\\\000A'\",\"encoding\":\"base64\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "/wBB");
+    ck_assert_str_eq(jstr(r, "encoding"), "base64");
+    cJSON_Delete(r);
+    /* A NUL byte in output is kept (as \u0000), not a cut. */
+    struct http_resp resp;
+    const char *b = "{\"command\":\"printf 'a\\\\000b'\"}";
+    http_request(&g_sbxd, "POST", "/execute", NULL, b, strlen(b), 0, &resp);
+    ck_assert_ptr_nonnull(strstr(resp.body, "\"stdout\":\"a\\u0000b\""));
+    http_resp_free(&resp);
+}
+END_TEST
+
+START_TEST(limits_apply)
+{
+    cJSON *r = run("{\"argv\":[\"sh\",\"-c\",\"while :; do :; done\"],\"limits\":{\"cpu_ms\":"
+                   "500},\"timeout_ms\":20000}");
+    ck_assert_str_eq(jstr(r, "status"), "signaled");
+    ck_assert_int_eq((int)jnum(r, "signal"), 24); /* SIGXCPU */
+    ck_assert(jnum(r, "cpu_ms") >= 900);
+    cJSON_Delete(r);
+    r = run("{\"argv\":[\"sh\",\"-c\",\"exec head -c 5000 /dev/zero > big\"],\"limits\":"
+            "{\"file_size_bytes\":1000}}");
+    ck_assert_str_eq(jstr(r, "status"), "signaled");
+    ck_assert_int_eq((int)jnum(r, "signal"), 25); /* SIGXFSZ */
+    cJSON_Delete(r);
+    r = run("{\"command\":\"ulimit -n; ulimit -c\",\"limits\":{\"open_files\":64}}");
+    ck_assert_str_eq(jstr(r, "stdout"), "64\n0\n");
+    cJSON_Delete(r);
+    r = run("{\"command\":\"yes\",\"limits\":{\"output_bytes\":10000}}");
+    ck_assert_str_eq(jstr(r, "status"), "output_limit");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 137);
+    ck_assert(!jbool(r, "timed_out"));
+    ck_assert(jbool(r, "stdout_truncated"));
+    ck_assert_uint_le(strlen(jstr(r, "stdout")), 10000);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(child_starts_clean)
+{
+    /* Only 0, 1 and 2: not the daemon's sockets, not the fd 9 its parent leaked. */
+    cJSON *r = run("{\"command\":\"sleep 5.777 & ls /proc/$!/fd; kill $!\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "0\n1\n2\n");
+    cJSON_Delete(r);
+    /* No blocked or ignored signals inherited from the daemon. */
+    r = run("{\"argv\":[\"grep\",\"-E\",\"^Sig(Blk|Ign)\",\"/proc/self/status\"]}");
+    ck_assert_str_eq(jstr(r, "stdout"), "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+    cJSON_Delete(r);
+    /* So a pipeline ends the way it does in a terminal. */
+    r = run("{\"command\":\"yes | head -c 4\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "y\ny\n");
+    ck_assert_str_eq(jstr(r, "stderr"), "");
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 0);
+    cJSON_Delete(r);
+    /* Its own session. */
+    r = run("{\"command\":\"echo $$; cut -d' ' -f6 /proc/$$/stat\"}");
+    const char *out = jstr(r, "stdout");
+    const char *nl = strchr(out, '\n');
+    ck_assert_ptr_nonnull(nl);
+    ck_assert(strncmp(out, nl + 1, (size_t)(nl - out)) == 0);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(healthz_and_root)
+{
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "status"), "ok");
+    ck_assert_str_eq(jstr(r.json, "version"), "0.1.0");
+    ck_assert(jnum(r.json, "uptime_s") > 0);
+    ck_assert(jnum(r.json, "running") >= 0);
+    ck_assert_int_eq((int)jnum(r.json, "max_running"), 32);
+    cJSON *iso = cJSON_GetObjectItem(r.json, "isolation");
+    ck_assert(cJSON_IsObject(iso));
+    ck_assert_str_eq(jstr(iso, "tree_kill"), "pgid");
+    ck_assert_str_eq(jstr(iso, "seccomp"), "none");
+    http_resp_free(&r);
+    ck_assert_int_eq(http_request(&g_sbxd, "HEAD", "/healthz", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 0);
+    http_resp_free(&r);
+    ck_assert_int_eq(http_request(&g_sbxd, "GET", "/", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "status"), "ok");
+    ck_assert(strlen(jstr(r.json, "message")) > 0);
+    http_resp_free(&r);
+}
+END_TEST
+
+START_TEST(audit_line_per_execution)
+{
+    cJSON *r = run("{\"command\":\"echo audit-7f3a; exit 3\"}");
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"id\":\"%s\"", jstr(r, "id"));
+    char *log = daemon_log_read(&g_sbxd);
+    char *line = strstr(log, needle);
+    ck_assert_msg(line, "no audit line for %s", needle);
+    char *end = strchr(line, '\n');
+    ck_assert_ptr_nonnull(end);
+    *end = '\0';
+    while (line > log && line[-1] != '\n')
+        line--;
+    cJSON *a = cJSON_Parse(line);
+    ck_assert_msg(a, "audit line is not JSON: %s", line);
+    ck_assert_str_eq(jstr(a, "event"), "exec");
+    ck_assert_str_eq(jstr(a, "command"), "echo audit-7f3a; exit 3");
+    ck_assert_str_eq(jstr(a, "status"), "exited");
+    ck_assert_int_eq((int)jnum(a, "exit_code"), 3);
+    ck_assert(jnum(a, "duration_ms") > 0);
+    ck_assert_int_eq((int)jnum(a, "stdout_bytes"), 11);
+    ck_assert(strncmp(jstr(a, "client"), "127.0.0.1:", 10) == 0);
+    ck_assert_str_eq(jstr(a, "cwd"), ".");
+    cJSON_Delete(a);
+    free(log);
+    cJSON_Delete(r);
+
+    /* Long commands are cut to 256 bytes in the log. */
+    char body[2048];
+    int n = snprintf(body, sizeof(body), "{\"command\":\"true ");
+    memset(body + n, 'x', 1000);
+    snprintf(body + n + 1000, sizeof(body) - (size_t)n - 1000, "\"}");
+    r = run(body);
+    snprintf(needle, sizeof(needle), "\"id\":\"%s\"", jstr(r, "id"));
+    log = daemon_log_read(&g_sbxd);
+    line = strstr(log, needle);
+    ck_assert_ptr_nonnull(line);
+    char *cmd = strstr(line, "\"command\":\"");
+    ck_assert_ptr_nonnull(cmd);
+    ck_assert_int_eq((int)(strchr(cmd + 11, '"') - (cmd + 11)), 256);
+    free(log);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(client_disconnect_kills_the_command)
+{
+    struct http_resp r;
+    const char *b = "{\"command\":\"sleep 30.8989\"}";
+    int rc = http_request(&g_sbxd, "POST", "/execute", NULL, b, strlen(b), 300, &r);
+    ck_assert_int_eq(rc, -1); /* our client gave up */
+    http_resp_free(&r);
+    ck_assert_int_eq(wait_no_procs("sleep 30.8989", (int)(1000 * SLOW)), 0);
+    /* ... and the audit log says why. */
+    double end = now_ms() + 1000;
+    bool seen = false;
+    while (!seen && now_ms() < end) {
+        char *log = daemon_log_read(&g_sbxd);
+        char *l = strstr(log, "sleep 30.8989");
+        seen = l && strstr(l, "\"status\":\"canceled\"");
+        free(log);
+        usleep(10000);
+    }
+    ck_assert(seen);
+}
+END_TEST
+
+START_TEST(no_fd_leak_on_any_path)
+{
+    /* Warm up (first requests may allocate lazily), then compare. */
+    cJSON_Delete(run("{\"command\":\"true\"}"));
+    usleep(100000);
+    int before = proc_fd_count(g_sbxd.pid);
+    static const char *bodies[] = {
+        "{\"command\":\"echo ok\"}",
+        "{\"command\":\"sleep 5\",\"timeout_ms\":50}",
+        "{\"argv\":[\"no-such-program\"]}",
+        "{\"command\":\"x\",\"cwd\":\"nope\"}",
+        "{\"command\":\"x\",\"cwd\":\"..\"}",
+        "{\"command\":5}",
+        "not json",
+        "{\"command\":\"cat\",\"stdin\":\"abc\"}",
+        "{\"command\":\"sleep 9 & echo bg\"}",
+    };
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+            struct http_resp r;
+            http_request(&g_sbxd, "POST", "/execute", NULL, bodies[i], strlen(bodies[i]), 0, &r);
+            http_resp_free(&r);
+        }
+    int after = -1;
+    for (int i = 0; i < 100 && (after = proc_fd_count(g_sbxd.pid)) != before; i++)
+        usleep(10000); /* connection threads close their sockets as they end */
+    ck_assert_int_eq(after, before);
+}
+END_TEST
+
+Suite *execute_suite(void)
+{
+    Suite *s = suite_create("execute");
+    TCase *tc = tcase_create("sync");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, exit_codes);
+    tcase_add_test(tc, output_and_streams);
+    tcase_add_test(tc, signal_is_reported_like_a_shell);
+    tcase_add_test(tc, stdin_round_trip);
+    tcase_add_test(tc, large_stdin_and_stdout_do_not_deadlock);
+    tcase_add_test(tc, environment_is_minimal_and_merged);
+    tcase_add_test(tc, cwd_confined_to_workspace);
+    tcase_add_test(tc, timeout_kills_the_whole_group);
+    tcase_add_test(tc, background_child_does_not_hold_the_answer);
+    tcase_add_test(tc, output_flood_is_capped_with_bounded_memory);
+    tcase_add_test(tc, thirty_two_concurrent_requests);
+    tcase_add_test(tc, argv_runs_without_a_shell);
+    tcase_add_test(tc, failed_to_start);
+    tcase_add_test(tc, encodings);
+    tcase_add_test(tc, limits_apply);
+    tcase_add_test(tc, child_starts_clean);
+    tcase_add_test(tc, healthz_and_root);
+    tcase_add_test(tc, audit_line_per_execution);
+    tcase_add_test(tc, client_disconnect_kills_the_command);
+    tcase_add_test(tc, no_fd_leak_on_any_path);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,16 @@
+#include <stdlib.h>
+
+#include "suites.h"
+
+int main(void)
+{
+    SRunner *sr = srunner_create(config_suite());
+    srunner_add_suite(sr, request_suite());
+    srunner_add_suite(sr, text_suite());
+    srunner_add_suite(sr, outbuf_suite());
+    srunner_add_suite(sr, resolve_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,12 @@
+#ifndef SBXD_TEST_SUITES_H
+#define SBXD_TEST_SUITES_H
+
+#include <check.h>
+
+Suite *config_suite(void);
+Suite *request_suite(void);
+Suite *text_suite(void);
+Suite *outbuf_suite(void);
+Suite *resolve_suite(void);
+
+#endif

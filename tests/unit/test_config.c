@@ -1,0 +1,186 @@
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sbxd/config.h"
+#include "suites.h"
+
+static struct sbxd_config cfg;
+static char errbuf[512];
+static char outbuf[8192];
+
+static enum config_outcome parse(char *const *argv, char *const *envp)
+{
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    FILE *out = fmemopen(outbuf, sizeof(outbuf), "w");
+    errbuf[0] = '\0';
+    enum config_outcome r = config_parse(&cfg, argc, argv, envp, out, errbuf, sizeof(errbuf));
+    fclose(out);
+    return r;
+}
+
+START_TEST(defaults)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *envp[] = {NULL};
+    ck_assert_int_eq(parse(argv, envp), CONFIG_RUN);
+    ck_assert_str_eq(cfg.listen, "0.0.0.0:8888");
+    ck_assert_str_eq(cfg.workspace, "/workspace");
+    ck_assert_uint_eq(cfg.timeout_ms, 60000);
+    ck_assert_uint_eq(cfg.max_output_bytes, 1048576);
+    ck_assert_uint_eq(cfg.max_body_bytes, 1048576);
+    ck_assert_uint_eq(cfg.max_running, 32);
+    ck_assert_int_eq(cfg.log_format, LOG_FORMAT_JSON);
+}
+END_TEST
+
+START_TEST(flags_beat_env_beat_defaults)
+{
+    char *argv[] = {"sbxd", "--max-running=7", "--max-output-bytes", "2MiB", NULL};
+    char *envp[] = {"SBXD_MAX_RUNNING=9", "SBXD_LOG_FORMAT=text", "SBXD_LISTEN=127.0.0.1:0", NULL};
+    ck_assert_int_eq(parse(argv, envp), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.max_running, 7);
+    ck_assert_uint_eq(cfg.max_output_bytes, 2 * 1048576);
+    ck_assert_int_eq(cfg.log_format, LOG_FORMAT_TEXT);
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:0");
+}
+END_TEST
+
+START_TEST(workspace_env_order)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *legacy[] = {"SANDBOX_BASE_DIR=/srv/legacy", NULL};
+    ck_assert_int_eq(parse(argv, legacy), CONFIG_RUN);
+    ck_assert_str_eq(cfg.workspace, "/srv/legacy");
+    char *both[] = {"SANDBOX_BASE_DIR=/srv/legacy", "SBXD_WORKSPACE=/srv/new", NULL};
+    ck_assert_int_eq(parse(argv, both), CONFIG_RUN);
+    ck_assert_str_eq(cfg.workspace, "/srv/new");
+}
+END_TEST
+
+START_TEST(legacy_timeout_seconds)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *envp[] = {"SANDBOX_EXEC_TIMEOUT_SECONDS=7200", NULL};
+    ck_assert_int_eq(parse(argv, envp), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.timeout_ms, 7200000);
+    /* The default maximum rises to meet it rather than refusing a legacy setting. */
+    ck_assert_uint_eq(cfg.max_timeout_ms, 7200000);
+    char *argv2[] = {"sbxd", "--max-timeout-ms", "1000", NULL};
+    ck_assert_int_eq(parse(argv2, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
+}
+END_TEST
+
+START_TEST(bad_values_name_the_option)
+{
+    static const struct {
+        const char *arg;
+        const char *needle;
+    } cases[] = {
+        {"--max-running=abc", "--max-running"}, {"--max-running=0", "out of range"},
+        {"--max-running=-1", "--max-running"},  {"--max-output-bytes=12XB", "--max-output-bytes"},
+        {"--listen=nonsense", "--listen"},      {"--listen=1.2.3.4:99999", "--listen"},
+        {"--log-format=xml", "--log-format"},   {"--timeout-ms=0", "--timeout-ms"},
+        {"--no-such-flag", "unknown option"},   {"positional", "unexpected argument"},
+    };
+    char *envp[] = {NULL};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *argv[] = {"sbxd", (char *)cases[i].arg, NULL};
+        ck_assert_int_eq(parse(argv, envp), CONFIG_EXIT_2);
+        ck_assert_msg(strstr(errbuf, cases[i].needle), "%s -> %s", cases[i].arg, errbuf);
+        ck_assert_ptr_null(strchr(errbuf, '\n'));
+    }
+    char *missing[] = {"sbxd", "--workspace", NULL};
+    ck_assert_int_eq(parse(missing, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "needs a value"));
+}
+END_TEST
+
+START_TEST(bad_env_names_the_variable)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *envp[] = {"SBXD_MAX_BODY_BYTES=lots", NULL};
+    ck_assert_int_eq(parse(argv, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--max-body-bytes"));
+    ck_assert_ptr_nonnull(strstr(errbuf, "SBXD_MAX_BODY_BYTES"));
+}
+END_TEST
+
+START_TEST(help_and_version)
+{
+    char *envp[] = {NULL};
+    char *help[] = {"sbxd", "--help", NULL};
+    ck_assert_int_eq(parse(help, envp), CONFIG_EXIT_0);
+    const char *flags[] = {"--listen",
+                           "--workspace",
+                           "--timeout-ms",
+                           "--max-timeout-ms",
+                           "--max-output-bytes",
+                           "--max-body-bytes",
+                           "--max-running",
+                           "--shutdown-grace-ms",
+                           "--log-format",
+                           "SANDBOX_BASE_DIR",
+                           "SANDBOX_EXEC_TIMEOUT_SECONDS",
+                           "--version"};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        ck_assert_msg(strstr(outbuf, flags[i]), "--help lacks %s", flags[i]);
+    char *version[] = {"sbxd", "--version", NULL};
+    ck_assert_int_eq(parse(version, envp), CONFIG_EXIT_0);
+    ck_assert_ptr_nonnull(strstr(outbuf, "sbxd " SBXD_VERSION));
+}
+END_TEST
+
+START_TEST(sizes)
+{
+    uint64_t v;
+    ck_assert_int_eq(config_parse_size("1048576", &v), 0);
+    ck_assert_uint_eq(v, 1048576);
+    ck_assert_int_eq(config_parse_size("64K", &v), 0);
+    ck_assert_uint_eq(v, 65536);
+    ck_assert_int_eq(config_parse_size("1GiB", &v), 0);
+    ck_assert_uint_eq(v, 1073741824ULL);
+    ck_assert_int_eq(config_parse_size("5MB", &v), 0);
+    ck_assert_uint_eq(v, 5000000);
+    ck_assert_int_eq(config_parse_size("", &v), -1);
+    ck_assert_int_eq(config_parse_size("1.5M", &v), -1);
+    ck_assert_int_eq(config_parse_size("99999999999999999999", &v), -1);
+    ck_assert_int_eq(config_parse_size("20000000000G", &v), -1);
+}
+END_TEST
+
+START_TEST(listen_forms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ck_assert_int_eq(config_parse_listen("127.0.0.1:8888", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET);
+    ck_assert_int_eq(config_parse_listen("[::1]:0", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET6);
+    ck_assert_int_eq(config_parse_listen(":8888", &ss, &len), 0);
+    ck_assert_int_eq(ss.ss_family, AF_INET);
+    ck_assert_int_eq(config_parse_listen("8888", &ss, &len), -1);
+    ck_assert_int_eq(config_parse_listen("::1:80", &ss, &len), -1);
+    ck_assert_int_eq(config_parse_listen("host:", &ss, &len), -1);
+}
+END_TEST
+
+Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, flags_beat_env_beat_defaults);
+    tcase_add_test(tc, workspace_env_order);
+    tcase_add_test(tc, legacy_timeout_seconds);
+    tcase_add_test(tc, bad_values_name_the_option);
+    tcase_add_test(tc, bad_env_names_the_variable);
+    tcase_add_test(tc, help_and_version);
+    tcase_add_test(tc, sizes);
+    tcase_add_test(tc, listen_forms);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,60 @@
+#include <check.h>
+#include <string.h>
+
+#include "sbxd/outbuf.h"
+#include "suites.h"
+
+START_TEST(keeps_head_counts_all)
+{
+    struct outbuf ob;
+    outbuf_init(&ob, 10);
+    ck_assert_int_eq(outbuf_append(&ob, "hello ", 6), 0);
+    ck_assert(!outbuf_truncated(&ob));
+    ck_assert_int_eq(outbuf_append(&ob, "world, again", 12), 0);
+    ck_assert_uint_eq(ob.len, 10);
+    ck_assert_uint_eq(ob.total, 18);
+    ck_assert_mem_eq(ob.data, "hello worl", 10);
+    ck_assert(outbuf_truncated(&ob));
+    ck_assert_int_eq(outbuf_append(&ob, "more", 4), 0);
+    ck_assert_uint_eq(ob.total, 22);
+    ck_assert_uint_eq(ob.len, 10);
+    outbuf_free(&ob);
+}
+END_TEST
+
+START_TEST(memory_bounded_by_cap)
+{
+    struct outbuf ob;
+    outbuf_init(&ob, 100000);
+    char chunk[65536];
+    memset(chunk, 'x', sizeof(chunk));
+    for (int i = 0; i < 1000; i++) /* 64 MB offered */
+        ck_assert_int_eq(outbuf_append(&ob, chunk, sizeof(chunk)), 0);
+    ck_assert_uint_eq(ob.len, 100000);
+    ck_assert_uint_le(ob.alloc, 100000);
+    ck_assert_uint_eq(ob.total, 1000ULL * 65536);
+    outbuf_free(&ob);
+}
+END_TEST
+
+START_TEST(small_output_small_buffer)
+{
+    struct outbuf ob;
+    outbuf_init(&ob, 1 << 20);
+    ck_assert_int_eq(outbuf_append(&ob, "hi\n", 3), 0);
+    ck_assert_uint_le(ob.alloc, 4096);
+    ck_assert(!outbuf_truncated(&ob));
+    outbuf_free(&ob);
+}
+END_TEST
+
+Suite *outbuf_suite(void)
+{
+    Suite *s = suite_create("outbuf");
+    TCase *tc = tcase_create("capping");
+    tcase_add_test(tc, keeps_head_counts_all);
+    tcase_add_test(tc, memory_bounded_by_cap);
+    tcase_add_test(tc, small_output_small_buffer);
+    suite_add_tcase(s, tc);
+    return s;
+}

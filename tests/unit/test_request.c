@@ -1,0 +1,170 @@
+#include <check.h>
+#include <string.h>
+
+#include "sbxd/request.h"
+#include "suites.h"
+
+static const struct request_policy pol = {
+    .default_timeout_ms = 60000, .max_timeout_ms = 600000, .workspace = "/ws"};
+
+static struct exec_request req;
+static struct sbxd_err err;
+
+static int parse(const char *json)
+{
+    memset(&err, 0, sizeof(err));
+    return exec_request_parse(json, strlen(json), &pol, &req, &err);
+}
+
+static const char *env_get(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = req.envp; *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+START_TEST(command_defaults)
+{
+    ck_assert_int_eq(parse("{\"command\":\"echo hi\"}"), 0);
+    ck_assert(req.shell);
+    ck_assert_uint_eq(req.argc, 3);
+    ck_assert_str_eq(req.argv[0], "/bin/sh");
+    ck_assert_str_eq(req.argv[1], "-c");
+    ck_assert_str_eq(req.argv[2], "echo hi");
+    ck_assert_ptr_null(req.argv[3]);
+    ck_assert_str_eq(req.cwd, "");
+    ck_assert_uint_eq(req.timeout_ms, 60000);
+    ck_assert(!req.has_stdin);
+    ck_assert_int_eq(req.encoding, EXEC_ENC_UTF8);
+    ck_assert_uint_eq(req.limits.cpu_ms, EXEC_LIMIT_UNSET);
+    /* The minimal base environment, and nothing of the daemon's. */
+    ck_assert_str_eq(env_get("HOME"), "/ws");
+    ck_assert_str_eq(env_get("LANG"), "C.UTF-8");
+    ck_assert_ptr_nonnull(env_get("PATH"));
+    ck_assert_ptr_null(req.envp[3]);
+    exec_request_free(&req);
+}
+END_TEST
+
+START_TEST(full_request)
+{
+    ck_assert_int_eq(parse("{\"argv\":[\"printf\",\"%s\",\"a b\"],\"stdin\":\"in\","
+                           "\"env\":{\"FOO\":\"bar\",\"PATH\":\"/x\"},\"cwd\":\"sub/dir\","
+                           "\"timeout_ms\":1500,\"encoding\":\"base64\",\"limits\":{\"cpu_ms\":"
+                           "2000,\"file_size_bytes\":0,\"open_files\":64,\"output_bytes\":10}}"),
+                     0);
+    ck_assert(!req.shell);
+    ck_assert_uint_eq(req.argc, 3);
+    ck_assert_str_eq(req.argv[2], "a b");
+    ck_assert(req.has_stdin);
+    ck_assert_uint_eq(req.stdin_len, 2);
+    ck_assert_str_eq(env_get("FOO"), "bar");
+    ck_assert_str_eq(env_get("PATH"), "/x"); /* the request overrides the base */
+    ck_assert_str_eq(req.cwd, "sub/dir");
+    ck_assert_uint_eq(req.timeout_ms, 1500);
+    ck_assert_int_eq(req.encoding, EXEC_ENC_BASE64);
+    ck_assert_uint_eq(req.limits.cpu_ms, 2000);
+    ck_assert_uint_eq(req.limits.file_size_bytes, 0);
+    ck_assert_uint_eq(req.limits.open_files, 64);
+    ck_assert_uint_eq(req.limits.output_bytes, 10);
+    exec_request_free(&req);
+}
+END_TEST
+
+START_TEST(absolute_cwd)
+{
+    ck_assert_int_eq(parse("{\"command\":\"x\",\"cwd\":\"/ws/a\"}"), 0);
+    ck_assert_str_eq(req.cwd, "/a");
+    exec_request_free(&req);
+    ck_assert_int_eq(parse("{\"command\":\"x\",\"cwd\":\"/ws\"}"), 0);
+    ck_assert_str_eq(req.cwd, "");
+    exec_request_free(&req);
+    ck_assert_int_eq(parse("{\"command\":\"x\",\"cwd\":\"/wsx\"}"), -1);
+    ck_assert_int_eq(err.kind, SBXD_E_DENIED);
+    ck_assert_int_eq(parse("{\"command\":\"x\",\"cwd\":\"/etc\"}"), -1);
+    ck_assert_int_eq(err.kind, SBXD_E_DENIED);
+}
+END_TEST
+
+/* Each bad body and a word its message must contain. */
+static const struct {
+    const char *body;
+    const char *needle;
+} bad[] = {
+    {"", "empty"},
+    {"{", "not valid JSON"},
+    {"[1]", "JSON object"},
+    {"{\"command\":\"a\"} x", "after the JSON"},
+    {"{\"command\":5}", "'command' must be a string"},
+    {"{\"command\":\"\"}", "must not be empty"},
+    {"{\"argv\":\"ls\"}", "array of strings"},
+    {"{\"argv\":[]}", "must not be empty"},
+    {"{\"argv\":[\"\"]}", "argv[0]"},
+    {"{\"argv\":[\"ls\",3]}", "argv[1]"},
+    {"{\"command\":\"a\",\"argv\":[\"b\"]}", "not both"},
+    {"{}", "required"},
+    {"{\"stdin\":\"x\"}", "required"},
+    {"{\"command\":\"a\\u0000b\"}", "NUL"},
+    {"{\"command\":\"a\",\"env\":{\"A\":\"\\u0000\"}}", "NUL"},
+    {"{\"command\":\"a\",\"comand\":\"b\"}", "unknown field 'comand'"},
+    {"{\"command\":\"a\",\"command\":\"b\"}", "duplicate field 'command'"},
+    {"{\"command\":\"a\",\"env\":{\"A\":\"1\",\"A\":\"2\"}}", "duplicate field 'env.A'"},
+    {"{\"command\":\"a\",\"env\":[\"A=1\"]}", "'env' must be an object"},
+    {"{\"command\":\"a\",\"env\":{\"A\":1}}", "must be a string"},
+    {"{\"command\":\"a\",\"env\":{\"A=B\":\"1\"}}", "not valid"},
+    {"{\"command\":\"a\",\"env\":{\"\":\"1\"}}", "not valid"},
+    {"{\"command\":\"a\",\"stdin\":5}", "'stdin' must be a string"},
+    {"{\"command\":\"a\",\"cwd\":false}", "'cwd' must be a string"},
+    {"{\"command\":\"a\",\"timeout_ms\":0}", "timeout_ms"},
+    {"{\"command\":\"a\",\"timeout_ms\":1.5}", "timeout_ms"},
+    {"{\"command\":\"a\",\"timeout_ms\":\"10\"}", "timeout_ms"},
+    {"{\"command\":\"a\",\"timeout_ms\":600001}", "600000"},
+    {"{\"command\":\"a\",\"limits\":5}", "'limits' must be an object"},
+    {"{\"command\":\"a\",\"limits\":{\"memory\":1}}", "unknown field 'limits.memory'"},
+    {"{\"command\":\"a\",\"limits\":{\"open_files\":2}}", "limits.open_files"},
+    {"{\"command\":\"a\",\"limits\":{\"cpu_ms\":-1}}", "limits.cpu_ms"},
+    {"{\"command\":\"a\",\"encoding\":\"latin1\"}", "utf8"},
+};
+
+START_TEST(rejects_bad_input)
+{
+    const char *body = bad[_i].body;
+    ck_assert_int_eq(parse(body), -1);
+    ck_assert_int_eq(err.kind, SBXD_E_INVALID);
+    ck_assert_msg(strstr(err.msg, bad[_i].needle), "%s -> %s", body, err.msg);
+    ck_assert_ptr_null(req.argv); /* nothing left to free */
+}
+END_TEST
+
+START_TEST(raw_nul_byte)
+{
+    const char body[] = "{\"command\":\"a\0b\"}";
+    ck_assert_int_eq(exec_request_parse(body, sizeof(body) - 1, &pol, &req, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "NUL"));
+}
+END_TEST
+
+START_TEST(nul_scanner)
+{
+    ck_assert_int_eq(json_check_no_nul("{\"a\":\"\\\\u0000\"}", 15), 0); /* "\\u0000": text */
+    ck_assert_int_eq(json_check_no_nul("{\"a\":\"\\u0000\"}", 13), -1);
+    ck_assert_int_eq(json_check_no_nul("{\"a\":\"\\u0041\"}", 13), 0);
+    ck_assert_int_eq(json_check_no_nul("{\"a\\u0000\":1}", 13), -1); /* in a key too */
+}
+END_TEST
+
+Suite *request_suite(void)
+{
+    Suite *s = suite_create("request");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, command_defaults);
+    tcase_add_test(tc, full_request);
+    tcase_add_test(tc, absolute_cwd);
+    tcase_add_loop_test(tc, rejects_bad_input, 0, sizeof(bad) / sizeof(bad[0]));
+    tcase_add_test(tc, raw_nul_byte);
+    tcase_add_test(tc, nul_scanner);
+    suite_add_tcase(s, tc);
+    return s;
+}

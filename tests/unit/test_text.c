@@ -1,0 +1,144 @@
+/* UTF-8 sanitizing, the JSON writer and base64. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/base64.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/utf8.h"
+#include "suites.h"
+
+static char *utf8_json(const char *s, size_t n, bool cut)
+{
+    struct jsonw w;
+    jw_init(&w, 0);
+    jw_str_utf8(&w, s, n, cut);
+    return jw_finish(&w, NULL);
+}
+
+#define FFFD "\xEF\xBF\xBD"
+
+START_TEST(decode_rules)
+{
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"a", 1), 1);
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xC3\xA9", 2), 2);
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xE2\x82\xAC", 3), 3);
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xF0\x9F\x98\x80", 4), 4);
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\x80", 1), -1);         /* lone continuation */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xC0\xAF", 2), -1);     /* overlong */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xE0\x80\x80", 3), -1); /* overlong */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xED\xA0\x80", 3), -1); /* surrogate */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xF4\x90\x80\x80", 4), -1); /* > U+10FFFF */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xE2\x82"
+                                                  "A",
+                                 3),
+                     -2);                                             /* maximal subpart */
+    ck_assert_int_eq(utf8_decode((const uint8_t *)"\xE2\x82", 2), 0); /* cut off */
+}
+END_TEST
+
+START_TEST(sanitize)
+{
+    uint8_t out[64];
+    size_t n = utf8_sanitize((const uint8_t *)"a\xFF"
+                                              "b\xE2\x82"
+                                              "c",
+                             6, out);
+    ck_assert_uint_eq(n, 9);
+    ck_assert_mem_eq(out, "a" FFFD "b" FFFD "c", 9);
+}
+END_TEST
+
+START_TEST(json_strings)
+{
+    char *s = utf8_json("a\"b\\c\n\x01\0z", 9, false);
+    ck_assert_str_eq(s, "\"a\\\"b\\\\c\\n\\u0001\\u0000z\"");
+    free(s);
+    s = utf8_json("x\xFFy", 3, false);
+    ck_assert_str_eq(s, "\"x" FFFD "y\"");
+    free(s);
+    /* A character cut by the output cap is dropped, not replaced ... */
+    s = utf8_json("ab\xE2\x82", 4, true);
+    ck_assert_str_eq(s, "\"ab\"");
+    free(s);
+    /* ... but a truncated character at a real end of output is invalid data. */
+    s = utf8_json("ab\xE2\x82", 4, false);
+    ck_assert_str_eq(s, "\"ab" FFFD "\"");
+    free(s);
+    /* An empty stream has no buffer at all. */
+    s = utf8_json(NULL, 0, false);
+    ck_assert_str_eq(s, "\"\"");
+    free(s);
+    s = utf8_json("\xE2\x82\xAC", 3, false);
+    ck_assert_str_eq(s, "\"\xE2\x82\xAC\"");
+    free(s);
+}
+END_TEST
+
+START_TEST(json_structure)
+{
+    struct jsonw w;
+    jw_init(&w, 4);
+    jw_obj_begin(&w);
+    jw_key(&w, "a");
+    jw_int(&w, -3);
+    jw_key(&w, "b");
+    jw_arr_begin(&w);
+    jw_bool(&w, true);
+    jw_null(&w);
+    jw_double(&w, 1.5, 2);
+    jw_uint(&w, 18446744073709551615ULL);
+    jw_arr_end(&w);
+    jw_key(&w, "c");
+    jw_str(&w, NULL);
+    jw_key(&w, "d");
+    jw_base64(&w, "\xFF\x00", 2);
+    jw_obj_end(&w);
+    size_t len;
+    char *s = jw_finish(&w, &len);
+    ck_assert_str_eq(s, "{\"a\":-3,\"b\":[true,null,1.50,18446744073709551615],\"c\":null,"
+                        "\"d\":\"/wA=\"}");
+    ck_assert_uint_eq(len, strlen(s));
+    free(s);
+}
+END_TEST
+
+START_TEST(base64_roundtrip)
+{
+    static const char *vec[][2] = {{"", ""},
+                                   {"f", "Zg=="},
+                                   {"fo", "Zm8="},
+                                   {"foo", "Zm9v"},
+                                   {"foob", "Zm9vYg=="},
+                                   {"fooba", "Zm9vYmE="},
+                                   {"foobar", "Zm9vYmFy"}};
+    for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+        char enc[32];
+        size_t n = base64_encode(vec[i][0], strlen(vec[i][0]), enc);
+        ck_assert_uint_eq(n, base64_encoded_len(strlen(vec[i][0])));
+        enc[n] = '\0';
+        ck_assert_str_eq(enc, vec[i][1]);
+        char dec[32];
+        long d = base64_decode(enc, n, dec);
+        ck_assert_int_eq(d, (long)strlen(vec[i][0]));
+        ck_assert_mem_eq(dec, vec[i][0], (size_t)d);
+    }
+    char dec[8];
+    ck_assert_int_eq(base64_decode("Zm9", 3, dec), -1);
+    ck_assert_int_eq(base64_decode("Z=9v", 4, dec), -1);
+    ck_assert_int_eq(base64_decode("Zm9*", 4, dec), -1);
+}
+END_TEST
+
+Suite *text_suite(void)
+{
+    Suite *s = suite_create("text");
+    TCase *tc = tcase_create("utf8-json-base64");
+    tcase_add_test(tc, decode_rules);
+    tcase_add_test(tc, sanitize);
+    tcase_add_test(tc, json_strings);
+    tcase_add_test(tc, json_structure);
+    tcase_add_test(tc, base64_roundtrip);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,33 @@
+# Shared by tools/run, tools/test and tools/bench: install what is missing, build.
+# Sourced, not run.
+
+SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Debian packages the build, the tests and the benchmark need.
+SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
+    libcap-ng-dev check libcurl4-openssl-dev clang-format)
+
+sbxd_install_deps() {
+    local missing=()
+    for p in "${SBXD_DEPS[@]}" "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "== installing: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "tools: need root to install ${missing[*]} (or install them yourself)" >&2
+        return 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# sbxd_build DIR [cmake args...]: configure (once) and build.
+sbxd_build() {
+    local dir=$1
+    shift
+    cmake -S "$SBXD_ROOT" -B "$dir" "$@" >/dev/null
+    cmake --build "$dir" -j"$(nproc)"
+}
