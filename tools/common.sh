@@ -24,10 +24,27 @@ sbxd_install_deps() {
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-# sbxd_build DIR [cmake args...]: configure (once) and build.
+# The libmicrohttpd to build against: one without HTTPS (tools/build-mhd) when it can be
+# built here, else the system's, with a warning (sbxd works the same, with ~2.3 MiB more
+# resident memory). Sets SBXD_MHD_PREFIX ("" for the system's).
+sbxd_mhd() {
+    if [ -z "${SBXD_MHD_PREFIX+set}" ]; then
+        if SBXD_MHD_PREFIX=$("$SBXD_ROOT/tools/build-mhd"); then
+            :
+        else
+            echo "tools: warning: could not build libmicrohttpd without HTTPS; using the" \
+                "system's (idle RSS is ~2.3 MiB higher)" >&2
+            SBXD_MHD_PREFIX=""
+        fi
+    fi
+    export SBXD_MHD_PREFIX
+}
+
+# sbxd_build DIR [cmake args...]: configure and build (incrementally).
 sbxd_build() {
     local dir=$1
     shift
-    cmake -S "$SBXD_ROOT" -B "$dir" "$@" >/dev/null
+    sbxd_mhd
+    cmake -S "$SBXD_ROOT" -B "$dir" -DSBXD_MHD_PREFIX="$SBXD_MHD_PREFIX" "$@" >/dev/null
     cmake --build "$dir" -j"$(nproc)"
 }
