@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include "sbxd/config.h"
 #include "sbxd/job.h"
+#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/reaper.h"
 #include "sbxd/resolve.h"
@@ -83,6 +85,11 @@ int main(int argc, char **argv)
     }
     ensure_std_fds();
     log_init(cfg.log_format);
+    /* Large buffers (captured output, bodies, results) each get their own mapping, returned
+     * to the kernel when freed. glibc would otherwise raise this threshold after the first
+     * large free and keep later ones in its heaps: one big result, and the daemon stays
+     * tens of MiB larger for good. A fixed value also turns that adjustment off. */
+    mallopt(M_MMAP_THRESHOLD, SBXD_MMAP_THRESHOLD);
 
     /* Writes to a vanished client must fail with EPIPE, not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);

@@ -16,6 +16,11 @@
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 
+/* Transient memory (KiB) of one request above which the daemon's peak RSS is reset before the
+ * next spawn; about the most of the daemon's memory a command's memory_peak_bytes may wrongly
+ * include (see spawn.c). */
+#define SBXD_PEAK_SLACK_KB 512
+
 /* Stack of the short-lived clone child between clone() and execve(). */
 #define SBXD_SPAWN_STACK 32768
 
@@ -35,6 +40,9 @@
 /* Body bytes read and dropped past --max-body-bytes (when no Content-Length announced the
  * size) before the connection is closed instead of answered with 413. */
 #define SBXD_BODY_DISCARD_MAX (16 * 1024 * 1024)
+
+/* Allocations from this size up are mappings of their own, unmapped when freed (main.c). */
+#define SBXD_MMAP_THRESHOLD (64 * 1024)
 
 /* Stack of each connection thread. */
 #define SBXD_THREAD_STACK (512 * 1024)

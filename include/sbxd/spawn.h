@@ -12,6 +12,7 @@
 #ifndef SBXD_SPAWN_H
 #define SBXD_SPAWN_H
 
+#include <stddef.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -37,6 +38,11 @@ struct spawn_spec {
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */
 void spawn_init(void);
+
+/* The daemon has just held `bytes` of transient memory (buffers of a finished request). If
+ * that is a lot, the next spawn first resets the daemon's peak RSS, which the kernel would
+ * otherwise count into the child's memory_peak_bytes. */
+void spawn_note_daemon_peak(size_t bytes);
 
 /*
  * Start the child. Returns its pid (also written to *pid_slot by the kernel), or -1 with err

@@ -35,8 +35,34 @@ struct linux_dirent64 {
  * must be reset in the child. All of them until spawn_init() has looked. */
 static uint64_t ignored_signals = ~0ULL;
 
-/* /proc/self/clear_refs, kept open: see spawn_child. */
+/* /proc/self/clear_refs, kept open, and whether the daemon's peak RSS may have grown since
+ * it was last reset: see reset_peak_if_grown. */
 static int clear_refs_fd = -1;
+static int peak_stale = 1;
+
+/*
+ * At execve the kernel folds the outgoing mm's peak RSS into the child's maxrss, and a CLONE_VM
+ * child's outgoing mm is the daemon's. So once one large request has raised the daemon's peak,
+ * every later command would report it as its own memory_peak_bytes. Whoever makes the daemon
+ * hold a lot of memory for a while says so (spawn_note_daemon_peak), and the next spawn resets
+ * the peak to the current size (value 5 of clear_refs). The reset takes the mm's write lock,
+ * so it is done only then, not on every spawn. (Best effort: gVisor has no clear_refs.)
+ */
+static void reset_peak_if_grown(void)
+{
+    if (clear_refs_fd < 0 || !__atomic_exchange_n(&peak_stale, 0, __ATOMIC_ACQ_REL))
+        return;
+    if (write(clear_refs_fd, "5", 1) < 0) {
+        close(clear_refs_fd);
+        clear_refs_fd = -1;
+    }
+}
+
+void spawn_note_daemon_peak(size_t bytes)
+{
+    if (bytes >= (size_t)SBXD_PEAK_SLACK_KB * 1024)
+        __atomic_store_n(&peak_stale, 1, __ATOMIC_RELEASE);
+}
 
 void spawn_init(void)
 {
@@ -163,14 +189,7 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     /* The child's stack: this frame's own, idle while CLONE_VFORK suspends us. */
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL};
-    /* At execve the kernel folds the outgoing mm's peak RSS into the child's maxrss, and a
-     * CLONE_VM child's outgoing mm is the daemon's. Resetting the daemon's peak to its current
-     * size first keeps one earlier large request from inflating every later command's
-     * memory_peak_bytes. (Best effort: gVisor has no clear_refs.) */
-    if (clear_refs_fd >= 0 && write(clear_refs_fd, "5", 1) < 0) {
-        close(clear_refs_fd);
-        clear_refs_fd = -1;
-    }
+    reset_peak_if_grown();
     pid_t pid = clone(child_main, stack + sizeof(stack),
                       CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx, pid_slot);
     if (pid < 0) {

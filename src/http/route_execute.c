@@ -9,6 +9,7 @@
 #include "sbxd/log.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
+#include "sbxd/spawn.h"
 
 static void write_stream(struct jsonw *w, const char *key, const struct outbuf *ob,
                          enum exec_encoding enc)
@@ -144,6 +145,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct jsonw w;
     jw_init(&w, 512 + out.len + errb.len);
     write_result(&w, job, &out, &errb, req.encoding);
+    spawn_note_daemon_peak(out.alloc + errb.alloc + w.cap + rc->body_cap);
     audit(&req, job, rc->client);
     outbuf_free(&out);
     outbuf_free(&errb);

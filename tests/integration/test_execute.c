@@ -224,6 +224,24 @@ START_TEST(output_flood_is_capped_with_bounded_memory)
 }
 END_TEST
 
+#ifndef SBXD_SANITIZED /* see execute_suite */
+START_TEST(memory_peak_is_not_inflated_by_earlier_requests)
+{
+    cJSON *r = run("{\"command\":\"true\"}");
+    double before = jnum(r, "memory_peak_bytes");
+    cJSON_Delete(r);
+    /* A request that makes the daemon itself hold several MiB for a moment ... */
+    r = run("{\"command\":\"head -c 4000000 /dev/zero; head -c 4000000 /dev/zero >&2\"}");
+    cJSON_Delete(r);
+    /* ... must not show up in the next command's own peak. */
+    r = run("{\"command\":\"true\"}");
+    double after = jnum(r, "memory_peak_bytes");
+    cJSON_Delete(r);
+    ck_assert_msg(after < before + 1024 * 1024, "peak %.0f after, %.0f before", after, before);
+}
+END_TEST
+#endif
+
 static void *concurrent_one(void *arg)
 {
     intptr_t i = (intptr_t)arg;
@@ -504,6 +522,11 @@ Suite *execute_suite(void)
     tcase_add_test(tc, timeout_kills_the_whole_group);
     tcase_add_test(tc, background_child_does_not_hold_the_answer);
     tcase_add_test(tc, output_flood_is_capped_with_bounded_memory);
+#ifndef SBXD_SANITIZED
+    /* About the production allocator: ASan replaces malloc and its quarantine holds freed
+     * memory on purpose. The Release tier of tools/test runs it. */
+    tcase_add_test(tc, memory_peak_is_not_inflated_by_earlier_requests);
+#endif
     tcase_add_test(tc, thirty_two_concurrent_requests);
     tcase_add_test(tc, argv_runs_without_a_shell);
     tcase_add_test(tc, failed_to_start);
