@@ -360,7 +360,9 @@ END_TEST
 START_TEST(child_starts_clean)
 {
     /* Only 0, 1 and 2: not the daemon's sockets, not the fd 9 its parent leaked. */
-    cJSON *r = run("{\"command\":\"sleep 5.777 & ls /proc/$!/fd; kill $!\"}");
+    /* (Wait until the background child has exec'd: before, it is a forked shell.) */
+    cJSON *r = run("{\"command\":\"sleep 5.777 & p=$!; until [ \\\"$(cat /proc/$p/comm)\\\" = "
+                   "sleep ]; do :; done; ls /proc/$p/fd; kill $p\"}");
     ck_assert_str_eq(jstr(r, "stdout"), "0\n1\n2\n");
     cJSON_Delete(r);
     /* No blocked or ignored signals inherited from the daemon. */
