@@ -14,9 +14,10 @@
 enum opt_type {
     OPT_LISTEN,
     OPT_PATH,
-    OPT_UINT,  /* a whole number */
-    OPT_SIZE,  /* bytes, with optional suffix */
-    OPT_LOGFMT /* json | text */
+    OPT_UINT,   /* a whole number */
+    OPT_SIZE,   /* bytes, with optional suffix */
+    OPT_LOGFMT, /* json | text */
+    OPT_USER    /* UID:GID */
 };
 
 struct opt {
@@ -60,6 +61,9 @@ static const struct opt opts[] = {
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
      "After SIGTERM, how long running commands may finish before they are killed."},
+    {"user", "UID:GID", "SBXD_USER", NULL, 0, "1000:1000", OPT_USER, OFF(user), 0, 0,
+     "When sbxd runs as root, commands run as this user and group, with no supplementary "
+     "groups. Ignored otherwise (commands keep sbxd's own ids)."},
     {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
      "Log lines on stderr: json (one object per line) or text."},
 };
@@ -254,6 +258,27 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
             return -1;
         }
         return 0;
+    case OPT_USER: {
+        const char *colon = strchr(val, ':');
+        char num[32];
+        uint64_t uid, gid;
+        if (!colon || (size_t)(colon - val) >= sizeof(num) || strlen(val) >= sizeof(cfg->user))
+            goto bad_user;
+        memcpy(num, val, (size_t)(colon - val));
+        num[colon - val] = '\0';
+        /* 2^32-1 is (uid_t)-1, "no change" to the kernel: never a real user. */
+        if (parse_uint(num, &uid) < 0 || parse_uint(colon + 1, &gid) < 0 || uid >= 0xFFFFFFFFULL ||
+            gid >= 0xFFFFFFFFULL)
+            goto bad_user;
+        cfg->user_uid = (uid_t)uid;
+        cfg->user_gid = (gid_t)gid;
+        snprintf(cfg->user, sizeof(cfg->user), "%s", val);
+        return 0;
+    bad_user:
+        snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)", o->flag,
+                 val, src);
+        return -1;
+    }
     case OPT_UINT:
         if (parse_uint(val, &v) < 0) {
             snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);

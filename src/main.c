@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sbxd/config.h"
+#include "sbxd/harden.h"
 #include "sbxd/job.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -35,6 +37,41 @@ static void ensure_std_fds(void)
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
             _exit(1);
+}
+
+/* Commands run as the command user and must be able to write the workspace. A root-owned
+ * workspace root (as a fresh one is) is given to that user; one owned by anybody else was
+ * set up on purpose and is left alone. */
+static int give_workspace(int rootfd, const char *workspace, const struct harden_plan *h)
+{
+    struct stat st;
+    if (!h->switch_user || h->uid == 0 || fstat(rootfd, &st) < 0 || st.st_uid != 0)
+        return 0;
+    if (fchownat(rootfd, "", h->uid, h->gid, AT_EMPTY_PATH) < 0) {
+        LOG_EVENT("error", "start",
+                  LOG_S("message", "cannot give the workspace to the command user"),
+                  LOG_S("workspace", workspace), LOG_S("error", strerror(errno)));
+        return -1;
+    }
+    LOG_EVENT("info", "workspace", LOG_S("path", workspace), LOG_I("uid", h->uid),
+              LOG_I("gid", h->gid), LOG_S("action", "chown"));
+    return 0;
+}
+
+/* Under memory pressure the kernel should kill a command (1000), never sbxd: lower our own
+ * score where allowed (only with CAP_SYS_RESOURCE). Returns the score in force. */
+static int protect_daemon(void)
+{
+    int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[16] = "";
+    if (write(fd, SBXD_DAEMON_OOM_SCORE_ADJ, strlen(SBXD_DAEMON_OOM_SCORE_ADJ)) < 0) {
+        /* not allowed: keep what we have */
+    }
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    close(fd);
+    return n > 0 ? atoi(buf) : 0;
 }
 
 /* Wait up to ms for a signal in set; reap on SIGCHLD. Returns the signal, 0 on timeout. */
@@ -114,15 +151,29 @@ int main(int argc, char **argv)
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }
-    struct server *srv = server_start(&cfg, rootfd, workspace, &err);
+    struct harden_plan harden;
+    if (harden_init(&harden, cfg.user_uid, cfg.user_gid, &err) < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        close(rootfd);
+        return 1;
+    }
+    if (give_workspace(rootfd, workspace, &harden) < 0) {
+        harden_free(&harden);
+        close(rootfd);
+        return 1;
+    }
+    harden.daemon_oom_score_adj = protect_daemon();
+    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        harden_free(&harden);
         close(rootfd);
         return 1;
     }
     LOG_EVENT("info", "listening", LOG_S("listen", cfg.listen), LOG_I("port", server_port(srv)),
               LOG_S("workspace", workspace), LOG_S("version", SBXD_VERSION),
-              LOG_I("max_running", cfg.max_running),
+              LOG_I("max_running", cfg.max_running), LOG_I("command_uid", harden.uid),
+              LOG_I("command_gid", harden.gid), LOG_B("seccomp", harden.seccomp),
               LOG_D("startup_ms", (double)(time_mono_ns() - t0) / 1e6));
 
     for (;;) {
@@ -135,6 +186,7 @@ int main(int argc, char **argv)
     drain(srv, &cfg, &set);
     server_stop(srv);
     reaper_reap();
+    harden_free(&harden);
     close(rootfd);
     LOG_EVENT("info", "stopped", LOG_I("exit_code", 0));
     return 0;

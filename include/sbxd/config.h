@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "sbxd/log.h"
 
@@ -25,6 +26,9 @@ struct sbxd_config {
     uint64_t max_running;
     uint64_t shutdown_grace_ms;
     enum log_format log_format;
+    char user[32]; /* "UID:GID" as given */
+    uid_t user_uid;
+    gid_t user_gid;
 };
 
 enum config_outcome {

@@ -13,12 +13,14 @@
 
 #include "sbxd/config.h"
 #include "sbxd/err.h"
+#include "sbxd/harden.h"
 
 struct server {
     struct MHD_Daemon *mhd;
     const struct sbxd_config *cfg;
     int rootfd;
     char workspace[PATH_MAX];
+    const struct harden_plan *harden;
     int64_t start_ns;
     uint16_t port;
     unsigned running; /* atomic */

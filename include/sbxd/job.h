@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "sbxd/err.h"
+#include "sbxd/harden.h"
 #include "sbxd/request.h"
 
 enum job_status {
@@ -71,8 +72,9 @@ struct job;
 
 /* Everything the job needs from the daemon, fixed at start. */
 struct job_env {
-    int rootfd;    /* workspace root, for cwd resolution */
-    int cancel_fd; /* a socket whose hang-up cancels the job, or -1 */
+    int rootfd;                       /* workspace root, for cwd resolution */
+    int cancel_fd;                    /* a socket whose hang-up cancels the job, or -1 */
+    const struct harden_plan *harden; /* what every command gives up (harden.h) */
 };
 
 /*

@@ -21,6 +21,9 @@
  * include (see spawn.c). */
 #define SBXD_PEAK_SLACK_KB 512
 
+/* RLIMIT_STACK of every command (soft and hard): the usual 8 MiB default, made firm. */
+#define SBXD_CHILD_STACK (8ULL * 1024 * 1024)
+
 /* Stack of the short-lived clone child between clone() and execve(). */
 #define SBXD_SPAWN_STACK 32768
 
@@ -43,6 +46,11 @@
 
 /* Allocations from this size up are mappings of their own, unmapped when freed (main.c). */
 #define SBXD_MMAP_THRESHOLD (64 * 1024)
+
+/* The daemon's own oom_score_adj, when it may lower it: nearly never chosen by the OOM
+ * killer, while commands (1000) always go first. Not -1000, which would exempt a leaking
+ * daemon altogether. */
+#define SBXD_DAEMON_OOM_SCORE_ADJ "-999"
 
 /* Stack of each connection thread. */
 #define SBXD_THREAD_STACK (512 * 1024)

@@ -36,6 +36,7 @@ struct exec_request {
     size_t stdin_len;
     bool has_stdin;
     uint64_t timeout_ms;
+    bool network; /* false: the command may not open AF_INET/AF_INET6 sockets */
     struct exec_limits limits;
     enum exec_encoding encoding;
 };

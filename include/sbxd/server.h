@@ -9,12 +9,13 @@
 
 #include "sbxd/config.h"
 #include "sbxd/err.h"
+#include "sbxd/harden.h"
 
 struct server;
 
 /* Listen as cfg says and serve; rootfd and workspace (absolute) are the workspace root. */
 struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
-                            struct sbxd_err *err);
+                            const struct harden_plan *harden, struct sbxd_err *err);
 
 uint16_t server_port(const struct server *srv);
 

@@ -12,11 +12,13 @@
 #ifndef SBXD_SPAWN_H
 #define SBXD_SPAWN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
 #include "sbxd/err.h"
+#include "sbxd/harden.h"
 
 #define SPAWN_MAX_RLIMITS 8
 
@@ -33,6 +35,8 @@ struct spawn_spec {
     int cwd_fd; /* an fd of the working directory, or -1 */
     struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
     int nrlimits;
+    const struct harden_plan *harden; /* applied last, right before execve; NULL: none */
+    bool network;                     /* false: no AF_INET/AF_INET6 sockets */
 };
 
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call

@@ -227,8 +227,12 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .stdout_fd = out_p[1],
         .stderr_fd = err_p[1],
         .cwd_fd = cwd_fd >= 0 ? cwd_fd : env->rootfd,
+        .harden = env->harden,
+        .network = req->network,
     };
     add_rlimit(&spec, RLIMIT_CORE, 0, 0); /* no core dumps of untrusted memory */
+    /* A bounded stack: deep recursion fails in the command, not by eating the pod. */
+    add_rlimit(&spec, RLIMIT_STACK, SBXD_CHILD_STACK, SBXD_CHILD_STACK);
     if (req->limits.cpu_ms != EXEC_LIMIT_UNSET) {
         /* SIGXCPU at the soft limit, SIGKILL a second later for those who catch it. */
         uint64_t secs = (req->limits.cpu_ms + 999) / 1000;

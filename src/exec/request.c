@@ -221,8 +221,8 @@ static int parse_command(const cJSON *cmd, struct exec_request *req, struct sbxd
     return 0;
 }
 
-static const char *const known_fields[] = {"command",    "argv",   "stdin",    "env", "cwd",
-                                           "timeout_ms", "limits", "encoding", NULL};
+static const char *const known_fields[] = {"command",    "argv",   "stdin",    "env",     "cwd",
+                                           "timeout_ms", "limits", "encoding", "network", NULL};
 
 static int parse_fields(const cJSON *root, const struct request_policy *pol,
                         struct exec_request *req, struct sbxd_err *err)
@@ -238,7 +238,7 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
         if (!known)
             return sbxd_fail(err, SBXD_E_INVALID, 0,
                              "unknown field '%.64s' (known: command, argv, stdin, env, cwd, "
-                             "timeout_ms, limits, encoding)",
+                             "timeout_ms, limits, encoding, network)",
                              c->string);
     }
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(root, "command");
@@ -285,6 +285,13 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
     const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
     if (lim && parse_limits(lim, req, err) < 0)
         return -1;
+
+    req->network = true;
+    const cJSON *net = cJSON_GetObjectItemCaseSensitive(root, "network");
+    if (net && !cJSON_IsBool(net))
+        return invalid(err, "'%s' must be true or false", "network");
+    if (net)
+        req->network = cJSON_IsTrue(net);
 
     const cJSON *enc = cJSON_GetObjectItemCaseSensitive(root, "encoding");
     if (enc) {

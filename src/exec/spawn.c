@@ -158,6 +158,10 @@ NO_SANITIZE static int child_main(void *arg)
             c->step = "setrlimit";
             goto fail;
         }
+    /* Credentials, capabilities, no_new_privs and seccomp come last: from here on the child
+     * can do little but execve. */
+    if (s->harden && harden_child(s->harden, s->network, &c->step) < 0)
+        goto fail;
     uint64_t empty = 0;
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
 
@@ -190,6 +194,9 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL};
     reset_peak_if_grown();
+    /* Never start a command without its filter: no filter on this thread, no spawn. */
+    if (spec->harden && harden_thread(spec->harden, err) < 0)
+        return -1;
     pid_t pid = clone(child_main, stack + sizeof(stack),
                       CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx, pid_slot);
     if (pid < 0) {

@@ -120,7 +120,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                            (unsigned long long)srv->cfg->max_running);
     }
 
-    struct job_env env = {.rootfd = srv->rootfd, .cancel_fd = cancel_fd(c)};
+    struct job_env env = {.rootfd = srv->rootfd, .cancel_fd = cancel_fd(c), .harden = srv->harden};
     struct job *job = job_start(&req, &env, &err);
     if (!job) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);

@@ -7,10 +7,12 @@
 
 /* What this build enforces for every command, stated as it is. Later isolation backends
  * (cgroups, namespaces, seccomp, credentials) report here too. */
-static void write_isolation(struct jsonw *w)
+/* What every command gets, stated as it is, not as it is hoped. Later isolation backends
+ * (cgroups, PID namespaces) report here too. */
+static void write_isolation(struct jsonw *w, const struct harden_plan *h)
 {
     char user[32];
-    snprintf(user, sizeof(user), "%u:%u", (unsigned)getuid(), (unsigned)getgid());
+    snprintf(user, sizeof(user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
     jw_key(w, "isolation");
     jw_obj_begin(w);
     jw_key(w, "cgroup");
@@ -24,13 +26,19 @@ static void write_isolation(struct jsonw *w)
     jw_key(w, "tree_kill");
     jw_str(w, "pgid"); /* setsid + kill(-pgid): misses processes that leave the group */
     jw_key(w, "seccomp");
-    jw_str(w, "none");
+    jw_str(w, h->seccomp ? "deny-list" : "none");
     jw_key(w, "capabilities");
-    jw_str(w, "inherited");
+    jw_str(w, h->drop_bounding ? "none" : "none-bounding-kept");
     jw_key(w, "no_new_privs");
-    jw_bool(w, false);
+    jw_bool(w, true);
     jw_key(w, "user");
     jw_str(w, user);
+    jw_key(w, "groups");
+    jw_str(w, h->switch_user ? "none" : "inherited");
+    jw_key(w, "oom_score_adj");
+    jw_int(w, 1000);
+    jw_key(w, "daemon_oom_score_adj");
+    jw_int(w, h->daemon_oom_score_adj);
     jw_key(w, "fds");
     jw_str(w, "closed");
     jw_key(w, "environment");
@@ -57,7 +65,7 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
     jw_key(&w, "max_running");
     jw_uint(&w, srv->cfg->max_running);
-    write_isolation(&w);
+    write_isolation(&w, srv->harden);
     jw_obj_end(&w);
     return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }

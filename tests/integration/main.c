@@ -13,6 +13,7 @@ int main(void)
     SRunner *sr = srunner_create(execute_suite());
     srunner_add_suite(sr, errors_suite());
     srunner_add_suite(sr, lifecycle_suite());
+    srunner_add_suite(sr, isolation_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

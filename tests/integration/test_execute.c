@@ -398,7 +398,7 @@ START_TEST(healthz_and_root)
     cJSON *iso = cJSON_GetObjectItem(r.json, "isolation");
     ck_assert(cJSON_IsObject(iso));
     ck_assert_str_eq(jstr(iso, "tree_kill"), "pgid");
-    ck_assert_str_eq(jstr(iso, "seccomp"), "none");
+    ck_assert_str_eq(jstr(iso, "seccomp"), "deny-list");
     http_resp_free(&r);
     ck_assert_int_eq(http_request(&g_sbxd, "HEAD", "/healthz", NULL, NULL, 0, 0, &r), 0);
     ck_assert_int_eq(r.status, 200);

@@ -33,6 +33,8 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.max_body_bytes, 1048576);
     ck_assert_uint_eq(cfg.max_running, 32);
     ck_assert_int_eq(cfg.log_format, LOG_FORMAT_JSON);
+    ck_assert_uint_eq(cfg.user_uid, 1000);
+    ck_assert_uint_eq(cfg.user_gid, 1000);
 }
 END_TEST
 
@@ -80,11 +82,20 @@ START_TEST(bad_values_name_the_option)
         const char *arg;
         const char *needle;
     } cases[] = {
-        {"--max-running=abc", "--max-running"}, {"--max-running=0", "out of range"},
-        {"--max-running=-1", "--max-running"},  {"--max-output-bytes=12XB", "--max-output-bytes"},
-        {"--listen=nonsense", "--listen"},      {"--listen=1.2.3.4:99999", "--listen"},
-        {"--log-format=xml", "--log-format"},   {"--timeout-ms=0", "--timeout-ms"},
-        {"--no-such-flag", "unknown option"},   {"positional", "unexpected argument"},
+        {"--max-running=abc", "--max-running"},
+        {"--max-running=0", "out of range"},
+        {"--max-running=-1", "--max-running"},
+        {"--max-output-bytes=12XB", "--max-output-bytes"},
+        {"--listen=nonsense", "--listen"},
+        {"--listen=1.2.3.4:99999", "--listen"},
+        {"--log-format=xml", "--log-format"},
+        {"--user=nobody", "--user"},
+        {"--user=1000", "--user"},
+        {"--user=1000:", "--user"},
+        {"--user=4294967295:0", "--user"},
+        {"--timeout-ms=0", "--timeout-ms"},
+        {"--no-such-flag", "unknown option"},
+        {"positional", "unexpected argument"},
     };
     char *envp[] = {NULL};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

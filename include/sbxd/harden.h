@@ -1,0 +1,50 @@
+/*
+ * harden.h - what every command gives up before its first instruction: the daemon's
+ * credentials and capabilities, the ability to gain privileges, a set of dangerous syscalls,
+ * and its claim to survive an out-of-memory kill.
+ *
+ * Everything is decided and compiled at start-up (harden_init): the seccomp programs are
+ * built with libseccomp there and kept as BPF, because the child may make raw syscalls only
+ * (see spawn.h). harden_child() is that child side.
+ */
+#ifndef SBXD_HARDEN_H
+#define SBXD_HARDEN_H
+
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "sbxd/err.h"
+
+struct harden_plan {
+    bool switch_user; /* the daemon is root: commands run as uid:gid, no supplementary groups */
+    uid_t uid;
+    gid_t gid;
+    bool drop_caps;     /* clear ambient, inheritable, permitted, effective */
+    bool drop_bounding; /* the daemon's bounding set was emptied at start: commands inherit it */
+    bool seccomp;       /* the deny-list could be built and is installed */
+    int daemon_oom_score_adj;       /* sbxd's own, for /healthz (main.c sets it) */
+    struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
+    struct sock_fprog filter_nonet; /* no AF_INET/AF_INET6 sockets, stacked per command */
+};
+
+/* Decide the plan for commands running as uid:gid (ignored when the daemon is not root) and
+ * build the seccomp programs. Fails only when something that should work does not. */
+int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *err);
+void harden_free(struct harden_plan *p);
+
+/* Load the deny-list (and no_new_privs) on the calling thread, once per thread, before it
+ * spawns: its children inherit the loaded filter instead of each compiling their own. */
+int harden_thread(const struct harden_plan *p, struct sbxd_err *err);
+
+/*
+ * In the child, after setsid/fds/rlimits, right before execve: oom_score_adj 1000, drop
+ * groups and switch user, clear every capability set, no_new_privs, then seccomp. Raw
+ * syscalls only. Returns 0, or -1 with errno set and *step naming what failed.
+ */
+int harden_child(const struct harden_plan *p, bool network, const char **step);
+
+/* The syscalls the deny-list refuses (NULL-terminated), for /healthz and the tests. */
+extern const char *const harden_denied_syscalls[];
+
+#endif

@@ -1,0 +1,254 @@
+#include <cap-ng.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sbxd/harden.h"
+
+/*
+ * The deny-list, each with the attack it stops. EPERM, not a kill: SECCOMP_RET_KILL_PROCESS
+ * kills only the calling thread under gVisor, and a clean error is easier to understand.
+ */
+const char *const harden_denied_syscalls[] = {
+    "ptrace",           /* reading or steering other processes of the same user */
+    "process_vm_readv", /* the same, without ptrace */
+    "process_vm_writev",
+    "mount", /* changing what the filesystem shows */
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare", /* new namespaces: the doorway to most container escapes */
+    "setns",
+    "bpf", /* kernel attack surface */
+    "perf_event_open",
+    "userfaultfd",    /* a classic tool for winning kernel races */
+    "io_uring_setup", /* large attack surface, bypasses syscall filtering */
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl", /* the kernel keyring is not namespaced */
+    "add_key",
+    "request_key",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "open_by_handle_at", /* opens files by handle, around path checks (the "shocker" escape) */
+    "name_to_handle_at",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "iopl",
+    "ioperm",
+    "syslog",
+    NULL,
+};
+
+/* Namespace flags that clone(2) must not carry (the clone-based twin of unshare). */
+static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                                    CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+
+enum filter_kind {
+    FILTER_DENY_LIST,  /* the deny-list of harden_denied_syscalls and clone flags */
+    FILTER_NO_NETWORK, /* only: no AF_INET/AF_INET6 sockets (stacked on the deny-list) */
+};
+
+static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err *err)
+{
+    int rc = -1, mfd = -1;
+    void *buf = NULL;
+    /* Syscalls of another ABI (x32, i386 via int 0x80) are refused as a whole. */
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "seccomp_init failed");
+    int e = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
+    /* no_new_privs is set before the filter is loaded, by harden_thread. */
+    if (!e)
+        e = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+    /* A binary tree over syscall numbers rather than a chain every allowed call walks. */
+    if (!e)
+        e = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    if (kind == FILTER_DENY_LIST) {
+        for (int i = 0; !e && harden_denied_syscalls[i]; i++) {
+            int nr = seccomp_syscall_resolve_name(harden_denied_syscalls[i]);
+            if (nr == __NR_SCMP_ERROR)
+                continue; /* not on this architecture */
+            e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+        }
+        for (size_t i = 0; !e && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
+            e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+        /* clone3 passes its flags in memory a filter cannot read. ENOSYS, not EPERM: libc
+         * then falls back to clone, which the rules above do check. */
+        if (!e)
+            e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    } else {
+        e = e ? e
+              : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+                                 SCMP_A0(SCMP_CMP_EQ, AF_INET));
+        e = e ? e
+              : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+                                 SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+    }
+    if (e) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, -e, "cannot build the seccomp filter");
+        goto out;
+    }
+    /* libseccomp writes the BPF to an fd; keep it in memory for the children. */
+    mfd = memfd_create("sbxd-seccomp", MFD_CLOEXEC);
+    if (mfd < 0 || (e = seccomp_export_bpf(ctx, mfd)) < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, mfd < 0 ? errno : -e, "cannot export seccomp BPF");
+        goto out;
+    }
+    off_t len = lseek(mfd, 0, SEEK_END);
+    if (len <= 0 || len % (off_t)sizeof(struct sock_filter) || !(buf = malloc((size_t)len)) ||
+        pread(mfd, buf, (size_t)len, 0) != len) {
+        sbxd_fail(err, SBXD_E_INTERNAL, EIO, "cannot read the seccomp BPF back");
+        free(buf);
+        goto out;
+    }
+    out->len = (unsigned short)(len / (off_t)sizeof(struct sock_filter));
+    out->filter = buf;
+    rc = 0;
+out:
+    if (mfd >= 0)
+        close(mfd);
+    seccomp_release(ctx);
+    return rc;
+}
+
+int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *err)
+{
+    memset(p, 0, sizeof(*p));
+    p->switch_user = geteuid() == 0;
+    p->uid = p->switch_user ? uid : geteuid();
+    p->gid = p->switch_user ? gid : getegid();
+    p->drop_caps = true;
+    /*
+     * The bounding set is emptied here, once, for the daemon itself: capabilities belong to
+     * threads, threads inherit them from their creator and children from their parent, so
+     * every command starts with an empty bounding set at no cost per command (dropping 41
+     * capabilities one prctl at a time in each child cost ~0.1 ms). The daemon keeps its
+     * permitted and effective sets (to switch users, chown, signal); the bounding set only
+     * limits what an execve may grant, and sbxd never execs. This must run before any thread
+     * exists. It takes CAP_SETPCAP: a daemon without it keeps the set, and /healthz says so.
+     */
+    if (capng_get_caps_process() == 0 && capng_have_capability(CAPNG_EFFECTIVE, CAP_SETPCAP)) {
+        capng_clear(CAPNG_SELECT_BOUNDS);
+        if (capng_apply(CAPNG_SELECT_BOUNDS) < 0) {
+            harden_free(p);
+            return sbxd_fail(err, SBXD_E_INTERNAL, EPERM,
+                             "cannot empty the capability bounding set");
+        }
+        p->drop_bounding = true;
+    }
+    if (build(&p->filter, FILTER_DENY_LIST, err) < 0 ||
+        build(&p->filter_nonet, FILTER_NO_NETWORK, err) < 0) {
+        harden_free(p);
+        return -1;
+    }
+    p->seccomp = true;
+    return 0;
+}
+
+void harden_free(struct harden_plan *p)
+{
+    free(p->filter.filter);
+    free(p->filter_nonet.filter);
+    memset(p, 0, sizeof(*p));
+}
+
+/*
+ * Loading a filter costs ~0.1 ms (the kernel converts and JIT-compiles it), evaluating it a
+ * few ns per syscall, and children inherit their parent thread's filter by reference. So
+ * the deny-list is loaded once on each thread that spawns (with no_new_privs, which it
+ * requires), and every command that thread starts inherits it for free. The daemon's own
+ * spawning threads are then held to the deny-list too; sbxd needs none of those syscalls.
+ */
+static __thread bool thread_filtered;
+
+int harden_thread(const struct harden_plan *p, struct sbxd_err *err)
+{
+    if (thread_filtered || !p->seccomp)
+        return 0;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot set no_new_privs");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p->filter, 0, 0) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot load the seccomp filter");
+    thread_filtered = true;
+    return 0;
+}
+
+#define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+NO_SANITIZE int harden_child(const struct harden_plan *p, bool network, const char **step)
+{
+    /* Under memory pressure the kernel kills a command, never the daemon. */
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        syscall(SYS_write, fd, "1000", 4);
+        syscall(SYS_close, fd);
+    }
+    /* (The bounding set is empty already: inherited from the daemon, see harden_init.) */
+    if (p->drop_caps)
+        syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    /* Raw syscalls: glibc's set*id wrappers signal every thread, which a vfork child must
+     * not do. Groups first, while still allowed to change them. */
+    if (p->switch_user) {
+        if (syscall(SYS_setgroups, 0, NULL) < 0) {
+            *step = "setgroups";
+            return -1;
+        }
+        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0) {
+            *step = "setresgid";
+            return -1;
+        }
+        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0) {
+            *step = "setresuid";
+            return -1;
+        }
+    }
+    if (p->drop_caps) {
+        /* Leaving uid 0 cleared permitted and effective; inheritable stays unless cleared,
+         * and a non-root daemon's own capabilities are cleared here too. */
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct data[2] = {{0, 0, 0}, {0, 0, 0}};
+        if (syscall(SYS_capset, &hdr, data) < 0) {
+            *step = "capset";
+            return -1;
+        }
+    }
+    /* execve of a setuid binary must not raise privileges. (Inherited already from the
+     * spawning thread when seccomp is on; set it here in every case.) */
+    if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        *step = "no_new_privs";
+        return -1;
+    }
+    /* The deny-list is inherited (harden_thread); only a request without network pays for
+     * loading a second, small filter on top of it. */
+    if (p->seccomp && !network &&
+        syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p->filter_nonet, 0, 0) < 0) {
+        *step = "seccomp";
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,276 @@
+/* What a command can no longer do: each test tries the forbidden thing from inside one. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+/* Commands run as 1000:1000 when the daemon (started by this root test) is root. */
+static bool as_root(void)
+{
+    return geteuid() == 0;
+}
+
+static cJSON *run(const char *json)
+{
+    return execute(&g_sbxd, json);
+}
+
+/* The value of a "Key:\tvalue" line of /proc/self/status output. */
+static const char *field(const char *status, const char *key, char *out, size_t n)
+{
+    char k[64];
+    snprintf(k, sizeof(k), "\n%s:\t", key);
+    const char *p = strstr(status, k);
+    ck_assert_msg(p, "no %s in %s", key, status);
+    p += strlen(k);
+    size_t len = strcspn(p, "\n");
+    snprintf(out, n, "%.*s", (int)len, p);
+    return out;
+}
+
+START_TEST(credentials_and_capabilities_are_dropped)
+{
+    cJSON *r = run("{\"command\":\"echo; cat /proc/self/status\"}");
+    const char *st = jstr(r, "stdout");
+    char v[128];
+    if (as_root()) {
+        ck_assert_str_eq(field(st, "Uid", v, sizeof(v)), "1000\t1000\t1000\t1000");
+        ck_assert_str_eq(field(st, "Gid", v, sizeof(v)), "1000\t1000\t1000\t1000");
+        /* no supplementary groups: none of root's */
+        field(st, "Groups", v, sizeof(v));
+        ck_assert_msg(strspn(v, " ") == strlen(v), "groups: '%s'", v);
+        ck_assert_str_eq(field(st, "CapBnd", v, sizeof(v)), "0000000000000000");
+    }
+    /* A setuid or file-capability binary can hand nothing back: every set is empty. */
+    static const char *caps[] = {"CapInh", "CapPrm", "CapEff", "CapAmb"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_str_eq(field(st, caps[i], v, sizeof(v)), "0000000000000000");
+    ck_assert_str_eq(field(st, "NoNewPrivs", v, sizeof(v)), "1");
+    ck_assert_str_eq(field(st, "Seccomp", v, sizeof(v)), "2");
+    cJSON_Delete(r);
+}
+END_TEST
+
+/* Copy the probe into the workspace: the build tree may not be readable by the command user. */
+static void install_probe(void)
+{
+    char dst[400];
+    snprintf(dst, sizeof(dst), "%s/sbxd-probe", g_sbxd.ws);
+    int in = open(SBXD_PROBE, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    ck_assert(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+    chmod(dst, 0755);
+}
+
+/* The errno the probe reported for name ("OK" when the call succeeded). */
+static const char *probe_result(const char *out, const char *name, char *buf, size_t n)
+{
+    char k[64];
+    snprintf(k, sizeof(k), "%s ", name);
+    const char *p = out;
+    while ((p = strstr(p, k)) && p != out && p[-1] != '\n')
+        p++;
+    ck_assert_msg(p, "probe did not report %s:\n%s", name, out);
+    p += strlen(k);
+    snprintf(buf, n, "%.*s", (int)strcspn(p, "\n"), p);
+    return buf;
+}
+
+START_TEST(denied_syscalls_fail_with_eperm)
+{
+    install_probe();
+    cJSON *r = run("{\"argv\":[\"./sbxd-probe\"]}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    const char *out = jstr(r, "stdout");
+    /* Each name and the attack it stands for is in src/exec/harden.c. */
+    static const char *denied[] = {
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "unshare",
+        "setns",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "kexec_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "reboot",
+        "swapon",
+        "swapoff",
+        "acct",
+        "syslog",
+        "fsopen",
+        "open_tree",
+        "move_mount",
+        "fsmount",
+        "fspick",
+        "fsconfig",
+        "mount_setattr",
+        "clone_newuser",
+    };
+    char v[64];
+    for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
+        ck_assert_msg(strcmp(probe_result(out, denied[i], v, sizeof(v)), "EPERM") == 0,
+                      "%s gave %s, not EPERM", denied[i], v);
+#if defined(__x86_64__)
+    ck_assert_str_eq(probe_result(out, "iopl", v, sizeof(v)), "EPERM");
+    ck_assert_str_eq(probe_result(out, "i386_abi", v, sizeof(v)), "EPERM"); /* other ABIs */
+#endif
+    /* clone3 says ENOSYS so that libc falls back to clone, whose flags the filter checks. */
+    ck_assert_str_eq(probe_result(out, "clone3", v, sizeof(v)), "ENOSYS");
+    /* What is not denied still works. */
+    ck_assert_str_eq(probe_result(out, "socket_inet", v, sizeof(v)), "OK");
+    ck_assert_str_eq(probe_result(out, "socket_unix", v, sizeof(v)), "OK");
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(network_false_refuses_inet_sockets)
+{
+    install_probe();
+    cJSON *r = run("{\"argv\":[\"./sbxd-probe\"],\"network\":false}");
+    const char *out = jstr(r, "stdout");
+    char v[64];
+    ck_assert_str_eq(probe_result(out, "socket_inet", v, sizeof(v)), "EACCES");
+    ck_assert_str_eq(probe_result(out, "socket_inet6", v, sizeof(v)), "EACCES");
+    ck_assert_str_eq(probe_result(out, "socket_unix", v, sizeof(v)), "OK");
+    cJSON_Delete(r);
+    struct http_resp resp;
+    const char *b = "{\"command\":\"true\",\"network\":\"no\"}";
+    http_request(&g_sbxd, "POST", "/execute", NULL, b, strlen(b), 0, &resp);
+    assert_error(&resp, 400, "INVALID_ARGUMENT");
+    http_resp_free(&resp);
+}
+END_TEST
+
+/* Whether this host lets a process lower its oom_score_adj (CAP_SYS_RESOURCE), tried in a
+ * throwaway child as sbxd tries it for itself. */
+static bool may_lower_oom_score(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY);
+        _exit(fd >= 0 && write(fd, "-999", 4) == 4 ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int daemon_oom_score(void)
+{
+    char p[64], buf[16] = "";
+    snprintf(p, sizeof(p), "/proc/%d/oom_score_adj", (int)g_sbxd.pid);
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    return atoi(buf);
+}
+
+START_TEST(oom_score_and_stack)
+{
+    /* Under memory pressure a command dies first ... */
+    cJSON *r = run("{\"command\":\"cat /proc/self/oom_score_adj; ulimit -s; ulimit -Hs\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "1000\n8192\n8192\n");
+    cJSON_Delete(r);
+    /* ... and the daemon last, when the host lets it lower its own score. */
+    if (may_lower_oom_score())
+        ck_assert_int_eq(daemon_oom_score(), -999);
+}
+END_TEST
+
+START_TEST(workspace_files_belong_to_the_command_user)
+{
+    cJSON *r =
+        run("{\"command\":\"mkdir -p own/d && echo x > own/f && stat -c '%u:%g %a' own/f\"}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    if (as_root())
+        ck_assert_str_eq(jstr(r, "stdout"), "1000:1000 644\n");
+    cJSON_Delete(r);
+    /* A later command can change what an earlier one made. */
+    r = run("{\"command\":\"echo y >> own/f && rm -r own && echo gone\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "gone\n");
+    cJSON_Delete(r);
+    struct stat st;
+    ck_assert_int_eq(stat(g_sbxd.ws, &st), 0);
+    if (as_root())
+        ck_assert_int_eq((int)st.st_uid, 1000);
+}
+END_TEST
+
+START_TEST(healthz_reports_what_is_in_force)
+{
+    struct http_resp r;
+    http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    cJSON *iso = cJSON_GetObjectItem(r.json, "isolation");
+    ck_assert_str_eq(jstr(iso, "seccomp"), "deny-list");
+    ck_assert(jbool(iso, "no_new_privs"));
+    ck_assert_int_eq((int)jnum(iso, "oom_score_adj"), 1000);
+    if (as_root()) {
+        ck_assert_str_eq(jstr(iso, "user"), "1000:1000");
+        ck_assert_str_eq(jstr(iso, "groups"), "none");
+        ck_assert_str_eq(jstr(iso, "capabilities"), "none");
+    }
+    /* What /healthz says is what the kernel has. */
+    ck_assert_int_eq((int)jnum(iso, "daemon_oom_score_adj"), daemon_oom_score());
+    http_resp_free(&r);
+}
+END_TEST
+
+START_TEST(user_flag_sets_the_command_user)
+{
+    if (!as_root())
+        return; /* only root can switch users; covered by the checks above otherwise */
+    struct daemon d;
+    const char *args[] = {"--user", "4321:8765", NULL};
+    daemon_start(&d, args, NULL);
+    cJSON *r = execute(&d, "{\"command\":\"id -u; id -g; id -G; touch x; stat -c %u:%g x\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "4321\n8765\n8765\n4321:8765\n");
+    cJSON_Delete(r);
+    int st = daemon_stop(&d, 10000);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    remove(d.log);
+}
+END_TEST
+
+Suite *isolation_suite(void)
+{
+    Suite *s = suite_create("isolation");
+    TCase *tc = tcase_create("hardening");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, credentials_and_capabilities_are_dropped);
+    tcase_add_test(tc, denied_syscalls_fail_with_eperm);
+    tcase_add_test(tc, network_false_refuses_inet_sockets);
+    tcase_add_test(tc, oom_score_and_stack);
+    tcase_add_test(tc, workspace_files_belong_to_the_command_user);
+    tcase_add_test(tc, healthz_reports_what_is_in_force);
+    tcase_add_test(tc, user_flag_sets_the_command_user);
+    suite_add_tcase(s, tc);
+    return s;
+}
