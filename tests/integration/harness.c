@@ -17,6 +17,20 @@
 
 struct daemon g_sbxd;
 
+/* Where sbxd and the probe are: the build's paths, unless the environment says otherwise
+ * (a VM or container runs the same tests from elsewhere). */
+const char *sbxd_bin(void)
+{
+    const char *p = getenv("SBXD_BIN");
+    return p && *p ? p : SBXD_BIN;
+}
+
+const char *sbxd_probe(void)
+{
+    const char *p = getenv("SBXD_PROBE");
+    return p && *p ? p : SBXD_PROBE;
+}
+
 double now_ms(void)
 {
     struct timespec ts;
@@ -52,10 +66,20 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     }
     snprintf(d->log, sizeof(d->log), "%s.log", d->ws);
 
-    const char *argv[64] = {SBXD_BIN, "--listen",     "127.0.0.1:0", "--workspace",
-                            d->ws,    "--log-format", "json"};
-    int argc = 7;
-    for (int i = 0; args && args[i] && argc < 62; i++)
+    /* SBXD_WRAP: a command that runs sbxd inside something (e.g. "runsc --network=host do"),
+     * split on spaces. */
+    const char *argv[96];
+    int argc = 0;
+    static char wrap[512];
+    snprintf(wrap, sizeof(wrap), "%s", getenv("SBXD_WRAP") ? getenv("SBXD_WRAP") : "");
+    for (char *save = NULL, *w = strtok_r(wrap, " ", &save); w && argc < 32;
+         w = strtok_r(NULL, " ", &save))
+        argv[argc++] = w;
+    const char *fixed[] = {sbxd_bin(), "--listen",     "127.0.0.1:0", "--workspace",
+                           d->ws,      "--log-format", "json"};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        argv[argc++] = fixed[i];
+    for (int i = 0; args && args[i] && argc < 94; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
     /* A marker the daemon has in its environment: commands must never see it. */
@@ -83,7 +107,7 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
         /* An fd left open without CLOEXEC, as a careless parent would: commands must not
          * inherit it. */
         dup2(devnull, 9);
-        execve(SBXD_BIN, (char *const *)argv, (char *const *)envp);
+        execvpe(argv[0], (char *const *)argv, (char *const *)envp);
         _exit(127);
     }
     d->pid = pid;

@@ -32,6 +32,10 @@ bool daemon_log_has_sanitizer_report(const struct daemon *d);
 /* Read sbxd's log into a new string (caller frees). */
 char *daemon_log_read(const struct daemon *d);
 
+/* Paths of sbxd and of the probe binary (env SBXD_BIN / SBXD_PROBE override the build's). */
+const char *sbxd_bin(void);
+const char *sbxd_probe(void);
+
 /* The shared daemon of the integration run (started in main). */
 extern struct daemon g_sbxd;
 

@@ -63,7 +63,7 @@ static void install_probe(void)
 {
     char dst[400];
     snprintf(dst, sizeof(dst), "%s/sbxd-probe", g_sbxd.ws);
-    int in = open(SBXD_PROBE, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    int in = open(sbxd_probe(), O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
     ck_assert(in >= 0 && out >= 0);
     char buf[65536];
     ssize_t n;

@@ -22,12 +22,12 @@ static int run_sbxd(const char *const *args, char *out, size_t outlen)
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);
-        const char *argv[16] = {SBXD_BIN};
+        const char *argv[16] = {sbxd_bin()};
         int n = 1;
         for (int i = 0; args[i] && n < 15; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
-        execv(SBXD_BIN, (char *const *)argv);
+        execv(sbxd_bin(), (char *const *)argv);
         _exit(127);
     }
     close(p[1]);
