@@ -17,7 +17,9 @@ enum opt_type {
     OPT_UINT,   /* a whole number */
     OPT_SIZE,   /* bytes, with optional suffix */
     OPT_LOGFMT, /* json | text */
-    OPT_USER    /* UID:GID */
+    OPT_USER,   /* UID:GID */
+    OPT_CHOICE, /* one of help's words in braces */
+    OPT_LIST    /* comma-separated words, validated by main */
 };
 
 struct opt {
@@ -64,6 +66,21 @@ static const struct opt opts[] = {
     {"user", "UID:GID", "SBXD_USER", NULL, 0, "1000:1000", OPT_USER, OFF(user), 0, 0,
      "When sbxd runs as root, commands run as this user and group, with no supplementary "
      "groups. Ignored otherwise (commands keep sbxd's own ids)."},
+    {"isolation", "MODE", "SBXD_ISOLATION", NULL, 0, "auto", OPT_CHOICE, OFF(isolation), 0, 0,
+     "How a command's whole process tree is contained and killed: {auto|cgroup|pgid}. auto "
+     "takes a cgroup v2 leaf per command where sbxd's cgroup is delegated, else the process "
+     "group."},
+    {"require-isolation", "LIST", "SBXD_REQUIRE_ISOLATION", NULL, 0, "", OPT_LIST,
+     OFF(require_isolation), 0, 0,
+     "Refuse to start unless each of these is enforced: cgroup, memory, pids, cpu, seccomp "
+     "(comma-separated)."},
+    {"memory-max", "SIZE", "SBXD_MEMORY_MAX", NULL, 0, "0", OPT_SIZE, OFF(memory_max), 0,
+     1ULL << 50,
+     "Memory of a command (cgroup memory.max; RLIMIT_AS without cgroups): the default and the "
+     "most limits.memory_bytes may ask. 0: no limit."},
+    {"pids-max", "N", "SBXD_PIDS_MAX", NULL, 0, "1024", OPT_UINT, OFF(pids_max), 0, 4194304,
+     "Processes of a command (cgroup pids.max): the default and the most limits.pids may ask. "
+     "0: no limit."},
     {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
      "Log lines on stderr: json (one object per line) or text."},
 };
@@ -257,6 +274,28 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
             snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: json, text", o->flag, val, src);
             return -1;
         }
+        return 0;
+    case OPT_CHOICE: {
+        /* The choices are the words between braces in the help text. */
+        const char *open = strchr(o->help, '{'), *close = open ? strchr(open, '}') : NULL;
+        for (const char *w = open ? open + 1 : NULL; w && w < close;) {
+            size_t wl = strcspn(w, "|}");
+            if (strlen(val) == wl && strncmp(val, w, wl) == 0) {
+                snprintf(field, 16, "%s", val);
+                return 0;
+            }
+            w += wl + 1;
+        }
+        snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: %.*s", o->flag, val, src,
+                 open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
+        return -1;
+    }
+    case OPT_LIST:
+        if (strlen(val) >= 128) {
+            snprintf(errbuf, errlen, "--%s: value too long", o->flag);
+            return -1;
+        }
+        snprintf(field, 128, "%s", val);
         return 0;
     case OPT_USER: {
         const char *colon = strchr(val, ':');

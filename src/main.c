@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sbxd/cgroup.h"
 #include "sbxd/config.h"
 #include "sbxd/harden.h"
 #include "sbxd/job.h"
@@ -72,6 +73,58 @@ static int protect_daemon(void)
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     close(fd);
     return n > 0 ? atoi(buf) : 0;
+}
+
+/* The isolation --isolation asks for, probed; 0, or -1 (logged) when it cannot be had. */
+static int choose_isolation(const struct sbxd_config *cfg, struct cg_root *cg)
+{
+    if (strcmp(cfg->isolation, "pgid") == 0) {
+        memset(cg, 0, sizeof(*cg));
+        cg->basefd = -1;
+        snprintf(cg->why, sizeof(cg->why), "--isolation pgid");
+        return 0;
+    }
+    cg_probe(cg);
+    if (strcmp(cfg->isolation, "cgroup") == 0 && !cg->available) {
+        LOG_EVENT("error", "start", LOG_S("message", "--isolation cgroup is not possible here"),
+                  LOG_S("reason", cg->why));
+        return -1;
+    }
+    return 0;
+}
+
+/* --require-isolation: each listed mechanism must be in force. 0, -1 (logged) if not, -2 for
+ * an unknown word. */
+static int check_required(const char *list, const struct cg_root *cg, const struct harden_plan *h)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        bool ok;
+        if (strcmp(w, "cgroup") == 0)
+            ok = cg->available;
+        else if (strcmp(w, "memory") == 0)
+            ok = cg->available && cg->memory_enforced;
+        else if (strcmp(w, "pids") == 0)
+            ok = cg->available && cg->pids_enforced;
+        else if (strcmp(w, "cpu") == 0)
+            ok = cg->available && cg->cpu;
+        else if (strcmp(w, "seccomp") == 0)
+            ok = h->seccomp;
+        else {
+            fprintf(stderr,
+                    "sbxd: --require-isolation: unknown mechanism '%s' (known: cgroup, "
+                    "memory, pids, cpu, seccomp)\n",
+                    w);
+            return -2;
+        }
+        if (!ok) {
+            LOG_EVENT("error", "start", LOG_S("message", "required isolation is not available"),
+                      LOG_S("mechanism", w), LOG_S("cgroup", cg->available ? "v2" : cg->why));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Wait up to ms for a signal in set; reap on SIGCHLD. Returns the signal, 0 on timeout. */
@@ -151,6 +204,13 @@ int main(int argc, char **argv)
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }
+    /* Both before any thread exists: the cgroup self-test forks, and the capability bounding
+     * set is emptied for the threads to inherit. */
+    struct cg_root cg;
+    if (choose_isolation(&cfg, &cg) < 0) {
+        close(rootfd);
+        return 1;
+    }
     struct harden_plan harden;
     if (harden_init(&harden, cfg.user_uid, cfg.user_gid, &err) < 0) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
@@ -162,8 +222,21 @@ int main(int argc, char **argv)
         close(rootfd);
         return 1;
     }
+    int req = check_required(cfg.require_isolation, &cg, &harden);
+    if (req < 0) {
+        harden_free(&harden);
+        close(rootfd);
+        return req == -2 ? 2 : 1;
+    }
+    LOG_EVENT("info", "isolation", LOG_S("cgroup", cg.available ? cg.base : "none"),
+              LOG_S("cgroup_reason", cg.available ? NULL : cg.why),
+              LOG_B("memory_enforced", cg.available && cg.memory_enforced),
+              LOG_B("pids_enforced", cg.available && cg.pids_enforced),
+              LOG_B("cpu", cg.available && cg.cpu),
+              LOG_S("tree_kill", cg.available ? "cgroup" : "pgid"),
+              LOG_B("seccomp", harden.seccomp));
     harden.daemon_oom_score_adj = protect_daemon();
-    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &err);
+    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &cg, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         harden_free(&harden);

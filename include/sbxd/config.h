@@ -26,7 +26,11 @@ struct sbxd_config {
     uint64_t max_running;
     uint64_t shutdown_grace_ms;
     enum log_format log_format;
-    char user[32]; /* "UID:GID" as given */
+    char user[32];               /* "UID:GID" as given */
+    char isolation[16];          /* auto | cgroup | pgid */
+    char require_isolation[128]; /* comma-separated: cgroup, memory, pids, cpu, seccomp */
+    uint64_t memory_max;         /* per command, default and maximum; 0: none */
+    uint64_t pids_max;           /* per command, default and maximum; 0: none */
     uid_t user_uid;
     gid_t user_gid;
 };

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "sbxd/config.h"
+#include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
 
@@ -21,6 +22,7 @@ struct server {
     int rootfd;
     char workspace[PATH_MAX];
     const struct harden_plan *harden;
+    const struct cg_root *cg; /* NULL when commands get no cgroup */
     int64_t start_ns;
     uint16_t port;
     unsigned running; /* atomic */

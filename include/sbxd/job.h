@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
 #include "sbxd/request.h"
@@ -75,6 +76,9 @@ struct job_env {
     int rootfd;                       /* workspace root, for cwd resolution */
     int cancel_fd;                    /* a socket whose hang-up cancels the job, or -1 */
     const struct harden_plan *harden; /* what every command gives up (harden.h) */
+    const struct cg_root *cg;         /* cgroup leaves when available, else NULL */
+    uint64_t memory_max;              /* default memory limit (--memory-max), 0: none */
+    uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
 };
 
 /*

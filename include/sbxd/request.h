@@ -24,6 +24,9 @@ struct exec_limits {
     uint64_t file_size_bytes; /* RLIMIT_FSIZE */
     uint64_t open_files;      /* RLIMIT_NOFILE */
     uint64_t output_bytes;    /* stdout + stderr beyond this: killed, status output_limit */
+    uint64_t memory_bytes;    /* cgroup memory.max, else RLIMIT_AS */
+    uint64_t pids;            /* cgroup pids.max */
+    double cpu_quota;         /* cgroup cpu.max, in CPUs; 0 when unset */
 };
 
 struct exec_request {
@@ -44,7 +47,10 @@ struct exec_request {
 struct request_policy {
     uint64_t default_timeout_ms;
     uint64_t max_timeout_ms;
-    const char *workspace; /* absolute; HOME of commands, and accepted as a cwd prefix */
+    uint64_t max_memory_bytes; /* 0: no maximum */
+    uint64_t max_pids;         /* 0: no maximum */
+    double max_cpu_quota;      /* CPUs on this machine */
+    const char *workspace;     /* absolute; HOME of commands, and accepted as a cwd prefix */
 };
 
 /* Parse and validate a JSON body. On failure err says which field and why (SBXD_E_INVALID,

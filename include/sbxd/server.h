@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sbxd/config.h"
+#include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
 
@@ -15,7 +16,8 @@ struct server;
 
 /* Listen as cfg says and serve; rootfd and workspace (absolute) are the workspace root. */
 struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
-                            const struct harden_plan *harden, struct sbxd_err *err);
+                            const struct harden_plan *harden, const struct cg_root *cg,
+                            struct sbxd_err *err);
 
 uint16_t server_port(const struct server *srv);
 

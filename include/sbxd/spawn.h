@@ -36,6 +36,7 @@ struct spawn_spec {
     struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
     int nrlimits;
     const struct harden_plan *harden; /* applied last, right before execve; NULL: none */
+    int cgroup_procs_fd;              /* the command's cgroup.procs (written first), or -1 */
     bool network;                     /* false: no AF_INET/AF_INET6 sockets */
 };
 

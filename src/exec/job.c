@@ -31,7 +31,9 @@ struct job {
     bool exited;      /* the main process is reaped */
     bool final_drain; /* leftovers killed: read what is buffered, then end */
     bool finished;
-    int next_stream; /* which pipe is read first, alternated so neither starves */
+    int next_stream;          /* which pipe is read first, alternated so neither starves */
+    struct cg_leaf leaf;      /* the command's cgroup, when cgroups are in use (dirfd -1 if not) */
+    const struct cg_root *cg; /* ... and where it lives */
     struct job_result res;
 };
 
@@ -169,6 +171,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         return NULL;
     }
     job->out_fd = job->err_fd = job->in_fd = job->ev_fd = -1;
+    job->leaf.dirfd = job->leaf.procs_fd = -1;
+    job->cg = env->cg;
     job->cancel_fd = env->cancel_fd;
     job->output_limit = req->limits.output_bytes;
     make_id(job->id);
@@ -213,6 +217,29 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot create an eventfd");
         goto fail;
     }
+    /* Limits only a cgroup can enforce are refused, not silently ignored, without one. */
+    uint64_t mem =
+        req->limits.memory_bytes != EXEC_LIMIT_UNSET ? req->limits.memory_bytes : env->memory_max;
+    uint64_t pids = req->limits.pids != EXEC_LIMIT_UNSET ? req->limits.pids : env->pids_max;
+    bool cg = env->cg && env->cg->available;
+    if (req->limits.pids != EXEC_LIMIT_UNSET && !(cg && env->cg->pids)) {
+        sbxd_fail(err, SBXD_E_INVALID, 0,
+                  "limits.pids needs the cgroup pids controller, which this host does not "
+                  "give sbxd (see /healthz isolation)");
+        goto fail;
+    }
+    if (req->limits.cpu_quota > 0 && !(cg && env->cg->cpu)) {
+        sbxd_fail(err, SBXD_E_INVALID, 0,
+                  "limits.cpu_quota needs the cgroup cpu controller, which this host does not "
+                  "give sbxd (see /healthz isolation)");
+        goto fail;
+    }
+    if (cg) {
+        struct cg_limits lim = {
+            .memory_bytes = mem, .pids = pids, .cpu_quota = req->limits.cpu_quota};
+        if (cg_leaf_create(env->cg, job->id, &lim, &job->leaf, err) < 0)
+            goto fail;
+    }
     candidates = exec_candidates(req);
     if (!candidates) {
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
@@ -229,7 +256,11 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .cwd_fd = cwd_fd >= 0 ? cwd_fd : env->rootfd,
         .harden = env->harden,
         .network = req->network,
+        .cgroup_procs_fd = job->leaf.procs_fd,
     };
+    /* Without a cgroup that enforces memory, the address space is the next best bound. */
+    if (mem && !(cg && env->cg->memory))
+        add_rlimit(&spec, RLIMIT_AS, mem, mem);
     add_rlimit(&spec, RLIMIT_CORE, 0, 0); /* no core dumps of untrusted memory */
     /* A bounded stack: deep recursion fails in the command, not by eating the pod. */
     add_rlimit(&spec, RLIMIT_STACK, SBXD_CHILD_STACK, SBXD_CHILD_STACK);
@@ -280,6 +311,8 @@ fail:
         close(cwd_fd);
     free_strv(candidates);
     job_destroy_fds(job);
+    if (job->leaf.dirfd >= 0)
+        cg_leaf_destroy(env->cg, &job->leaf);
     free(job->stdin_data);
     free(job);
     return NULL;
@@ -292,6 +325,8 @@ static void kill_group(struct job *job)
      * reused while any member lives, so this reaches only the job's own processes. */
     if (pid > 0)
         kill(-pid, SIGKILL);
+    /* The cgroup reaches what left the group too: setsid and double-fork escapees. */
+    cg_leaf_kill(&job->leaf);
 }
 
 void job_kill(struct job *job, enum job_kill_reason why)
@@ -351,6 +386,21 @@ static void finish(struct job *job)
     } else {
         r->exit_code = WEXITSTATUS(status);
         r->status = JOB_EXITED;
+    }
+    if (job->leaf.dirfd >= 0) {
+        /* The cgroup sees the whole tree, background children included. */
+        struct cg_stats cs;
+        cg_leaf_stats(&job->leaf, &cs);
+        if (cs.has_cpu)
+            r->cpu_ms = (double)cs.cpu_usec / 1000.0;
+        if (cs.has_peak)
+            r->memory_peak_bytes = cs.memory_peak;
+        /* An OOM kill is reported as such, unless sbxd had already decided to kill. */
+        if (cs.oom_kills > 0 && reason == JOB_KILL_NONE && r->status != JOB_FAILED_TO_START) {
+            r->oom_killed = true;
+            r->status = JOB_OOM;
+        }
+        cg_leaf_destroy(job->cg, &job->leaf);
     }
     r->timed_out = r->status == JOB_TIMEOUT;
     job_destroy_fds(job);
@@ -553,6 +603,8 @@ void job_free(struct job *job)
         kill_group(job);
         reaper_remove(&job->rt);
         job_destroy_fds(job);
+        if (job->leaf.dirfd >= 0)
+            cg_leaf_destroy(job->cg, &job->leaf);
     }
     free(job->stdin_data);
     free(job);

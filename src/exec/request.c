@@ -125,7 +125,8 @@ static int build_env(const cJSON *env, const struct request_policy *pol, struct 
     return 0;
 }
 
-static int parse_limits(const cJSON *lim, struct exec_request *req, struct sbxd_err *err)
+static int parse_limits(const cJSON *lim, const struct request_policy *pol,
+                        struct exec_request *req, struct sbxd_err *err)
 {
     if (!cJSON_IsObject(lim))
         return invalid(err, "'%s' must be an object", "limits");
@@ -150,10 +151,28 @@ static int parse_limits(const cJSON *lim, struct exec_request *req, struct sbxd_
         } else if (strcmp(k, "output_bytes") == 0) {
             dst = &req->limits.output_bytes;
             min = 1;
+        } else if (strcmp(k, "memory_bytes") == 0) {
+            dst = &req->limits.memory_bytes;
+            min = 1 << 20; /* less cannot even start a shell */
+            if (pol->max_memory_bytes)
+                max = pol->max_memory_bytes;
+        } else if (strcmp(k, "pids") == 0) {
+            dst = &req->limits.pids;
+            min = 1;
+            if (pol->max_pids)
+                max = pol->max_pids;
+        } else if (strcmp(k, "cpu_quota") == 0) {
+            double q = cJSON_IsNumber(c) ? c->valuedouble : -1;
+            if (!(q >= 0.01 && q <= pol->max_cpu_quota))
+                return sbxd_fail(err, SBXD_E_INVALID, 0,
+                                 "'limits.cpu_quota' must be a number of CPUs from 0.01 to %g",
+                                 pol->max_cpu_quota);
+            req->limits.cpu_quota = q;
+            continue;
         } else {
             return sbxd_fail(err, SBXD_E_INVALID, 0,
                              "unknown field '%s' (known: cpu_ms, file_size_bytes, open_files, "
-                             "output_bytes)",
+                             "output_bytes, memory_bytes, pids, cpu_quota)",
                              name);
         }
         if (get_uint(c, name, min, max, dst, err) < 0)
@@ -283,7 +302,7 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
         return -1;
 
     const cJSON *lim = cJSON_GetObjectItemCaseSensitive(root, "limits");
-    if (lim && parse_limits(lim, req, err) < 0)
+    if (lim && parse_limits(lim, pol, req, err) < 0)
         return -1;
 
     req->network = true;
@@ -309,8 +328,13 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
                        struct exec_request *req, struct sbxd_err *err)
 {
     memset(req, 0, sizeof(*req));
-    req->limits = (struct exec_limits){EXEC_LIMIT_UNSET, EXEC_LIMIT_UNSET, EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET};
+    req->limits = (struct exec_limits){EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       0};
     if (len == 0)
         return invalid(err, "%s", "request body is empty; send a JSON object");
     if (json_check_no_nul(body, len) < 0)

@@ -128,6 +128,12 @@ NO_SANITIZE static int child_main(void *arg)
         c->step = "setsid";
         goto fail;
     }
+    /* Into the command's own cgroup before anything else runs, so every process it ever
+     * starts is counted, limited and killed with it. "0" means the writer itself. */
+    if (s->cgroup_procs_fd >= 0 && syscall(SYS_write, s->cgroup_procs_fd, "0", 1) != 1) {
+        c->step = "cgroup";
+        goto fail;
+    }
     /* Ignored signals stay ignored across execve; commands expect the defaults (a shell
      * pipeline must die of SIGPIPE). Handlers are reset by execve itself. */
     struct {

@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sbxd/http.h"
 #include "sbxd/job.h"
@@ -104,6 +105,9 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct request_policy pol = {
         .default_timeout_ms = srv->cfg->timeout_ms,
         .max_timeout_ms = srv->cfg->max_timeout_ms,
+        .max_memory_bytes = srv->cfg->memory_max,
+        .max_pids = srv->cfg->pids_max,
+        .max_cpu_quota = (double)sysconf(_SC_NPROCESSORS_ONLN),
         .workspace = srv->workspace,
     };
     struct exec_request req;
@@ -120,7 +124,12 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                            (unsigned long long)srv->cfg->max_running);
     }
 
-    struct job_env env = {.rootfd = srv->rootfd, .cancel_fd = cancel_fd(c), .harden = srv->harden};
+    struct job_env env = {.rootfd = srv->rootfd,
+                          .cancel_fd = cancel_fd(c),
+                          .harden = srv->harden,
+                          .cg = srv->cg,
+                          .memory_max = srv->cfg->memory_max,
+                          .pids_max = srv->cfg->pids_max};
     struct job *job = job_start(&req, &env, &err);
     if (!job) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);

@@ -9,22 +9,33 @@
  * (cgroups, namespaces, seccomp, credentials) report here too. */
 /* What every command gets, stated as it is, not as it is hoped. Later isolation backends
  * (cgroups, PID namespaces) report here too. */
-static void write_isolation(struct jsonw *w, const struct harden_plan *h)
+/* What every command gets, stated as it is, not as it is hoped. */
+static void write_isolation(struct jsonw *w, const struct server *srv)
 {
+    const struct harden_plan *h = srv->harden;
+    const struct cg_root *cg = srv->cg;
     char user[32];
     snprintf(user, sizeof(user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
+    bool mem_limit = srv->cfg->memory_max > 0;
     jw_key(w, "isolation");
     jw_obj_begin(w);
     jw_key(w, "cgroup");
-    jw_str(w, "none");
+    jw_str(w, cg ? "v2" : "none");
+    if (cg) {
+        jw_key(w, "cgroup_base");
+        jw_str(w, cg->base);
+    }
+    /* enforced: a self-test saw the limit bite; accounting: set but not enforced (gVisor);
+     * rlimit-as: address-space limit instead; none: nothing limits it. */
     jw_key(w, "memory");
-    jw_str(w, "none");
+    jw_str(w, cg && cg->memory ? (cg->memory_enforced ? "enforced" : "accounting")
+                               : (mem_limit ? "rlimit-as" : "none"));
     jw_key(w, "pids");
-    jw_str(w, "none");
+    jw_str(w, cg && cg->pids ? (cg->pids_enforced ? "enforced" : "accounting") : "none");
     jw_key(w, "cpu");
-    jw_str(w, "rlimit-cpu"); /* only when a request sets limits.cpu_ms */
+    jw_str(w, cg && cg->cpu ? "cpu.max" : "rlimit-cpu");
     jw_key(w, "tree_kill");
-    jw_str(w, "pgid"); /* setsid + kill(-pgid): misses processes that leave the group */
+    jw_str(w, cg ? "cgroup" : "pgid"); /* pgid misses processes that leave the group */
     jw_key(w, "seccomp");
     jw_str(w, h->seccomp ? "deny-list" : "none");
     jw_key(w, "capabilities");
@@ -65,7 +76,7 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
     jw_key(&w, "max_running");
     jw_uint(&w, srv->cfg->max_running);
-    write_isolation(&w, srv->harden);
+    write_isolation(&w, srv);
     jw_obj_end(&w);
     return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }

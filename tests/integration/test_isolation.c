@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -259,6 +260,86 @@ START_TEST(user_flag_sets_the_command_user)
 }
 END_TEST
 
+/* What /healthz says about cgroups, so the same tests hold with and without them. */
+static bool have_cgroups(void)
+{
+    struct http_resp r;
+    http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    bool cg = strcmp(jstr(cJSON_GetObjectItem(r.json, "isolation"), "cgroup"), "v2") == 0;
+    http_resp_free(&r);
+    return cg;
+}
+
+START_TEST(limits_without_cgroups_are_refused_or_replaced)
+{
+    if (have_cgroups())
+        return; /* the vm tier tests the cgroup side */
+    /* pids and cpu quota cannot be enforced without a cgroup: a clear 400, never a silent
+     * no-op. */
+    static const char *bodies[] = {"{\"command\":\"true\",\"limits\":{\"pids\":10}}",
+                                   "{\"command\":\"true\",\"limits\":{\"cpu_quota\":0.5}}"};
+    for (int i = 0; i < 2; i++) {
+        struct http_resp r;
+        http_request(&g_sbxd, "POST", "/execute", NULL, bodies[i], strlen(bodies[i]), 0, &r);
+        assert_error(&r, 400, "INVALID_ARGUMENT");
+        ck_assert_ptr_nonnull(strstr(jstr(r.json, "message"), "cgroup"));
+        http_resp_free(&r);
+    }
+    /* Memory falls back to an address-space limit. */
+    cJSON *r = run("{\"command\":\"ulimit -v\",\"limits\":{\"memory_bytes\":104857600}}");
+    ck_assert_str_eq(jstr(r, "stdout"), "102400\n");
+    cJSON_Delete(r);
+}
+END_TEST
+
+/* Run sbxd to completion with args; its exit status. */
+static int sbxd_exit_status(const char *const *args)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        const char *argv[16] = {sbxd_bin(), "--listen", "127.0.0.1:0", "--workspace",
+                                "/tmp/sbxd-it-require"};
+        int n = 5;
+        for (int i = 0; args[i] && n < 15; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(sbxd_bin(), (char *const *)argv);
+        _exit(127);
+    }
+    /* A daemon that does start is stopped again. */
+    for (int i = 0; i < 100; i++) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        usleep(10000);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    return 0;
+}
+
+START_TEST(required_isolation_is_checked_at_start)
+{
+    const char *bogus[] = {"--require-isolation", "seccomp,magic", NULL};
+    ck_assert_int_eq(sbxd_exit_status(bogus), 2);
+    const char *seccomp[] = {"--require-isolation", "seccomp", NULL};
+    ck_assert_int_eq(sbxd_exit_status(seccomp), 0); /* starts (and is stopped) */
+    if (!have_cgroups()) {
+        const char *cg[] = {"--require-isolation", "cgroup", NULL};
+        ck_assert_int_eq(sbxd_exit_status(cg), 1);
+        const char *force[] = {"--isolation", "cgroup", NULL};
+        ck_assert_int_eq(sbxd_exit_status(force), 1);
+    }
+    const char *pgid[] = {"--isolation", "pgid", NULL};
+    ck_assert_int_eq(sbxd_exit_status(pgid), 0);
+    rmdir("/tmp/sbxd-it-require");
+}
+END_TEST
+
 Suite *isolation_suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -271,6 +352,8 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, workspace_files_belong_to_the_command_user);
     tcase_add_test(tc, healthz_reports_what_is_in_force);
     tcase_add_test(tc, user_flag_sets_the_command_user);
+    tcase_add_test(tc, limits_without_cgroups_are_refused_or_replaced);
+    tcase_add_test(tc, required_isolation_is_checked_at_start);
     suite_add_tcase(s, tc);
     return s;
 }

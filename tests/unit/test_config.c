@@ -33,6 +33,10 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.max_body_bytes, 1048576);
     ck_assert_uint_eq(cfg.max_running, 32);
     ck_assert_int_eq(cfg.log_format, LOG_FORMAT_JSON);
+    ck_assert_str_eq(cfg.isolation, "auto");
+    ck_assert_str_eq(cfg.require_isolation, "");
+    ck_assert_uint_eq(cfg.pids_max, 1024);
+    ck_assert_uint_eq(cfg.memory_max, 0);
     ck_assert_uint_eq(cfg.user_uid, 1000);
     ck_assert_uint_eq(cfg.user_gid, 1000);
 }
@@ -93,6 +97,9 @@ START_TEST(bad_values_name_the_option)
         {"--user=1000", "--user"},
         {"--user=1000:", "--user"},
         {"--user=4294967295:0", "--user"},
+        {"--isolation=cgroups", "auto|cgroup|pgid"},
+        {"--pids-max=x", "--pids-max"},
+        {"--memory-max=lots", "--memory-max"},
         {"--timeout-ms=0", "--timeout-ms"},
         {"--no-such-flag", "unknown option"},
         {"positional", "unexpected argument"},

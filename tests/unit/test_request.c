@@ -4,8 +4,12 @@
 #include "sbxd/request.h"
 #include "suites.h"
 
-static const struct request_policy pol = {
-    .default_timeout_ms = 60000, .max_timeout_ms = 600000, .workspace = "/ws"};
+static const struct request_policy pol = {.default_timeout_ms = 60000,
+                                          .max_timeout_ms = 600000,
+                                          .max_memory_bytes = 1 << 30,
+                                          .max_pids = 100,
+                                          .max_cpu_quota = 2,
+                                          .workspace = "/ws"};
 
 static struct exec_request req;
 static struct sbxd_err err;
@@ -69,6 +73,15 @@ START_TEST(full_request)
     ck_assert_uint_eq(req.limits.file_size_bytes, 0);
     ck_assert_uint_eq(req.limits.open_files, 64);
     ck_assert_uint_eq(req.limits.output_bytes, 10);
+    ck_assert(req.network);
+    exec_request_free(&req);
+    ck_assert_int_eq(parse("{\"command\":\"x\",\"network\":false,\"limits\":{\"memory_bytes\":"
+                           "104857600,\"pids\":64,\"cpu_quota\":0.5}}"),
+                     0);
+    ck_assert(!req.network);
+    ck_assert_uint_eq(req.limits.memory_bytes, 104857600);
+    ck_assert_uint_eq(req.limits.pids, 64);
+    ck_assert(req.limits.cpu_quota == 0.5);
     exec_request_free(&req);
 }
 END_TEST
@@ -126,6 +139,12 @@ static const struct {
     {"{\"command\":\"a\",\"limits\":{\"open_files\":2}}", "limits.open_files"},
     {"{\"command\":\"a\",\"limits\":{\"cpu_ms\":-1}}", "limits.cpu_ms"},
     {"{\"command\":\"a\",\"encoding\":\"latin1\"}", "utf8"},
+    {"{\"command\":\"a\",\"limits\":{\"memory_bytes\":2147483648}}", "limits.memory_bytes"},
+    {"{\"command\":\"a\",\"limits\":{\"memory_bytes\":1000}}", "limits.memory_bytes"},
+    {"{\"command\":\"a\",\"limits\":{\"pids\":101}}", "limits.pids"},
+    {"{\"command\":\"a\",\"limits\":{\"cpu_quota\":3}}", "from 0.01 to 2"},
+    {"{\"command\":\"a\",\"limits\":{\"cpu_quota\":\"1\"}}", "limits.cpu_quota"},
+    {"{\"command\":\"a\",\"network\":1}", "'network' must be true or false"},
 };
 
 START_TEST(rejects_bad_input)
