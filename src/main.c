@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,6 +73,11 @@ static int protect_daemon(void)
     }
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     close(fd);
+    /* Ahead of commands for the CPU too, where allowed (CAP_SYS_NICE). Niceness belongs to
+     * threads: set before any exists, every connection thread inherits it. */
+    if (setpriority(PRIO_PROCESS, 0, SBXD_DAEMON_NICE) < 0) {
+        /* not allowed: commands still run at SBXD_COMMAND_NICE, below us */
+    }
     return n > 0 ? atoi(buf) : 0;
 }
 

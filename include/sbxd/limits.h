@@ -52,6 +52,11 @@
  * daemon altogether. */
 #define SBXD_DAEMON_OOM_SCORE_ADJ "-999"
 
+/* Scheduling niceness of every command, and of sbxd itself where it may raise its priority:
+ * the daemon keeps answering while commands spin on every CPU. */
+#define SBXD_COMMAND_NICE 10
+#define SBXD_DAEMON_NICE  -5
+
 /* Stack of each connection thread. */
 #define SBXD_THREAD_STACK (512 * 1024)
 

@@ -3,6 +3,7 @@
 
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
+#include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 
 /* What this build enforces for every command, stated as it is. Later isolation backends
@@ -46,6 +47,8 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_str(w, user);
     jw_key(w, "groups");
     jw_str(w, h->switch_user ? "none" : "inherited");
+    jw_key(w, "nice");
+    jw_int(w, SBXD_COMMAND_NICE);
     jw_key(w, "oom_score_adj");
     jw_int(w, 1000);
     jw_key(w, "daemon_oom_score_adj");

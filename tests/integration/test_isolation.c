@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -197,8 +198,10 @@ static int daemon_oom_score(void)
 START_TEST(oom_score_and_stack)
 {
     /* Under memory pressure a command dies first ... */
-    cJSON *r = run("{\"command\":\"cat /proc/self/oom_score_adj; ulimit -s; ulimit -Hs\"}");
-    ck_assert_str_eq(jstr(r, "stdout"), "1000\n8192\n8192\n");
+    cJSON *r = run("{\"command\":\"cat /proc/self/oom_score_adj; ulimit -s; ulimit -Hs; "
+                   "cut -d' ' -f19 /proc/self/stat\"}");
+    /* ... and yields the CPU to it (nice 10, the 19th field of stat). */
+    ck_assert_str_eq(jstr(r, "stdout"), "1000\n8192\n8192\n10\n");
     cJSON_Delete(r);
     /* ... and the daemon last, when the host lets it lower its own score. */
     if (may_lower_oom_score())
@@ -292,6 +295,65 @@ START_TEST(limits_without_cgroups_are_refused_or_replaced)
 }
 END_TEST
 
+static volatile int probing;
+static double lat_ms[1000];
+static int nlat, failed_probes;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void *probe_health(void *arg)
+{
+    (void)arg;
+    while (probing) {
+        struct http_resp r;
+        double t0 = now_ms();
+        int rc = http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 5000, &r);
+        double dt = now_ms() - t0;
+        if (rc != 0 || r.status != 200)
+            failed_probes++;
+        else if (nlat < 1000)
+            lat_ms[nlat++] = dt;
+        http_resp_free(&r);
+        usleep(20000);
+    }
+    return NULL;
+}
+
+START_TEST(daemon_answers_while_a_command_hogs_cpu_and_memory)
+{
+    /* One busy loop per CPU, and a shell that grows a string until its memory limit stops
+     * it, for two seconds. */
+    nlat = failed_probes = 0;
+    probing = 1;
+    pthread_t t;
+    pthread_create(&t, NULL, probe_health, NULL);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"command\":\"for i in $(seq %ld); do (while :; do :; done) & done; "
+             "x=y; while :; do x=$x$x; done\",\"limits\":{\"memory_bytes\":268435456},"
+             "\"timeout_ms\":2000}",
+             ncpu);
+    cJSON *r = run(body);
+    probing = 0;
+    pthread_join(t, NULL);
+    cJSON_Delete(r);
+    /* Commands run at nice 10, sbxd at -5 where allowed: it keeps answering. The 95th
+     * percentile is the claim; the worst case is bounded more loosely, because a 2-vCPU
+     * guest shows rare scheduling stalls no priority removes. */
+    qsort(lat_ms, (size_t)nlat, sizeof(double), cmp_double);
+    ck_assert_int_eq(failed_probes, 0);
+    ck_assert_int_ge(nlat, 10); /* enough samples for a percentile */
+    double p95 = lat_ms[nlat * 95 / 100], worst = lat_ms[nlat - 1];
+    ck_assert_msg(p95 < 50 * SLOW && worst < 250 * SLOW, "/healthz p95 %.1f ms, worst %.1f ms", p95,
+                  worst);
+}
+END_TEST
+
 /* Run sbxd to completion with args; its exit status. */
 static int sbxd_exit_status(const char *const *args)
 {
@@ -354,6 +416,7 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, user_flag_sets_the_command_user);
     tcase_add_test(tc, limits_without_cgroups_are_refused_or_replaced);
     tcase_add_test(tc, required_isolation_is_checked_at_start);
+    tcase_add_test(tc, daemon_answers_while_a_command_hogs_cpu_and_memory);
     suite_add_tcase(s, tc);
     return s;
 }
