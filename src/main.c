@@ -49,7 +49,14 @@ static int give_workspace(int rootfd, const char *workspace, const struct harden
     struct stat st;
     if (!h->switch_user || h->uid == 0 || fstat(rootfd, &st) < 0 || st.st_uid != 0)
         return 0;
-    if (fchownat(rootfd, "", h->uid, h->gid, AT_EMPTY_PATH) < 0) {
+    /* Through a real open of the directory: gVisor refuses fchownat on an O_PATH fd. */
+    int dfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd < 0 ? -1 : fchown(dfd, h->uid, h->gid);
+    int e = errno;
+    if (dfd >= 0)
+        close(dfd);
+    errno = e;
+    if (rc < 0) {
         LOG_EVENT("error", "start",
                   LOG_S("message", "cannot give the workspace to the command user"),
                   LOG_S("workspace", workspace), LOG_S("error", strerror(errno)));

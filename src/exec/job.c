@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -32,6 +33,7 @@ struct job {
     bool final_drain; /* leftovers killed: read what is buffered, then end */
     bool finished;
     int next_stream;          /* which pipe is read first, alternated so neither starves */
+    bool cancel_peek;         /* also poll the client socket for POLLIN and peek (see job_step) */
     struct cg_leaf leaf;      /* the command's cgroup, when cgroups are in use (dirfd -1 if not) */
     const struct cg_root *cg; /* ... and where it lives */
     struct job_result res;
@@ -174,6 +176,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     job->leaf.dirfd = job->leaf.procs_fd = -1;
     job->cg = env->cg;
     job->cancel_fd = env->cancel_fd;
+    job->cancel_peek = true;
     job->output_limit = req->limits.output_bytes;
     make_id(job->id);
 
@@ -520,7 +523,10 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
             idx[np++] = 3;
         }
         if (job->cancel_fd >= 0) {
-            pfd[np] = (struct pollfd){.fd = job->cancel_fd, .events = POLLRDHUP};
+            /* POLLRDHUP says the client hung up, but gVisor never reports it: there, a
+             * readable socket is peeked at (until it shows a pipelined request). */
+            pfd[np] = (struct pollfd){.fd = job->cancel_fd,
+                                      .events = POLLRDHUP | (job->cancel_peek ? POLLIN : 0)};
             idx[np++] = 4;
         }
         int64_t until =
@@ -568,6 +574,17 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                 break;
             }
             case 4:
+                if (!(pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                    char c;
+                    ssize_t k = recv(job->cancel_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
+                        /* The next pipelined request: the client is there. From now on
+                         * only a hang-up proper can tell. */
+                        job->cancel_peek = k <= 0;
+                        break;
+                    }
+                    /* k == 0: end of stream; k < 0: the connection is broken. */
+                }
                 /* The client hung up: nobody will read the result. */
                 job_kill(job, JOB_KILL_CANCEL);
                 job->cancel_fd = -1;

@@ -19,6 +19,14 @@ struct child_ctx {
     const struct spawn_spec *spec;
     int err;
     const char *step;
+    int report_fd; /* without CLONE_VM: where err and step are written instead, else -1 */
+};
+
+/* What a child without shared memory reports on the pipe (the step names are string
+ * literals, at the same address in the child's copy of the binary as in the parent). */
+struct child_report {
+    int err;
+    const char *step;
 };
 
 struct linux_dirent64 {
@@ -34,6 +42,11 @@ struct linux_dirent64 {
 /* Signals whose disposition is SIG_IGN in the daemon (bit sig-1): these survive execve and
  * must be reset in the child. All of them until spawn_init() has looked. */
 static uint64_t ignored_signals = ~0ULL;
+
+/* Whether children share the daemon's memory until execve (fast, see spawn.h). Only where
+ * the daemon's peak RSS can be reset: otherwise every command's memory_peak_bytes would
+ * carry the daemon's all-time peak, so without clear_refs (gVisor) children get a copy. */
+static bool share_vm;
 
 /* /proc/self/clear_refs, kept open, and whether the daemon's peak RSS may have grown since
  * it was last reset: see reset_peak_if_grown. */
@@ -67,6 +80,7 @@ void spawn_note_daemon_peak(size_t bytes)
 void spawn_init(void)
 {
     clear_refs_fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    share_vm = clear_refs_fd >= 0 && write(clear_refs_fd, "5", 1) == 1;
     uint64_t mask = 0;
     for (int sig = 1; sig < 65; sig++) {
         struct sigaction sa;
@@ -81,7 +95,9 @@ void spawn_init(void)
  * then walk /proc/self/fd with getdents64 (no malloc), and as a last resort close blindly. */
 NO_SANITIZE static int close_from_3(void)
 {
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
+    /* gVisor refuses ~0U as the upper bound (EINVAL) but takes INT_MAX. */
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0 ||
+        syscall(SYS_close_range, 3U, 0x7fffffffU, 0U) == 0)
         return 0;
     int dfd =
         (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -185,10 +201,14 @@ NO_SANITIZE static int child_main(void *arg)
     }
     c->err = saved;
     c->step = "execve";
-    syscall(SYS_exit_group, 127);
-    return 127;
+    goto report;
 fail:
     c->err = errno ? errno : EINVAL;
+report:
+    if (c->report_fd >= 0) {
+        struct child_report rep = {c->err, c->step};
+        syscall(SYS_write, c->report_fd, &rep, sizeof(rep));
+    }
     syscall(SYS_exit_group, 127);
     return 127;
 }
@@ -198,18 +218,34 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
 {
     /* The child's stack: this frame's own, idle while CLONE_VFORK suspends us. */
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
-    struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL};
+    struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL, .report_fd = -1};
+    int report[2] = {-1, -1};
+    if (!share_vm && pipe2(report, O_CLOEXEC) < 0)
+        return sbxd_fail_errno(err, SBXD_E_BUSY, errno, "cannot create a pipe");
+    ctx.report_fd = report[1];
     reset_peak_if_grown();
     /* Never start a command without its filter: no filter on this thread, no spawn. */
     if (spec->harden && harden_thread(spec->harden, err) < 0)
         return -1;
+    /* Without CLONE_VM the child runs on its own copy of this stack. CLONE_VFORK either way:
+     * we resume once it has exec'd or failed. */
     pid_t pid = clone(child_main, stack + sizeof(stack),
-                      CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx, pid_slot);
-    if (pid < 0) {
-        int e = errno;
+                      (share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx,
+                      pid_slot);
+    int e = errno;
+    if (report[1] >= 0) {
+        close(report[1]);
+        struct child_report rep;
+        /* A successful execve closed the child's end: EOF, nothing to read. */
+        if (pid > 0 && read(report[0], &rep, sizeof(rep)) == (ssize_t)sizeof(rep)) {
+            ctx.err = rep.err;
+            ctx.step = rep.step;
+        }
+        close(report[0]);
+    }
+    if (pid < 0)
         return sbxd_fail_errno(err, e == EAGAIN || e == ENOMEM ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
                                "cannot start a process");
-    }
     *child_errno = ctx.err;
     *child_step = ctx.step;
     return pid;
