@@ -91,13 +91,24 @@ void spawn_init(void)
     ignored_signals = mask;
 }
 
-/* Close every fd from 3 up. close_range is missing in older kernels and gVisor releases;
- * then walk /proc/self/fd with getdents64 (no malloc), and as a last resort close blindly. */
-NO_SANITIZE static int close_from_3(void)
+/* close_range over [lo, hi], with gVisor's limit: it refuses ~0U (EINVAL) but takes INT_MAX. */
+NO_SANITIZE static int close_span(unsigned lo, unsigned hi)
 {
-    /* gVisor refuses ~0U as the upper bound (EINVAL) but takes INT_MAX. */
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0 ||
-        syscall(SYS_close_range, 3U, 0x7fffffffU, 0U) == 0)
+    if (lo > hi)
+        return 0;
+    if (syscall(SYS_close_range, lo, hi, 0U) == 0)
+        return 0;
+    return hi == ~0U ? (int)syscall(SYS_close_range, lo, 0x7fffffffU, 0U) : -1;
+}
+
+/* Close every fd from 3 up but keep (-1: none). close_range is missing in older kernels and
+ * gVisor releases; then walk /proc/self/fd with getdents64 (no malloc), and as a last resort
+ * close blindly. */
+NO_SANITIZE static int close_from_3(int keep)
+{
+    if (keep < 3
+            ? close_span(3, ~0U) == 0
+            : close_span(3, (unsigned)keep - 1) == 0 && close_span((unsigned)keep + 1, ~0U) == 0)
         return 0;
     int dfd =
         (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -116,7 +127,7 @@ NO_SANITIZE static int close_from_3(void)
                     continue;
                 for (; *p >= '0' && *p <= '9'; p++)
                     fd = fd * 10 + (*p - '0');
-                if (fd > 2 && fd != dfd)
+                if (fd > 2 && fd != dfd && fd != keep)
                     syscall(SYS_close, fd);
             }
         }
@@ -124,7 +135,8 @@ NO_SANITIZE static int close_from_3(void)
         return 0;
     }
     for (int fd = 3; fd < 65536; fd++)
-        syscall(SYS_close, fd);
+        if (fd != keep)
+            syscall(SYS_close, fd);
     return 0;
 }
 
@@ -174,7 +186,7 @@ NO_SANITIZE static int child_main(void *arg)
         goto fail;
     }
     /* Nothing of the daemon's (sockets, the workspace fd, other jobs' pipes) may leak in. */
-    close_from_3();
+    close_from_3(c->report_fd); /* the report pipe is close-on-exec: execve ends it */
     for (int i = 0; i < s->nrlimits; i++)
         if (syscall(SYS_prlimit64, 0, s->rlimits[i].resource, &s->rlimits[i].value, NULL) < 0) {
             c->step = "setrlimit";

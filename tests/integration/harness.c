@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,53 @@ const char *sbxd_probe(void)
     return p && *p ? p : SBXD_PROBE;
 }
 
+/* The SBXD_WRAP words, split once. */
+static const char *wrap_words[32];
+static int wrap_count = -1;
+
+static void wrap_parse(void)
+{
+    static char wrap[512];
+    if (wrap_count >= 0)
+        return;
+    wrap_count = 0;
+    snprintf(wrap, sizeof(wrap), "%s", getenv("SBXD_WRAP") ? getenv("SBXD_WRAP") : "");
+    for (char *save = NULL, *w = strtok_r(wrap, " ", &save); w && wrap_count < 32;
+         w = strtok_r(NULL, " ", &save))
+        wrap_words[wrap_count++] = w;
+}
+
+int wrap_argv(const char **argv, int max)
+{
+    wrap_parse();
+    int n = 0;
+    for (; n < wrap_count && n < max; n++)
+        argv[n] = wrap_words[n];
+    return n;
+}
+
+/* The index of the runsc word in the wrap, or -1. */
+static int wrap_runsc(void)
+{
+    wrap_parse();
+    for (int i = 0; i < wrap_count; i++) {
+        const char *base = strrchr(wrap_words[i], '/');
+        if (strcmp(base ? base + 1 : wrap_words[i], "runsc") == 0)
+            return i;
+    }
+    return -1;
+}
+
+bool under_gvisor(void)
+{
+    return wrap_runsc() >= 0;
+}
+
+void gvisor_skip(const char *check, const char *why)
+{
+    fprintf(stderr, "gvisor: skipped %s: %s\n", check, why);
+}
+
 double now_ms(void)
 {
     struct timespec ts;
@@ -56,6 +104,92 @@ char *daemon_log_read(const struct daemon *d)
     return s;
 }
 
+/* A daemon that did not come up: remove its workspace and log before giving up. */
+static void daemon_discard(const struct daemon *d)
+{
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->ws);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", d->ws);
+    remove(d->log);
+}
+
+/* The command line of pid, NULs as spaces (argv words are never empty here). */
+static bool read_cmdline(pid_t pid, char *buf, size_t n)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return false;
+    size_t len = fread(buf, 1, n - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[len] = '\0';
+    return len > 0;
+}
+
+static pid_t parent_of(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return 0;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *rp = strrchr(buf, ')');
+    int ppid = 0;
+    return rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 ? ppid : 0;
+}
+
+/*
+ * Under gVisor: find the sandbox that runs d's sbxd, the `runsc boot` process started by the
+ * runsc process d->pid (or below it). Its command line has the state root (--root=, which
+ * `runsc do` chooses itself under $TMPDIR) and ends with the container id.
+ */
+static void sandbox_locate(struct daemon *d)
+{
+    for (int attempt = 0; attempt < 200; attempt++) {
+        DIR *dir = opendir("/proc");
+        struct dirent *e;
+        while (dir && (e = readdir(dir))) {
+            pid_t pid = atoi(e->d_name);
+            char cmd[4096];
+            if (pid <= 0 || !read_cmdline(pid, cmd, sizeof(cmd)) || !strstr(cmd, " boot "))
+                continue;
+            const char *root = strstr(cmd, " --root=");
+            if (!root)
+                continue;
+            pid_t up = pid;
+            for (int depth = 0; depth < 4 && up > 1 && up != d->pid; depth++)
+                up = parent_of(up);
+            if (up != d->pid)
+                continue;
+            root += strlen(" --root=");
+            snprintf(d->sb_root, sizeof(d->sb_root), "%.*s", (int)strcspn(root, " "), root);
+            size_t len = strlen(cmd);
+            while (len && cmd[len - 1] == ' ')
+                cmd[--len] = '\0';
+            const char *id = strrchr(cmd, ' ');
+            snprintf(d->sb_id, sizeof(d->sb_id), "%s", id ? id + 1 : "");
+            closedir(dir);
+            return;
+        }
+        if (dir)
+            closedir(dir);
+        usleep(10000);
+    }
+    fprintf(stderr, "sbxd runs under gVisor, but its sandbox (runsc boot) was not found\n");
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    daemon_discard(d);
+    abort();
+}
+
 void daemon_start(struct daemon *d, const char *const *args, const char *const *env)
 {
     memset(d, 0, sizeof(*d));
@@ -69,12 +203,7 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     /* SBXD_WRAP: a command that runs sbxd inside something (e.g. "runsc --network=host do"),
      * split on spaces. */
     const char *argv[96];
-    int argc = 0;
-    static char wrap[512];
-    snprintf(wrap, sizeof(wrap), "%s", getenv("SBXD_WRAP") ? getenv("SBXD_WRAP") : "");
-    for (char *save = NULL, *w = strtok_r(wrap, " ", &save); w && argc < 32;
-         w = strtok_r(NULL, " ", &save))
-        argv[argc++] = w;
+    int argc = wrap_argv(argv, 32);
     const char *fixed[] = {sbxd_bin(), "--listen",     "127.0.0.1:0", "--workspace",
                            d->ws,      "--log-format", "json"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
@@ -118,6 +247,8 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
         if (port) {
             d->port = atoi(port + 7);
             free(log);
+            if (under_gvisor())
+                sandbox_locate(d);
             return;
         }
         free(log);
@@ -126,12 +257,15 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
             char *l = daemon_log_read(d);
             fprintf(stderr, "sbxd exited during start-up (status %d):\n%s\n", st, l);
             free(l);
+            daemon_discard(d);
             abort();
         }
         usleep(10000);
     }
     fprintf(stderr, "sbxd did not start listening\n");
     kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    daemon_discard(d);
     abort();
 }
 
@@ -357,4 +491,262 @@ int proc_fd_count(pid_t pid)
     if (d)
         closedir(d);
     return n;
+}
+
+void daemon_install_probe(const struct daemon *d)
+{
+    char dst[400];
+    snprintf(dst, sizeof(dst), "%s/sbxd-probe", d->ws);
+    int in = open(sbxd_probe(), O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    ck_assert(in >= 0 && out >= 0);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+    chmod(dst, 0755);
+}
+
+/* Start `runsc <the wrap's flags> --root=<d's> exec <id> argv...` with stdin and stdout on
+ * pipes (*in_fd, *out_fd); stderr stays the test's. Returns the pid, or -1. */
+static pid_t sandbox_spawn(const struct daemon *d, const char *const *argv, int *in_fd, int *out_fd)
+{
+    const char *a[96];
+    int n = 0, r = wrap_runsc();
+    if (r < 0 || !d->sb_root[0])
+        return -1;
+    a[n++] = wrap_words[r];
+    /* The global flags of the wrap (those before its subcommand), but d's own state root. */
+    for (int i = r + 1; i < wrap_count && wrap_words[i][0] == '-' && n < 40; i++)
+        if (strncmp(wrap_words[i], "--root", 6) != 0 && strncmp(wrap_words[i], "-root", 5) != 0)
+            a[n++] = wrap_words[i];
+    char root[PATH_MAX + 16];
+    snprintf(root, sizeof(root), "--root=%s", d->sb_root);
+    a[n++] = root;
+    a[n++] = "exec";
+    a[n++] = d->sb_id;
+    for (int i = 0; argv[i] && n < 94; i++)
+        a[n++] = argv[i];
+    a[n] = NULL;
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) < 0)
+        return -1;
+    if (pipe2(out, O_CLOEXEC) < 0) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        execvp(a[0], (char *const *)a);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    if (pid < 0) {
+        close(in[1]);
+        close(out[0]);
+        return -1;
+    }
+    *in_fd = in[1];
+    *out_fd = out[0];
+    return pid;
+}
+
+int sandbox_exec(const struct daemon *d, const char *const *argv, char *out, size_t outlen)
+{
+    int in, fd;
+    pid_t pid = sandbox_spawn(d, argv, &in, &fd);
+    if (pid < 0) {
+        fprintf(stderr, "gvisor: cannot run %s in the sandbox of sbxd\n", argv[0]);
+        return -1;
+    }
+    close(in);
+    size_t got = 0;
+    ssize_t k;
+    char sink[4096];
+    while ((k = read(fd, got < outlen - 1 ? out + got : sink,
+                     got < outlen - 1 ? outlen - 1 - got : sizeof(sink))) > 0)
+        if (got < outlen - 1)
+            got += (size_t)k;
+    out[got] = '\0';
+    close(fd);
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* sbxd inside its sandbox: `runsc do` makes the command the container's init. */
+#define SANDBOX_SBXD_PID "1"
+
+/* The value of "key <value>" in the probe's daemon report on sbxd; -1 when unknown. */
+static long sandbox_daemon_value(const struct daemon *d, const char *key)
+{
+    const char *argv[] = {sbxd_probe(), "daemon", SANDBOX_SBXD_PID, NULL};
+    char out[1024], k[64], exe[PATH_MAX + 8];
+    if (sandbox_exec(d, argv, out, sizeof(out)) != 0)
+        return -1;
+    /* Make sure it is sbxd we are looking at. */
+    snprintf(exe, sizeof(exe), "exe %s\n", sbxd_bin());
+    ck_assert_msg(strncmp(out, exe, strlen(exe)) == 0, "pid %s of the sandbox is not sbxd:\n%s",
+                  SANDBOX_SBXD_PID, out);
+    snprintf(k, sizeof(k), "%s ", key);
+    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, k, strlen(k)) == 0)
+            return strtol(p + strlen(k), NULL, 10);
+    return -1;
+}
+
+int daemon_procs_with(const struct daemon *d, const char *marker)
+{
+    if (!under_gvisor())
+        return procs_with(marker);
+    if (d->pid <= 0) {
+        /* The daemon is gone, and with it its sandbox's kernel: no process of the sandbox can
+         * be left but the sandbox itself. Its host processes name its state root. */
+        const char *tag = strrchr(d->sb_root, '/');
+        return tag && tag[1] ? procs_with(tag + 1) : -1;
+    }
+    const char *argv[] = {sbxd_probe(), "procs", marker, NULL};
+    char out[16384];
+    if (sandbox_exec(d, argv, out, sizeof(out)) != 0)
+        return -1;
+    int n = 0;
+    for (const char *p = out; *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
+int daemon_wait_no_procs(const struct daemon *d, const char *marker, int ms)
+{
+    double end = now_ms() + ms;
+    int n;
+    while ((n = daemon_procs_with(d, marker)) > 0 && now_ms() < end)
+        usleep(5000);
+    return n;
+}
+
+long daemon_rss_kb(const struct daemon *d)
+{
+    return under_gvisor() ? sandbox_daemon_value(d, "rss_kb") : proc_rss_kb(d->pid);
+}
+
+int daemon_fd_count(const struct daemon *d)
+{
+    return under_gvisor() ? (int)sandbox_daemon_value(d, "fds") : proc_fd_count(d->pid);
+}
+
+int daemon_oom_score_adj(const struct daemon *d)
+{
+    if (under_gvisor()) {
+        long v = sandbox_daemon_value(d, "oom_score_adj");
+        ck_assert_msg(v >= -1000 && v <= 1000, "cannot read sbxd's oom_score_adj in gVisor");
+        return (int)v;
+    }
+    char p[64], buf[16] = "";
+    snprintf(p, sizeof(p), "/proc/%d/oom_score_adj", (int)d->pid);
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    return atoi(buf);
+}
+
+bool daemon_may_lower_oom_score(const struct daemon *d)
+{
+    if (under_gvisor()) {
+        /* A process of the container's root, as sbxd is. */
+        const char *argv[] = {sbxd_probe(), "oom-lower", NULL};
+        char out[64];
+        int st = sandbox_exec(d, argv, out, sizeof(out));
+        ck_assert_msg(st == 0 || st == 3, "the probe did not run in the sandbox (status %d)", st);
+        return st == 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY);
+        _exit(fd >= 0 && write(fd, "-999", 4) == 4 ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static struct {
+    const struct daemon *d;
+    volatile int on;
+    long base, peak;
+    pthread_t thread; /* host: a sampling thread */
+    pid_t pid;        /* gVisor: the probe sampling inside the sandbox */
+    int in, out;
+} sampler;
+
+static void *sample_rss(void *arg)
+{
+    (void)arg;
+    while (sampler.on) {
+        long kb = proc_rss_kb(sampler.d->pid);
+        if (kb > sampler.peak)
+            sampler.peak = kb;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+/* Read from fd until buf holds a line starting with key; returns its value or -1. */
+static long read_keyed_line(int fd, const char *key, char *buf, size_t n)
+{
+    size_t got = strlen(buf);
+    for (;;) {
+        const char *p = strstr(buf, key);
+        if (p && (p == buf || p[-1] == '\n') && strchr(p, '\n'))
+            return strtol(p + strlen(key), NULL, 10);
+        ssize_t k = got < n - 1 ? read(fd, buf + got, n - 1 - got) : 0;
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+        buf[got] = '\0';
+    }
+}
+
+void rss_sampling_start(const struct daemon *d)
+{
+    memset(&sampler, 0, sizeof(sampler));
+    sampler.d = d;
+    if (under_gvisor()) {
+        const char *argv[] = {sbxd_probe(), "rss", SANDBOX_SBXD_PID, NULL};
+        sampler.pid = sandbox_spawn(d, argv, &sampler.in, &sampler.out);
+        ck_assert_msg(sampler.pid > 0, "cannot start the RSS sampler in the sandbox");
+        char buf[256] = "";
+        sampler.base = read_keyed_line(sampler.out, "base ", buf, sizeof(buf));
+        ck_assert_msg(sampler.base > 0, "the RSS sampler in the sandbox did not start");
+        sampler.peak = sampler.base;
+        return;
+    }
+    sampler.base = proc_rss_kb(d->pid);
+    sampler.peak = sampler.base;
+    sampler.on = 1;
+    pthread_create(&sampler.thread, NULL, sample_rss, NULL);
+}
+
+long rss_sampling_stop(long *base_kb)
+{
+    if (under_gvisor()) {
+        close(sampler.in); /* the probe's stdin ends: it prints its peak */
+        char buf[256] = "";
+        long peak = read_keyed_line(sampler.out, "peak ", buf, sizeof(buf));
+        close(sampler.out);
+        waitpid(sampler.pid, NULL, 0);
+        ck_assert_msg(peak > 0, "the RSS sampler in the sandbox gave no peak");
+        sampler.peak = peak;
+    } else {
+        sampler.on = 0;
+        pthread_join(sampler.thread, NULL);
+    }
+    *base_kb = sampler.base;
+    return sampler.peak;
 }

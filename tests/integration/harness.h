@@ -1,6 +1,11 @@
 /*
  * harness.h - a real sbxd on an ephemeral loopback port with a temporary workspace, driven
  * over HTTP with libcurl, plus /proc helpers to check what it leaves behind.
+ *
+ * sbxd may run inside something (SBXD_WRAP). Under gVisor (a wrap that names runsc) the
+ * harness's child is the runsc process, and sbxd and its commands are not host processes:
+ * the daemon_* helpers below then look from inside the sandbox (the sbxd-probe, run there
+ * with `runsc exec`) instead of at the host's /proc.
  */
 #ifndef SBXD_HARNESS_H
 #define SBXD_HARNESS_H
@@ -16,7 +21,18 @@ struct daemon {
     int port;
     char ws[256];       /* the workspace (a fresh temporary directory) */
     char log[PATH_MAX]; /* sbxd's stderr */
+    /* Under gVisor, found at start: the sandbox's state root (runsc --root) and its
+     * container id. */
+    char sb_root[PATH_MAX];
+    char sb_id[128];
 };
+
+/* Whether sbxd runs inside gVisor: SBXD_WRAP names runsc. The one place that decides. */
+bool under_gvisor(void);
+/* Say on stderr that a check is skipped under gVisor, and why ("gvisor: skipped ..."). */
+void gvisor_skip(const char *check, const char *why);
+/* The SBXD_WRAP words (split on spaces) into argv; returns how many (0: no wrap). */
+int wrap_argv(const char **argv, int max);
 
 /* Start sbxd with extra arguments (NULL-terminated, may be NULL) and extra environment
  * entries ("K=V", NULL-terminated, may be NULL). Aborts the test run if it does not come up. */
@@ -67,7 +83,7 @@ bool jnull(const cJSON *o, const char *key);
 /* Assert an error reply: this status and {"code": code, "message": non-empty}. */
 void assert_error(const struct http_resp *r, long status, const char *code);
 
-/* Processes whose command line contains marker (zombies excluded). */
+/* Host processes whose command line contains marker (zombies excluded). */
 int procs_with(const char *marker);
 /* Wait up to ms for none to remain; returns how many remain. */
 int wait_no_procs(const char *marker, int ms);
@@ -75,5 +91,35 @@ int wait_no_procs(const char *marker, int ms);
 long proc_rss_kb(pid_t pid);
 int proc_fd_count(pid_t pid);
 double now_ms(void);
+
+/* Copy the probe into d's workspace as ./sbxd-probe, for commands to run (the build tree may
+ * not be readable by the command user). */
+void daemon_install_probe(const struct daemon *d);
+
+/* Under gVisor: run argv inside d's sandbox (`runsc exec`, as the container's root), its
+ * stdout into out; returns the exit status, or -1. */
+int sandbox_exec(const struct daemon *d, const char *const *argv, char *out, size_t outlen);
+
+/*
+ * What d's commands left behind, and d's own resources, wherever d runs. On the host these
+ * are the /proc helpers above on d->pid. Under gVisor they ask the sandbox: processes with
+ * marker in their command line as its /proc lists them, sbxd's (its pid 1) RSS, open fds
+ * and oom_score_adj. Once d is gone (d->pid == 0) under gVisor, what can be left is the
+ * sandbox itself: daemon_procs_with then counts its host processes (sentry, gofer). -1 when
+ * the sandbox could not be asked.
+ */
+int daemon_procs_with(const struct daemon *d, const char *marker);
+int daemon_wait_no_procs(const struct daemon *d, const char *marker, int ms);
+long daemon_rss_kb(const struct daemon *d);
+int daemon_fd_count(const struct daemon *d);
+int daemon_oom_score_adj(const struct daemon *d);
+/* Whether a process with the daemon's credentials may lower its oom_score_adj (tried in a
+ * throwaway process, as sbxd tries it for itself). */
+bool daemon_may_lower_oom_score(const struct daemon *d);
+
+/* Sample d's RSS every 2 ms between start and stop; stop returns the peak (kB) and the RSS
+ * at start in *base_kb. One sampling at a time. */
+void rss_sampling_start(const struct daemon *d);
+long rss_sampling_stop(long *base_kb);
 
 #endif

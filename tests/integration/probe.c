@@ -3,15 +3,32 @@
  * line per attempt: "<name> <ERRNO>" (or "<name> OK"). Where it can, it passes arguments for
  * which an unfiltered kernel gives a different answer (EFAULT, EBADF, EIO, success), so an
  * EPERM proves the filter and not merely a lack of privilege.
+ *
+ * With an argument it is an observer instead, for what the host's /proc cannot see when sbxd
+ * runs inside gVisor (the harness runs it there with `runsc exec`, or as a command):
+ *   creds              NoNewPrivs and CapAmb lines as in /proc/self/status, from prctl
+ *   signals            SigBlk and SigIgn lines as in /proc/self/status, from sigprocmask
+ *                      and sigaction
+ *   fds                its own open fds, one per line, ascending
+ *   procs MARKER       one line per live (not zombie) process whose command line has MARKER
+ *   daemon PID         exe, rss_kb, fds and oom_score_adj of process PID
+ *   rss PID            "base <kB>" at once, then samples VmRSS every 2 ms until stdin ends,
+ *                      then "peak <kB>"
+ *   oom-lower          exit 0 if this process may lower its oom_score_adj to -999, else 3
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -27,7 +44,7 @@ static void report(const char *name, long rc)
 
 #define TRY(name, ...) report(name, syscall(__VA_ARGS__))
 
-int main(void)
+static int try_syscalls(void)
 {
     void *bad = (void *)1; /* an address no call can read */
     TRY("ptrace", SYS_ptrace, 0xdead, 0, 0, 0);
@@ -104,4 +121,198 @@ int main(void)
     if (s >= 0)
         close(s);
     return 0;
+}
+
+/* Read a small file into buf (NUL-terminated); returns its length or -1. */
+static ssize_t slurp(const char *path, char *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = 0;
+    ssize_t k;
+    while (len < n - 1 && (k = read(fd, buf + len, n - 1 - len)) > 0)
+        len += (size_t)k;
+    close(fd);
+    buf[len] = '\0';
+    return (ssize_t)len;
+}
+
+static int creds(void)
+{
+    printf("NoNewPrivs:\t%d\n", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
+    unsigned long long amb = 0;
+    for (int cap = 0; cap < 64; cap++) {
+        int r = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0);
+        if (r < 0 && cap == 0) {
+            /* No ambient set at all (gVisor has none): nothing can be in it. */
+            printf("CapAmb:\tunsupported\n");
+            return 0;
+        }
+        if (r < 0)
+            break; /* past the last capability */
+        if (r > 0)
+            amb |= 1ULL << cap;
+    }
+    printf("CapAmb:\t%016llx\n", amb);
+    return 0;
+}
+
+static int signals(void)
+{
+    sigset_t blocked;
+    sigprocmask(SIG_BLOCK, NULL, &blocked);
+    unsigned long long blk = 0, ign = 0;
+    for (int sig = 1; sig < 65; sig++) {
+        struct sigaction sa;
+        if (sigismember(&blocked, sig) == 1)
+            blk |= 1ULL << (sig - 1);
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+            ign |= 1ULL << (sig - 1);
+    }
+    printf("SigBlk:\t%016llx\nSigIgn:\t%016llx\n", blk, ign);
+    return 0;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+static int fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 1;
+    int fd[1024], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 1024)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) != dirfd(d))
+            fd[n++] = atoi(e->d_name);
+    closedir(d);
+    qsort(fd, (size_t)n, sizeof(fd[0]), cmp_int);
+    for (int i = 0; i < n; i++)
+        printf("%d\n", fd[i]);
+    return 0;
+}
+
+/* Live processes (zombies excluded, this one too) whose command line, NULs read as spaces,
+ * contains marker: the same test as the harness's procs_with on the host. */
+static int procs(const char *marker)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || atoi(e->d_name) == (int)getpid())
+            continue;
+        char p[300], buf[4096];
+        snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+        if (slurp(p, buf, sizeof(buf)) < 0)
+            continue;
+        const char *rp = strrchr(buf, ')');
+        if (!rp || rp[1] != ' ' || rp[2] == 'Z')
+            continue;
+        char state = rp[2];
+        snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
+        ssize_t len = slurp(p, buf, sizeof(buf));
+        if (len < 0)
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        if (!strstr(buf, marker))
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            if (buf[i] == '\n')
+                buf[i] = ' '; /* one line per process */
+        printf("%s %c %s\n", e->d_name, state, buf);
+    }
+    closedir(d);
+    return 0;
+}
+
+static long status_kb(const char *pid, const char *key)
+{
+    char p[64], buf[8192];
+    snprintf(p, sizeof(p), "/proc/%s/status", pid);
+    if (slurp(p, buf, sizeof(buf)) < 0)
+        return -1;
+    char k[64];
+    snprintf(k, sizeof(k), "\n%s:", key);
+    const char *v = strstr(buf, k);
+    return v ? strtol(v + strlen(k), NULL, 10) : -1;
+}
+
+static int daemon_info(const char *pid)
+{
+    char p[64], buf[4096];
+    snprintf(p, sizeof(p), "/proc/%s/exe", pid);
+    ssize_t n = readlink(p, buf, sizeof(buf) - 1);
+    printf("exe %s\n", n > 0 ? (buf[n] = '\0', buf) : "unknown");
+    printf("rss_kb %ld\n", status_kb(pid, "VmRSS"));
+    snprintf(p, sizeof(p), "/proc/%s/fd", pid);
+    DIR *d = opendir(p);
+    int fds = -1;
+    if (d) {
+        struct dirent *e;
+        fds = 0;
+        while ((e = readdir(d)))
+            fds += e->d_name[0] != '.';
+        closedir(d);
+    }
+    printf("fds %d\n", fds);
+    snprintf(p, sizeof(p), "/proc/%s/oom_score_adj", pid);
+    printf("oom_score_adj %s", slurp(p, buf, sizeof(buf)) > 0 ? buf : "unknown\n");
+    return 0;
+}
+
+static int rss(const char *pid)
+{
+    long base = status_kb(pid, "VmRSS"), peak = base;
+    printf("base %ld\n", base);
+    fflush(stdout);
+    for (;;) {
+        struct pollfd in = {.fd = 0, .events = POLLIN};
+        int r = poll(&in, 1, 2);
+        char c;
+        if ((r < 0 && errno != EINTR) || (r > 0 && read(0, &c, 1) <= 0))
+            break; /* stdin ended: the harness is done */
+        long kb = status_kb(pid, "VmRSS");
+        if (kb > peak)
+            peak = kb;
+    }
+    printf("peak %ld\n", peak);
+    return 0;
+}
+
+/* 0 when allowed, 3 when not (anything else: the probe did not run). */
+static int oom_lower(void)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY);
+    return fd >= 0 && write(fd, "-999", 4) == 4 ? 0 : 3;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return try_syscalls();
+    if (!strcmp(argv[1], "creds"))
+        return creds();
+    if (!strcmp(argv[1], "fds"))
+        return fds();
+    if (!strcmp(argv[1], "signals"))
+        return signals();
+    if (!strcmp(argv[1], "procs") && argc == 3)
+        return procs(argv[2]);
+    if (!strcmp(argv[1], "daemon") && argc == 3)
+        return daemon_info(argv[2]);
+    if (!strcmp(argv[1], "rss") && argc == 3)
+        return rss(argv[2]);
+    if (!strcmp(argv[1], "oom-lower"))
+        return oom_lower();
+    fprintf(stderr, "usage: sbxd-probe [creds | signals | fds | procs MARKER | daemon PID | rss "
+                    "PID | oom-lower]\n");
+    return 2;
 }

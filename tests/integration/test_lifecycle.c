@@ -22,12 +22,14 @@ static int run_sbxd(const char *const *args, char *out, size_t outlen)
     if (pid == 0) {
         dup2(p[1], 1);
         dup2(p[1], 2);
-        const char *argv[16] = {sbxd_bin()};
-        int n = 1;
-        for (int i = 0; args[i] && n < 15; i++)
+        /* Inside the same wrap as the daemons (under gVisor: a sandbox of its own). */
+        const char *argv[64];
+        int n = wrap_argv(argv, 32);
+        argv[n++] = sbxd_bin();
+        for (int i = 0; args[i] && n < 63; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
-        execv(sbxd_bin(), (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     close(p[1]);
@@ -189,7 +191,7 @@ START_TEST(sigterm_kills_what_outlives_the_grace)
     ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     ck_assert_msg(now_ms() - t0 < 1500 * SLOW, "took %.0f ms", now_ms() - t0);
     dd.pid = 0;
-    ck_assert_int_eq(wait_no_procs("sleep 30.1212", 500), 0);
+    ck_assert_int_eq(daemon_wait_no_procs(&dd, "sleep 30.1212", 500), 0);
     ck_assert(!daemon_log_has_sanitizer_report(&dd));
     daemon_stop(&dd, 0);
     remove(dd.log);
