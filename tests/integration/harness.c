@@ -228,6 +228,19 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     if (pid == 0) {
         /* If the test process dies half-way, its daemon goes with it (and drains first). */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
+        /* SBXD_TEST_CGROUP (the vm tier): start sbxd in that cgroup's "sbxd" leaf, alone,
+         * as a container's entrypoint would be, not among the test runner's processes. */
+        const char *tcg = getenv("SBXD_TEST_CGROUP");
+        if (tcg && *tcg) {
+            char cg[PATH_MAX];
+            snprintf(cg, sizeof(cg), "%s/sbxd", tcg);
+            mkdir(cg, 0755);
+            snprintf(cg, sizeof(cg), "%s/sbxd/cgroup.procs", tcg);
+            int cfd = open(cg, O_WRONLY);
+            if (cfd < 0 || write(cfd, "0", 1) != 1)
+                _exit(126);
+            close(cfd);
+        }
         int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         dup2(fd, 2);
         int devnull = open("/dev/null", O_RDWR);

@@ -1,0 +1,188 @@
+/* cgroup v2 enforcement, in a real kernel (the vm tier): each test replays what a hostile
+ * or careless command does and checks that its own leaf contains it. */
+#include <check.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static cJSON *run(const char *json)
+{
+    return execute(&g_sbxd, json);
+}
+
+static cJSON *isolation(void)
+{
+    struct http_resp r;
+    http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    ck_assert_int_eq(r.status, 200);
+    cJSON *iso = cJSON_DetachItemFromObject(r.json, "isolation");
+    http_resp_free(&r);
+    return iso;
+}
+
+START_TEST(healthz_reports_cgroup_enforcement)
+{
+    cJSON *iso = isolation();
+    ck_assert_str_eq(jstr(iso, "cgroup"), "v2");
+    ck_assert_str_eq(jstr(iso, "memory"), "enforced");
+    ck_assert_str_eq(jstr(iso, "pids"), "enforced");
+    ck_assert_str_eq(jstr(iso, "cpu"), "cpu.max");
+    ck_assert_str_eq(jstr(iso, "tree_kill"), "cgroup");
+    cJSON_Delete(iso);
+}
+END_TEST
+
+START_TEST(memory_bomb_ends_oom_and_the_daemon_lives)
+{
+    /* dd allocates its 200 MB block and fills it: far past 64 MiB. */
+    cJSON *r = run("{\"command\":\"dd if=/dev/zero of=/dev/null bs=200M count=1\","
+                   "\"limits\":{\"memory_bytes\":67108864}}");
+    ck_assert_str_eq(jstr(r, "status"), "oom");
+    ck_assert(jbool(r, "oom_killed"));
+    ck_assert(!jbool(r, "timed_out"));
+    ck_assert_int_eq((int)jnum(r, "exit_code"), 137);
+    ck_assert(jnum(r, "memory_peak_bytes") <= 67108864.0);
+    cJSON_Delete(r);
+    cJSON_Delete(isolation()); /* still answering */
+}
+END_TEST
+
+static volatile int health_ok, health_bad;
+static volatile int polling;
+
+static void *poll_health(void *arg)
+{
+    (void)arg;
+    while (polling) {
+        struct http_resp r;
+        int rc = http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 5000, &r);
+        if (rc == 0 && r.status == 200)
+            health_ok++;
+        else
+            health_bad++;
+        http_resp_free(&r);
+        usleep(50000);
+    }
+    return NULL;
+}
+
+START_TEST(fork_bomb_is_held_by_pids_max)
+{
+    health_ok = health_bad = 0;
+    polling = 1;
+    pthread_t t;
+    pthread_create(&t, NULL, poll_health, NULL);
+    cJSON *r = run("{\"command\":\"b() { b | b & }; while :; do b 2>/dev/null; sleep 0.05; done\","
+                   "\"limits\":{\"pids\":32},\"timeout_ms\":3000}");
+    polling = 0;
+    pthread_join(t, NULL);
+    /* The shell gives up when it cannot fork any more (or is stopped at the deadline); the
+     * daemon answered all along. */
+    const char *st = jstr(r, "status");
+    ck_assert_msg(strcmp(st, "exited") == 0 || strcmp(st, "timeout") == 0, "status %s", st);
+    ck_assert_int_ge(health_ok, 1);
+    ck_assert_int_eq(health_bad, 0);
+    cJSON_Delete(r);
+
+    /* Held: 40 sleeps asked for, at most 10 processes in the cgroup. Read with shell builtins only,
+     * since at the limit not even cat could be forked. */
+    r = run("{\"command\":\"(for i in $(seq 40); do sleep 30.5 & done) 2>/dev/null; "
+            "read cg < /proc/self/cgroup; read n < /sys/fs/cgroup${cg#0::}/pids.current; "
+            "echo $n\",\"limits\":{\"pids\":10}}");
+    int n = atoi(jstr(r, "stdout"));
+    ck_assert_msg(n >= 2 && n <= 10, "pids.current %d with pids.max 10", n);
+    cJSON_Delete(r);
+    ck_assert_int_eq(wait_no_procs("sleep 30.5", 2000), 0);
+}
+END_TEST
+
+START_TEST(cpu_quota_limits_cpu_time)
+{
+    cJSON *r = run("{\"command\":\"while :; do :; done\",\"limits\":{\"cpu_quota\":0.2},"
+                   "\"timeout_ms\":3000}");
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    double ratio = jnum(r, "cpu_ms") / jnum(r, "duration_ms");
+    ck_assert_msg(ratio > 0.1 && ratio < 0.3, "cpu_ms/duration_ms = %.3f, want about 0.2", ratio);
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(memory_peak_is_the_commands_own)
+{
+    cJSON *r = run("{\"command\":\"dd if=/dev/zero of=/dev/null bs=40M count=1\"}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    double peak = jnum(r, "memory_peak_bytes");
+    ck_assert_msg(peak >= 40e6 && peak < 120e6, "memory_peak_bytes %.0f", peak);
+    cJSON_Delete(r);
+    r = run("{\"command\":\"true\"}");
+    ck_assert_msg(jnum(r, "memory_peak_bytes") < 16e6, "true peaked at %.0f",
+                  jnum(r, "memory_peak_bytes"));
+    cJSON_Delete(r);
+}
+END_TEST
+
+START_TEST(cgroup_kill_takes_setsid_escapees)
+{
+    cJSON *r = run("{\"command\":\"sleep 1000.77 & setsid sleep 1000.77 & "
+                   "(setsid sh -c 'sleep 1000.77 &'); wait\",\"timeout_ms\":500}");
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(wait_no_procs("sleep 1000.77", 2000), 0);
+}
+END_TEST
+
+/* Leaves under sbxd's cgroup other than its own "sbxd" leaf. */
+static int job_leaves(const char *base)
+{
+    DIR *d = opendir(base);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, "job-", 4) == 0;
+    closedir(d);
+    return n;
+}
+
+START_TEST(no_leaf_remains_and_stale_ones_go)
+{
+    cJSON *iso = isolation();
+    char base[512];
+    snprintf(base, sizeof(base), "%s", jstr(iso, "cgroup_base"));
+    cJSON_Delete(iso);
+    cJSON_Delete(run("{\"command\":\"sleep 100 & echo bg\"}"));
+    cJSON_Delete(run("{\"command\":\"sleep 5\",\"timeout_ms\":100}"));
+    ck_assert_int_eq(job_leaves(base), 0);
+    /* A leaf a crashed run left behind is removed when sbxd starts again. */
+    char stale[600];
+    snprintf(stale, sizeof(stale), "%s/job-left-by-a-crash", base);
+    ck_assert_int_eq(mkdir(stale, 0755), 0);
+    struct daemon d;
+    daemon_start(&d, NULL, NULL); /* a new sbxd in the same cgroup, as after a restart */
+    ck_assert_int_eq(job_leaves(base), 0);
+    ck_assert_int_eq(daemon_stop(&d, 10000), 0);
+    remove(d.log);
+}
+END_TEST
+
+Suite *cgroup_suite(void)
+{
+    Suite *s = suite_create("cgroup");
+    TCase *tc = tcase_create("enforcement");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, healthz_reports_cgroup_enforcement);
+    tcase_add_test(tc, memory_bomb_ends_oom_and_the_daemon_lives);
+    tcase_add_test(tc, fork_bomb_is_held_by_pids_max);
+    tcase_add_test(tc, cpu_quota_limits_cpu_time);
+    tcase_add_test(tc, memory_peak_is_the_commands_own);
+    tcase_add_test(tc, cgroup_kill_takes_setsid_escapees);
+    tcase_add_test(tc, no_leaf_remains_and_stale_ones_go);
+    suite_add_tcase(s, tc);
+    return s;
+}
