@@ -252,8 +252,9 @@ START_TEST(thirty_two_concurrent_requests)
     }
     double took = now_ms() - t0;
     ck_assert_int_eq(ok, 32);
-    /* 32 x 0.5 s run side by side, not one after another. */
-    ck_assert_msg(took < 3000 * SLOW, "took %.0f ms", took);
+    /* 32 x 0.5 s run side by side, not one after another (16 s). gVisor's ptrace platform
+     * makes each process start far slower, hence its looser bound. */
+    ck_assert_msg(took < (under_gvisor() ? 10000 : 3000) * SLOW, "took %.0f ms", took);
 }
 END_TEST
 
