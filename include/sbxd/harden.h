@@ -24,13 +24,16 @@ struct harden_plan {
     bool drop_bounding; /* the daemon's bounding set was emptied at start: commands inherit it */
     bool seccomp;       /* the deny-list could be built and is installed */
     int daemon_oom_score_adj;       /* sbxd's own, for /healthz (main.c sets it) */
+    bool pidns;                     /* commands start under a PID namespace's init */
+    bool pidns_own_proc;            /* ... with /proc of their own (main.c sets it) */
     struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
+    struct sock_fprog filter_init;  /* pidns: the rest of it, loaded by each init */
     struct sock_fprog filter_nonet; /* no AF_INET/AF_INET6 sockets, stacked per command */
 };
 
 /* Decide the plan for commands running as uid:gid (ignored when the daemon is not root) and
  * build the seccomp programs. Fails only when something that should work does not. */
-int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *err);
+int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, bool pidns, struct sbxd_err *err);
 void harden_free(struct harden_plan *p);
 
 /* Load the deny-list (and no_new_privs) on the calling thread, once per thread, before it

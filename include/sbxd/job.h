@@ -79,6 +79,7 @@ struct job_env {
     const struct cg_root *cg;         /* cgroup leaves when available, else NULL */
     uint64_t memory_max;              /* default memory limit (--memory-max), 0: none */
     uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
+    bool pidns;                       /* each command under its own PID namespace's init */
 };
 
 /*

@@ -39,6 +39,9 @@ int reaper_reap(void);
  * Returns whether t is reaped. */
 bool reaper_try(struct reap_target *t);
 
+/* Send sig to t's process unless it has been reaped (its pid may then be another's). */
+void reaper_kill(struct reap_target *t, int sig);
+
 /* Copy the reaped status of t (false while not reaped yet). */
 bool reaper_result(struct reap_target *t, int *status, struct rusage *ru);
 

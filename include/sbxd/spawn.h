@@ -37,8 +37,31 @@ struct spawn_spec {
     int nrlimits;
     const struct harden_plan *harden; /* applied last, right before execve; NULL: none */
     int cgroup_procs_fd;              /* the command's cgroup.procs (written first), or -1 */
-    bool network;                     /* false: no AF_INET/AF_INET6 sockets */
+    bool pidns;    /* start an init in new PID and mount namespaces, which starts the command */
+    int status_fd; /* pidns: where the init writes struct spawn_ns_msg */
+    bool network;  /* false: no AF_INET/AF_INET6 sockets */
 };
+
+/*
+ * What a PID namespace's init tells the daemon through status_fd (one write each, atomic).
+ * The init cannot pass on a signal death by dying of it (an init ignores its own signals), so
+ * the command's wait status travels here; the init itself exits 0 once the namespace is empty,
+ * and SIGKILL to it kills every process in the namespace.
+ */
+enum { SPAWN_NS_EXITED = 1, SPAWN_NS_FAILED = 2 };
+
+struct spawn_ns_msg {
+    int type;
+    int status;       /* EXITED: the command's wait status */
+    int err;          /* FAILED: errno */
+    const char *step; /* FAILED: what failed (a literal: same address in the daemon) */
+    struct rusage ru; /* EXITED: the command's rusage (with its waited children) */
+};
+
+/* Whether commands can get PID namespaces here: a start-up test that creates one, with a
+ * mount namespace and, where the mount table can be made private, its own /proc (*own_proc).
+ * Call before any thread exists. */
+bool spawn_pidns_probe(bool *own_proc, char *why, size_t len);
 
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */

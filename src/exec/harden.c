@@ -71,8 +71,18 @@ static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   
 
 enum filter_kind {
     FILTER_DENY_LIST,  /* the deny-list of harden_denied_syscalls and clone flags */
+    FILTER_SPAWNER,    /* pidns mode, on spawning threads: the deny-list but what a namespace's
+                        * init needs (mount; clone with CLONE_NEWPID or CLONE_NEWNS) */
+    FILTER_NS_INIT,    /* pidns mode, loaded by each init: exactly what FILTER_SPAWNER left out */
     FILTER_NO_NETWORK, /* only: no AF_INET/AF_INET6 sockets (stacked on the deny-list) */
 };
+
+/* In FILTER_SPAWNER's gap (see there). */
+static bool init_needs(const char *syscall_name, uint64_t clone_flag)
+{
+    return (syscall_name && strcmp(syscall_name, "mount") == 0) || clone_flag == CLONE_NEWPID ||
+           clone_flag == CLONE_NEWNS;
+}
 
 static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err *err)
 {
@@ -89,19 +99,26 @@ static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err 
     /* A binary tree over syscall numbers rather than a chain every allowed call walks. */
     if (!e)
         e = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
-    if (kind == FILTER_DENY_LIST) {
+    if (kind != FILTER_NO_NETWORK) {
+        /* FILTER_SPAWNER takes what the init does not need, FILTER_NS_INIT the rest. */
+        bool init_part = kind == FILTER_NS_INIT;
         for (int i = 0; !e && harden_denied_syscalls[i]; i++) {
             int nr = seccomp_syscall_resolve_name(harden_denied_syscalls[i]);
             if (nr == __NR_SCMP_ERROR)
                 continue; /* not on this architecture */
+            if (kind != FILTER_DENY_LIST && init_needs(harden_denied_syscalls[i], 0) != init_part)
+                continue;
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
-        for (size_t i = 0; !e && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++)
+        for (size_t i = 0; !e && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
+            if (kind != FILTER_DENY_LIST && init_needs(NULL, ns_flags[i]) != init_part)
+                continue;
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                                  SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+        }
         /* clone3 passes its flags in memory a filter cannot read. ENOSYS, not EPERM: libc
          * then falls back to clone, which the rules above do check. */
-        if (!e)
+        if (!e && kind != FILTER_NS_INIT)
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     } else {
         e = e ? e
@@ -138,7 +155,7 @@ out:
     return rc;
 }
 
-int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *err)
+int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, bool pidns, struct sbxd_err *err)
 {
     memset(p, 0, sizeof(*p));
     p->switch_user = geteuid() == 0;
@@ -163,7 +180,9 @@ int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *er
         }
         p->drop_bounding = true;
     }
-    if (build(&p->filter, FILTER_DENY_LIST, err) < 0 ||
+    p->pidns = pidns;
+    if (build(&p->filter, pidns ? FILTER_SPAWNER : FILTER_DENY_LIST, err) < 0 ||
+        (pidns && build(&p->filter_init, FILTER_NS_INIT, err) < 0) ||
         build(&p->filter_nonet, FILTER_NO_NETWORK, err) < 0) {
         harden_free(p);
         return -1;
@@ -175,6 +194,7 @@ int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, struct sbxd_err *er
 void harden_free(struct harden_plan *p)
 {
     free(p->filter.filter);
+    free(p->filter_init.filter);
     free(p->filter_nonet.filter);
     memset(p, 0, sizeof(*p));
 }

@@ -32,8 +32,17 @@ struct job {
     bool exited;      /* the main process is reaped */
     bool final_drain; /* leftovers killed: read what is buffered, then end */
     bool finished;
-    int next_stream;          /* which pipe is read first, alternated so neither starves */
-    bool cancel_peek;         /* also poll the client socket for POLLIN and peek (see job_step) */
+    int next_stream;  /* which pipe is read first, alternated so neither starves */
+    bool cancel_peek; /* also poll the client socket for POLLIN and peek (see job_step) */
+    /* pidns: the init reports the command's end through status_fd (spawn_ns_msg); rt is the
+     * init, whose death kills everything in the namespace. */
+    bool ns;
+    int status_fd;
+    bool main_reported;
+    int main_status;
+    struct rusage main_ru;
+    int64_t main_exit_ns;
+    char argv0[64];           /* for a failed_to_start message reported by the init */
     struct cg_leaf leaf;      /* the command's cgroup, when cgroups are in use (dirfd -1 if not) */
     const struct cg_root *cg; /* ... and where it lives */
     struct job_result res;
@@ -161,6 +170,7 @@ static void job_destroy_fds(struct job *job)
     close_fd(&job->err_fd);
     close_fd(&job->in_fd);
     close_fd(&job->ev_fd);
+    close_fd(&job->status_fd);
 }
 
 struct job *job_start(const struct exec_request *req, const struct job_env *env,
@@ -172,7 +182,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    job->out_fd = job->err_fd = job->in_fd = job->ev_fd = -1;
+    job->out_fd = job->err_fd = job->in_fd = job->ev_fd = job->status_fd = -1;
+    job->ns = env->pidns;
     job->leaf.dirfd = job->leaf.procs_fd = -1;
     job->cg = env->cg;
     job->cancel_fd = env->cancel_fd;
@@ -180,7 +191,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     job->output_limit = req->limits.output_bytes;
     make_id(job->id);
 
-    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, in_p[2] = {-1, -1};
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, in_p[2] = {-1, -1}, st_p[2] = {-1, -1};
     int cwd_fd = -1;
     char **candidates = NULL;
 
@@ -196,7 +207,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         }
     }
     if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
-        (req->has_stdin && pipe2(in_p, O_CLOEXEC) < 0)) {
+        (job->ns && pipe2(st_p, O_CLOEXEC) < 0) || (req->has_stdin && pipe2(in_p, O_CLOEXEC) < 0)) {
         sbxd_fail_errno(err, errno == EMFILE || errno == ENFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL,
                         errno, "cannot create pipes");
         goto fail;
@@ -260,6 +271,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .harden = env->harden,
         .network = req->network,
         .cgroup_procs_fd = job->leaf.procs_fd,
+        .pidns = job->ns,
+        .status_fd = st_p[1],
     };
     /* Without a cgroup that enforces memory, the address space is the next best bound. */
     if (mem && !(cg && env->cg->memory))
@@ -294,6 +307,12 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     }
     close(out_p[1]);
     close(err_p[1]);
+    if (job->ns) {
+        close(st_p[1]);
+        job->status_fd = st_p[0];
+        fcntl(job->status_fd, F_SETFL, O_NONBLOCK); /* read after the init's death too */
+        snprintf(job->argv0, sizeof(job->argv0), "%s", req->argv[0]);
+    }
     if (req->has_stdin)
         close(in_p[0]);
     job->out_fd = out_p[0];
@@ -309,6 +328,7 @@ fail:
         close_fd(&out_p[i]);
         close_fd(&err_p[i]);
         close_fd(&in_p[i]);
+        close_fd(&st_p[i]);
     }
     if (cwd_fd >= 0)
         close(cwd_fd);
@@ -321,29 +341,52 @@ fail:
     return NULL;
 }
 
-static void kill_group(struct job *job)
+/* reaper_locked: the caller holds the reaper's lock (reaper_foreach) and has seen the
+ * target unreaped. */
+static void kill_tree(struct job *job, bool reaper_locked)
 {
     pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
-    /* The child called setsid(), so its pid is its process group. The group id cannot be
-     * reused while any member lives, so this reaches only the job's own processes. */
-    if (pid > 0)
+    if (job->ns) {
+        /* The init: its death kills every process of the namespace, escapees included.
+         * Only while it is not reaped, since then its pid may be another's. */
+        if (reaper_locked)
+            kill(pid, SIGKILL);
+        else
+            reaper_kill(&job->rt, SIGKILL);
+    } else if (pid > 0) {
+        /* The child called setsid(), so its pid is its process group. The group id cannot
+         * be reused while any member lives, so this reaches only the job's own processes. */
         kill(-pid, SIGKILL);
+    }
     /* The cgroup reaches what left the group too: setsid and double-fork escapees. */
     cg_leaf_kill(&job->leaf);
 }
 
-void job_kill(struct job *job, enum job_kill_reason why)
+static void kill_group(struct job *job)
+{
+    kill_tree(job, false);
+}
+
+static void set_reason(struct job *job, enum job_kill_reason why)
 {
     int none = JOB_KILL_NONE;
     __atomic_compare_exchange_n(&job->kill_reason, &none, (int)why, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
+}
+
+void job_kill(struct job *job, enum job_kill_reason why)
+{
+    set_reason(job, why);
     kill_group(job);
 }
 
+/* Under the reaper's lock (reaper_foreach): must not take it again. */
 static void kill_live(struct reap_target *t, void *arg)
 {
-    if (!t->reaped)
-        job_kill((struct job *)t, (enum job_kill_reason)(intptr_t)arg);
+    if (!t->reaped) {
+        set_reason((struct job *)t, (enum job_kill_reason)(intptr_t)arg);
+        kill_tree((struct job *)t, true);
+    }
 }
 
 void job_kill_all(enum job_kill_reason why)
@@ -358,6 +401,36 @@ static void mark_exited(struct job *job)
     close_fd(&job->in_fd); /* nobody left to read it */
 }
 
+/* pidns: take what the init has written (the fd is non-blocking). */
+static void read_ns_status(struct job *job)
+{
+    struct spawn_ns_msg m;
+    while (job->status_fd >= 0) {
+        ssize_t n = read(job->status_fd, &m, sizeof(m));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            close_fd(&job->status_fd); /* the init is gone */
+            return;
+        }
+        if (n != (ssize_t)sizeof(m))
+            return; /* EAGAIN (writes of this size are atomic: never a part) */
+        if (job->main_reported)
+            continue;
+        job->main_reported = true;
+        job->main_exit_ns = time_mono_ns();
+        if (m.type == SPAWN_NS_EXITED) {
+            job->main_status = m.status;
+            job->main_ru = m.ru;
+        } else {
+            job->main_status = 127 << 8;
+            job->res.status = JOB_FAILED_TO_START;
+            snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s",
+                     m.step ? m.step : "start", job->argv0, strerror(m.err));
+        }
+        if (!job->exited)
+            mark_exited(job);
+    }
+}
+
 static void finish(struct job *job)
 {
     /* Leftovers (a background child of the command) die with the job. */
@@ -365,9 +438,17 @@ static void finish(struct job *job)
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));
-    reaper_result(&job->rt, &status, &ru);
+    int64_t end_ns = job->rt.reaped_ns;
+    if (job->ns && job->main_reported) {
+        /* The command's own end, as its init saw it; the init itself exits 0. */
+        status = job->main_status;
+        ru = job->main_ru;
+        end_ns = job->main_exit_ns;
+    } else {
+        reaper_result(&job->rt, &status, &ru);
+    }
     struct job_result *r = &job->res;
-    r->duration_ms = (double)(job->rt.reaped_ns - job->start_ns) / 1e6;
+    r->duration_ms = (double)(end_ns - job->start_ns) / 1e6;
     r->cpu_ms = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
     r->memory_peak_bytes = (uint64_t)ru.ru_maxrss * 1024;
@@ -472,7 +553,7 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
         }
         /* Both pipes closed usually means the process is gone: try to reap it here rather
          * than wait for the SIGCHLD round trip through the main thread. */
-        if (!job->exited && job->out_fd < 0 && job->err_fd < 0 && reaper_try(&job->rt))
+        if (!job->ns && !job->exited && job->out_fd < 0 && job->err_fd < 0 && reaper_try(&job->rt))
             mark_exited(job);
         if (job->exited) {
             if (job->out_fd < 0 && job->err_fd < 0) {
@@ -502,8 +583,8 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
             continue;
         }
 
-        struct pollfd pfd[5];
-        int idx[5]; /* 0 ev, 1 stdout, 2 stderr, 3 stdin, 4 cancel */
+        struct pollfd pfd[6];
+        int idx[6]; /* 0 ev, 1 stdout, 2 stderr, 3 stdin, 4 cancel, 5 ns status */
         nfds_t np = 0;
         if (!job->exited) {
             pfd[np] = (struct pollfd){.fd = job->ev_fd, .events = POLLIN};
@@ -521,6 +602,10 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
         if (job->in_fd >= 0) {
             pfd[np] = (struct pollfd){.fd = job->in_fd, .events = POLLOUT};
             idx[np++] = 3;
+        }
+        if (job->status_fd >= 0 && !job->exited) {
+            pfd[np] = (struct pollfd){.fd = job->status_fd, .events = POLLIN};
+            idx[np++] = 5;
         }
         if (job->cancel_fd >= 0) {
             /* POLLRDHUP says the client hung up, but gVisor never reports it: there, a
@@ -547,8 +632,17 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                 }
                 int st;
                 struct rusage ru;
-                if (reaper_result(&job->rt, &st, &ru))
-                    mark_exited(job);
+                if (reaper_result(&job->rt, &st, &ru)) {
+                    /* pidns: the init is gone; what it said before dying comes first. */
+                    if (job->ns)
+                        read_ns_status(job);
+                    if (!job->exited)
+                        mark_exited(job);
+                }
+                break;
+            }
+            case 5: {
+                read_ns_status(job);
                 break;
             }
             case 1:

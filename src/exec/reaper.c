@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,6 +96,14 @@ bool reaper_try(struct reap_target *t)
     bool reaped = t->reaped;
     pthread_mutex_unlock(&reaper_lock);
     return reaped;
+}
+
+void reaper_kill(struct reap_target *t, int sig)
+{
+    pthread_mutex_lock(&reaper_lock);
+    if (!t->reaped && t->pid > 0)
+        kill(t->pid, sig);
+    pthread_mutex_unlock(&reaper_lock);
 }
 
 bool reaper_result(struct reap_target *t, int *status, struct rusage *ru)

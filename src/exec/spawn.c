@@ -1,9 +1,14 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/seccomp.h>
 #include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -225,6 +230,104 @@ report:
     return 127;
 }
 
+/*
+ * The init of a command's PID namespace: pid 1 there, a copy of the spawning thread (not
+ * sharing its memory), running raw syscalls only like any child of a threaded daemon. It
+ * gives the namespace its own /proc (so $$ and /proc agree), loads the rest of the deny-list,
+ * starts the command as the daemon would, reports its end, and reaps until no process is left.
+ */
+NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s)
+{
+    struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
+    int sfd = s->status_fd;
+    /* The namespace's own /proc, so $$ and /proc agree; only on a mount table made private
+     * first, else the mount would show through to the host's (or the sandbox's) /proc.
+     * gVisor releases without mount propagation refuse that (EINVAL), and there the command
+     * keeps the sandbox's /proc (/healthz says so). */
+    if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
+        if (syscall(SYS_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) <
+            0) {
+            m.step = "mount /proc";
+            goto fail;
+        }
+    } else if (errno != EINVAL) {
+        m.step = "mount / private";
+        goto fail;
+    }
+    if (s->harden && s->harden->seccomp &&
+        syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->harden->filter_init, 0, 0) <
+            0) {
+        m.step = "seccomp";
+        goto fail;
+    }
+    struct child_ctx cc = {.spec = s, .err = 0, .step = NULL, .report_fd = -1};
+    _Alignas(64) char stack[SBXD_SPAWN_STACK];
+    pid_t main_pid =
+        clone(child_main, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &cc);
+    if (main_pid < 0) {
+        m.step = "clone";
+        goto fail;
+    }
+    if (cc.err) {
+        m.err = cc.err;
+        m.step = cc.step;
+        syscall(SYS_write, sfd, &m, sizeof(m));
+        syscall(SYS_exit_group, 127);
+    }
+    /* Nothing of the daemon's stays open here but the status pipe: above all not the
+     * command's pipes, whose readers wait for every writer to go. */
+    close_span(0, (unsigned)sfd - 1);
+    close_span((unsigned)sfd + 1, ~0U);
+    for (;;) {
+        int st;
+        struct rusage ru;
+        long pid = syscall(SYS_wait4, -1, &st, 0, &ru);
+        if (pid == main_pid) {
+            struct spawn_ns_msg ex = {.type = SPAWN_NS_EXITED, .status = st, .ru = ru};
+            syscall(SYS_write, sfd, &ex, sizeof(ex));
+        } else if (pid < 0 && errno == ECHILD) {
+            syscall(SYS_exit_group, 0);
+        }
+    }
+fail:
+    m.err = errno ? errno : EINVAL;
+    syscall(SYS_write, sfd, &m, sizeof(m));
+    syscall(SYS_exit_group, 127);
+    __builtin_unreachable();
+}
+
+bool spawn_pidns_probe(bool *own_proc, char *why, size_t len)
+{
+    long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid == 0) {
+        /* As ns_init does: exit 0 with its own /proc, 4 without (shared), else failure. */
+        int shared = 0;
+        if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+            if (errno != EINVAL)
+                syscall(SYS_exit_group, 1);
+            shared = 4;
+        } else if (syscall(SYS_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           NULL) < 0) {
+            syscall(SYS_exit_group, 2);
+        }
+        syscall(SYS_exit_group, syscall(SYS_getpid) == 1 ? shared : 3);
+    }
+    if (pid < 0) {
+        snprintf(why, len, "cannot create a PID namespace: %s", strerror(errno));
+        return false;
+    }
+    int st;
+    while (waitpid((pid_t)pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 4)) {
+        *own_proc = WEXITSTATUS(st) == 0;
+        return true;
+    }
+    snprintf(why, len, "a PID namespace's init cannot %s",
+             WIFEXITED(st) && WEXITSTATUS(st) == 2 ? "mount its /proc" : "set up its mounts");
+    return false;
+}
+
 pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_errno,
                   const char **child_step, struct sbxd_err *err)
 {
@@ -239,6 +342,21 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     /* Never start a command without its filter: no filter on this thread, no spawn. */
     if (spec->harden && harden_thread(spec->harden, err) < 0)
         return -1;
+    if (spec->pidns) {
+        /* Like fork, into new PID and mount namespaces; the init reports through status_fd
+         * whether the command could start. */
+        long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT_SETTID | SIGCHLD,
+                           NULL, pid_slot, NULL, 0);
+        if (pid == 0)
+            ns_init(spec);
+        if (pid < 0)
+            return sbxd_fail_errno(
+                err, errno == EAGAIN || errno == ENOMEM ? SBXD_E_BUSY : SBXD_E_INTERNAL, errno,
+                "cannot start a PID namespace");
+        *child_errno = 0;
+        *child_step = NULL;
+        return (pid_t)pid;
+    }
     /* Without CLONE_VM the child runs on its own copy of this stack. CLONE_VFORK either way:
      * we resume once it has exec'd or failed. */
     pid_t pid = clone(child_main, stack + sizeof(stack),

@@ -129,7 +129,8 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                           .harden = srv->harden,
                           .cg = srv->cg,
                           .memory_max = srv->cfg->memory_max,
-                          .pids_max = srv->cfg->pids_max};
+                          .pids_max = srv->cfg->pids_max,
+                          .pidns = srv->harden->pidns};
     struct job *job = job_start(&req, &env, &err);
     if (!job) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);

@@ -36,7 +36,12 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_key(w, "cpu");
     jw_str(w, cg && cg->cpu ? "cpu.max" : "rlimit-cpu");
     jw_key(w, "tree_kill");
-    jw_str(w, cg ? "cgroup" : "pgid"); /* pgid misses processes that leave the group */
+    /* pgid misses processes that leave the group: the one degraded mode */
+    jw_str(w, cg ? "cgroup" : h->pidns ? "pidns" : "pgid");
+    if (!cg && h->pidns) {
+        jw_key(w, "proc");
+        jw_str(w, h->pidns_own_proc ? "own" : "shared"); /* the namespace's /proc, or not */
+    }
     jw_key(w, "seccomp");
     jw_str(w, h->seccomp ? "deny-list" : "none");
     jw_key(w, "capabilities");

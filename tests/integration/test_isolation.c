@@ -384,6 +384,91 @@ START_TEST(required_isolation_is_checked_at_start)
 }
 END_TEST
 
+/* The escape a process group cannot stop: children that leave it with setsid, one of them
+ * through a double fork. */
+static const char escape_cmd[] = "{\"command\":\"sleep 1000.31 & setsid sleep 1000.31 & "
+                                 "(setsid sh -c 'sleep 1000.31 &'); wait\",\"timeout_ms\":300}";
+
+static const char *tree_kill_of(struct daemon *d)
+{
+    static char tk[16];
+    struct http_resp r;
+    http_request(d, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    snprintf(tk, sizeof(tk), "%s", jstr(cJSON_GetObjectItem(r.json, "isolation"), "tree_kill"));
+    http_resp_free(&r);
+    return tk;
+}
+
+START_TEST(setsid_escapees_die_with_the_tree)
+{
+    /* Wherever sbxd has more than the process group (here: a PID namespace or a cgroup). */
+    if (strcmp(tree_kill_of(&g_sbxd), "pgid") == 0)
+        return;
+    cJSON *r = run(escape_cmd);
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 1000.31", 1000), 0);
+}
+END_TEST
+
+START_TEST(pidns_mode_contains_the_tree_and_its_proc)
+{
+    struct daemon d;
+    const char *args[] = {"--isolation", "pidns", NULL};
+    daemon_start(&d, args, NULL);
+    ck_assert_str_eq(tree_kill_of(&d), "pidns");
+    cJSON *r = execute(&d, escape_cmd);
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.31", 1000), 0);
+    /* The command is pid 2 under its init, and /proc is the namespace's own: $$ and /proc
+     * agree, and no process of the host (or of another command) can be seen. */
+    struct http_resp h;
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &h);
+    bool own_proc = strcmp(jstr(cJSON_GetObjectItem(h.json, "isolation"), "proc"), "own") == 0;
+    http_resp_free(&h);
+    /* gVisor without mount propagation keeps the sandbox's /proc (reported as "shared"):
+     * there the tree is contained, but /proc is not the namespace's. */
+    ck_assert(own_proc || under_gvisor());
+    if (!own_proc)
+        goto stop;
+    r = execute(&d, "{\"command\":\"echo $$; cut -d' ' -f1 /proc/$$/stat; "
+                    "set -- /proc/[0-9]*; echo $#\"}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    const char *out = jstr(r, "stdout");
+    ck_assert_msg(strncmp(out, "2\n2\n", 4) == 0, "stdout %s", out);
+    int visible = atoi(out + 4); /* the init and the shell, and what the shell is running */
+    ck_assert_msg(visible >= 2 && visible <= 6, "%d processes visible", visible);
+    cJSON_Delete(r);
+    /* Leftovers still die when the command ends on its own. */
+    r = execute(&d, "{\"command\":\"setsid sleep 1000.32 & echo started\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "started\n");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.32", 1000), 0);
+stop:;
+    int st = daemon_stop(&d, 10000);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    remove(d.log);
+}
+END_TEST
+
+START_TEST(pgid_mode_kills_the_group_and_says_it_is_degraded)
+{
+    struct daemon d;
+    const char *args[] = {"--isolation", "pgid", NULL};
+    daemon_start(&d, args, NULL);
+    ck_assert_str_eq(tree_kill_of(&d), "pgid");
+    cJSON *r = execute(&d, "{\"command\":\"sleep 1000.33 & sleep 1000.33; wait\","
+                           "\"timeout_ms\":300}");
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.33", 1000), 0);
+    int st = daemon_stop(&d, 10000);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    remove(d.log);
+}
+END_TEST
+
 Suite *isolation_suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -399,6 +484,9 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, limits_without_cgroups_are_refused_or_replaced);
     tcase_add_test(tc, required_isolation_is_checked_at_start);
     tcase_add_test(tc, daemon_answers_while_a_command_hogs_cpu_and_memory);
+    tcase_add_test(tc, setsid_escapees_die_with_the_tree);
+    tcase_add_test(tc, pidns_mode_contains_the_tree_and_its_proc);
+    tcase_add_test(tc, pgid_mode_kills_the_group_and_says_it_is_degraded);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -97,7 +97,7 @@ START_TEST(bad_values_name_the_option)
         {"--user=1000", "--user"},
         {"--user=1000:", "--user"},
         {"--user=4294967295:0", "--user"},
-        {"--isolation=cgroups", "auto|cgroup|pgid"},
+        {"--isolation=cgroups", "auto|cgroup|pidns|pgid"},
         {"--pids-max=x", "--pids-max"},
         {"--memory-max=lots", "--memory-max"},
         {"--timeout-ms=0", "--timeout-ms"},
