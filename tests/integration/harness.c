@@ -282,6 +282,18 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     abort();
 }
 
+bool daemon_stop_clean(struct daemon *d, int timeout_ms)
+{
+    int st = daemon_stop(d, timeout_ms);
+    bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!clean)
+        fprintf(stderr, "sbxd did not stop cleanly (wait status %d)\n", st);
+    if (daemon_log_has_sanitizer_report(d))
+        clean = false;
+    remove(d->log);
+    return clean;
+}
+
 bool daemon_log_has_sanitizer_report(const struct daemon *d)
 {
     char *log = daemon_log_read(d);

@@ -42,6 +42,10 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
  * Removes the workspace and log. */
 int daemon_stop(struct daemon *d, int timeout_ms);
 
+/* Stop d and say whether it ended well: exit status 0 and no sanitizer report in its log
+ * (printed when not). Removes its workspace and log either way. */
+bool daemon_stop_clean(struct daemon *d, int timeout_ms);
+
 /* Whether the log holds a sanitizer report (ASan/UBSan/LSan). */
 bool daemon_log_has_sanitizer_report(const struct daemon *d);
 

@@ -184,10 +184,7 @@ START_TEST(over_max_running_is_429)
     http_request(&small, "POST", "/execute", NULL, b, strlen(b), 0, &r);
     ck_assert_int_eq(r.status, 200);
     http_resp_free(&r);
-    int st = daemon_stop(&small, 10000);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ck_assert(!daemon_log_has_sanitizer_report(&small));
-    remove(small.log);
+    ck_assert(daemon_stop_clean(&small, 10000));
 }
 END_TEST
 

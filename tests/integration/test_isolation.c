@@ -239,9 +239,7 @@ START_TEST(user_flag_sets_the_command_user)
                                             "%u:%g x\"}");
     ck_assert_str_eq(jstr(r, "stdout"), "4321\n8765\n8765\n4321:8765\n");
     cJSON_Delete(r);
-    int st = daemon_stop(&d, 10000);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    remove(d.log);
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
@@ -446,9 +444,7 @@ START_TEST(pidns_mode_contains_the_tree_and_its_proc)
     cJSON_Delete(r);
     ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.32", 1000), 0);
 stop:;
-    int st = daemon_stop(&d, 10000);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    remove(d.log);
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
@@ -463,9 +459,7 @@ START_TEST(pgid_mode_kills_the_group_and_says_it_is_degraded)
     ck_assert_str_eq(jstr(r, "status"), "timeout");
     cJSON_Delete(r);
     ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.33", 1000), 0);
-    int st = daemon_stop(&d, 10000);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    remove(d.log);
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 

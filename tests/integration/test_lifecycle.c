@@ -90,8 +90,7 @@ START_TEST(workspace_is_created)
     snprintf(expect, sizeof(expect), "%s\n", deep);
     ck_assert_str_eq(jstr(r, "stdout"), expect);
     cJSON_Delete(r);
-    ck_assert_int_eq(daemon_stop(&d, 10000), 0);
-    remove(d.log);
+    ck_assert(daemon_stop_clean(&d, 10000));
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "rm -rf /tmp/sbxd-it-new-%d", (int)getpid());
     ck_assert_int_eq(system(cmd), 0);

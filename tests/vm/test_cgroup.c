@@ -166,8 +166,7 @@ START_TEST(no_leaf_remains_and_stale_ones_go)
     struct daemon d;
     daemon_start(&d, NULL, NULL); /* a new sbxd in the same cgroup, as after a restart */
     ck_assert_int_eq(job_leaves(base), 0);
-    ck_assert_int_eq(daemon_stop(&d, 10000), 0);
-    remove(d.log);
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 

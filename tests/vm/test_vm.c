@@ -368,13 +368,7 @@ int main(void)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
 
-    int st = daemon_stop(&g_sbxd, 15000);
-    bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (!clean)
-        fprintf(stderr, "shared sbxd did not stop cleanly (wait status %d)\n", st);
-    if (daemon_log_has_sanitizer_report(&g_sbxd))
-        clean = false;
-    remove(g_sbxd.log);
+    bool clean = daemon_stop_clean(&g_sbxd, 15000);
     curl_global_cleanup();
     return failed || !clean ? EXIT_FAILURE : EXIT_SUCCESS;
 }
