@@ -995,6 +995,29 @@ static int wait_ready(pid_t pid, int port, double t0, double timeout_ms, double 
     return rc;
 }
 
+/* Start sbxd on a free port and wait for its first 200 on /healthz. Its pid, with the port
+ * and the milliseconds it took; or -1, warned about, with the sbxd (if any) stopped. */
+static pid_t start_ready(const char *path, const char *ws, int *port, double *ready_ms)
+{
+    *port = free_port();
+    if (*port <= 0) {
+        warnx_("cannot find a free port");
+        return -1;
+    }
+    double t0 = now_ms();
+    pid_t pid = start_sbxd(path, *port, ws);
+    if (pid < 0)
+        return -1;
+    char why[300];
+    if (wait_ready(pid, *port, t0, 5000, ready_ms, why, sizeof why) != 0) {
+        warnx_("%s", why);
+        if (g_sbxd_pid > 0)
+            stop_sbxd(pid, NULL);
+        return -1;
+    }
+    return pid;
+}
+
 static long vmrss_kb(pid_t pid)
 {
     char path[64], line[256];
@@ -1278,24 +1301,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "sbxd-bench: ready time over %d fresh starts ...\n", starts);
     samples ready = {0};
     for (int i = 0; i < starts && !g_interrupted; i++) {
-        int port = free_port();
-        if (port <= 0) {
-            warnx_("cannot find a free port");
-            exit_code = 1;
-            goto out;
-        }
-        double t0 = now_ms();
-        pid_t pid = start_sbxd(sbxd_abs, port, ws);
-        if (pid < 0) {
-            exit_code = 1;
-            goto out;
-        }
+        int port;
         double rms;
-        char why[300];
-        if (wait_ready(pid, port, t0, 5000, &rms, why, sizeof why) != 0) {
-            warnx_("start %d: %s", i + 1, why);
-            if (g_sbxd_pid > 0)
-                stop_sbxd(pid, NULL);
+        pid_t pid = start_ready(sbxd_abs, ws, &port, &rms);
+        if (pid < 0) {
             exit_code = 1;
             goto out;
         }
@@ -1316,21 +1325,12 @@ int main(int argc, char **argv)
         goto out;
 
     /* 3. the long-running instance */
-    int port = free_port();
-    double t0 = now_ms();
-    pid_t pid = start_sbxd(sbxd_abs, port, ws);
+    int port;
+    double first_ready_ms;
+    pid_t pid = start_ready(sbxd_abs, ws, &port, &first_ready_ms);
     if (pid < 0) {
         exit_code = 1;
         goto out;
-    }
-    {
-        double rms;
-        char why[300];
-        if (wait_ready(pid, port, t0, 5000, &rms, why, sizeof why) != 0) {
-            warnx_("%s", why);
-            exit_code = 1;
-            goto out;
-        }
     }
     target local;
     target_local(&local, port);

@@ -445,6 +445,46 @@ void assert_error(const struct http_resp *r, long status, const char *code)
     ck_assert_int_eq(cJSON_GetArraySize(r->json), 2);
 }
 
+static void *health_watch_run(void *arg)
+{
+    struct health_watch *w = arg;
+    while (w->running) {
+        struct http_resp r;
+        double t0 = now_ms();
+        int rc = http_request(w->d, "GET", "/healthz", NULL, NULL, 0, 5000, &r);
+        double dt = now_ms() - t0;
+        if (rc != 0 || r.status != 200)
+            w->failed++;
+        else if (w->n < (int)(sizeof(w->lat_ms) / sizeof(w->lat_ms[0])))
+            w->lat_ms[w->n++] = dt;
+        http_resp_free(&r);
+        usleep((useconds_t)w->interval_ms * 1000);
+    }
+    return NULL;
+}
+
+void health_watch_start(struct health_watch *w, const struct daemon *d, int interval_ms)
+{
+    w->d = d;
+    w->interval_ms = interval_ms;
+    w->n = w->failed = 0;
+    w->running = 1;
+    pthread_create(&w->thread, NULL, health_watch_run, w);
+}
+
+static int cmp_ms(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void health_watch_stop(struct health_watch *w)
+{
+    w->running = 0;
+    pthread_join(w->thread, NULL);
+    qsort(w->lat_ms, (size_t)w->n, sizeof(double), cmp_ms);
+}
+
 int procs_with(const char *marker)
 {
     DIR *d = opendir("/proc");

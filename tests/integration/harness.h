@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -86,6 +87,21 @@ bool jnull(const cJSON *o, const char *key);
 
 /* Assert an error reply: this status and {"code": code, "message": non-empty}. */
 void assert_error(const struct http_resp *r, long status, const char *code);
+
+/* A thread that asks d for /healthz every interval_ms while something else goes on, and
+ * keeps the latency of each answer and the count of failures (anything but a 200). */
+struct health_watch {
+    const struct daemon *d;
+    int interval_ms;
+    volatile int running;
+    pthread_t thread;
+    double lat_ms[1000]; /* sorted after health_watch_stop */
+    int n;
+    int failed;
+};
+
+void health_watch_start(struct health_watch *w, const struct daemon *d, int interval_ms);
+void health_watch_stop(struct health_watch *w);
 
 /* Host processes whose command line contains marker (zombies excluded). */
 int procs_with(const char *marker);

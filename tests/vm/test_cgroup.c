@@ -53,41 +53,19 @@ START_TEST(memory_bomb_ends_oom_and_the_daemon_lives)
 }
 END_TEST
 
-static volatile int health_ok, health_bad;
-static volatile int polling;
-
-static void *poll_health(void *arg)
-{
-    (void)arg;
-    while (polling) {
-        struct http_resp r;
-        int rc = http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 5000, &r);
-        if (rc == 0 && r.status == 200)
-            health_ok++;
-        else
-            health_bad++;
-        http_resp_free(&r);
-        usleep(50000);
-    }
-    return NULL;
-}
-
 START_TEST(fork_bomb_is_held_by_pids_max)
 {
-    health_ok = health_bad = 0;
-    polling = 1;
-    pthread_t t;
-    pthread_create(&t, NULL, poll_health, NULL);
+    static struct health_watch hw;
+    health_watch_start(&hw, &g_sbxd, 50);
     cJSON *r = run("{\"command\":\"b() { b | b & }; while :; do b 2>/dev/null; sleep 0.05; done\","
                    "\"limits\":{\"pids\":32},\"timeout_ms\":3000}");
-    polling = 0;
-    pthread_join(t, NULL);
+    health_watch_stop(&hw);
     /* The shell gives up when it cannot fork any more (or is stopped at the deadline); the
      * daemon answered all along. */
     const char *st = jstr(r, "status");
     ck_assert_msg(strcmp(st, "exited") == 0 || strcmp(st, "timeout") == 0, "status %s", st);
-    ck_assert_int_ge(health_ok, 1);
-    ck_assert_int_eq(health_bad, 0);
+    ck_assert_int_ge(hw.n, 1);
+    ck_assert_int_eq(hw.failed, 0);
     cJSON_Delete(r);
 
     /* Held: 40 sleeps asked for, at most 10 processes in the cgroup. Read with shell builtins only,
