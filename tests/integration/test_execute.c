@@ -218,7 +218,11 @@ START_TEST(memory_peak_is_not_inflated_by_earlier_requests)
     r = run("{\"command\":\"true\"}");
     double after = jnum(r, "memory_peak_bytes");
     cJSON_Delete(r);
-    ck_assert_msg(after < before + 1024 * 1024, "peak %.0f after, %.0f before", after, before);
+    /* The bug this guards against adds the ~14 MB the daemon held. Under gVisor children are
+     * copies of the daemon (no clear_refs, see spawn.c), so their floor is its current
+     * resident size, which moves by about a megabyte from one request to the next. */
+    double slack = (under_gvisor() ? 2 : 1) * 1024 * 1024;
+    ck_assert_msg(after < before + slack, "peak %.0f after, %.0f before", after, before);
 }
 END_TEST
 #endif
