@@ -18,6 +18,7 @@ enum opt_type {
     OPT_SIZE,   /* bytes, with optional suffix */
     OPT_LOGFMT, /* json | text */
     OPT_USER,   /* UID:GID */
+    OPT_RANGE,  /* FIRST:COUNT of uids */
     OPT_CHOICE, /* one of help's words in braces */
     OPT_LIST    /* comma-separated words, validated by main */
 };
@@ -67,14 +68,20 @@ static const struct opt opts[] = {
      "When sbxd runs as root, commands run as this user and group, with no supplementary "
      "groups. Ignored otherwise (commands keep sbxd's own ids)."},
     {"isolation", "MODE", "SBXD_ISOLATION", NULL, 0, "auto", OPT_CHOICE, OFF(isolation), 0, 0,
-     "How a command's whole process tree is contained and killed: {auto|cgroup|pidns|pgid}. "
-     "auto takes a cgroup v2 leaf per command where sbxd's cgroup is delegated, else the "
-     "process group (which setsid escapes). pidns: a PID namespace per command with its own "
-     "/proc, which contains setsid escapees too, at about 0.65 ms more per command."},
+     "How a command's whole process tree is contained and killed: "
+     "{auto|cgroup|pidns|uid|pgid}. cgroup: a cgroup v2 leaf per command (needs a delegated "
+     "cgroup). pidns: a PID namespace per command. uid: a uid of its own per running command "
+     "(from --uid-range) and kill(-1) as that uid. pgid: the process group, which setsid "
+     "escapes. auto takes the first of these that works here."},
+    {"uid-range", "FIRST:COUNT", "SBXD_UID_RANGE", NULL, 0, "100000:1024", OPT_RANGE,
+     OFF(uid_range), 0, 0,
+     "uid isolation: the uids commands run as, one per running command. No other process may "
+     "use them (checked at start)."},
     {"require-isolation", "LIST", "SBXD_REQUIRE_ISOLATION", NULL, 0, "", OPT_LIST,
      OFF(require_isolation), 0, 0,
-     "Refuse to start unless each of these is enforced: cgroup, memory, pids, cpu, seccomp "
-     "(comma-separated)."},
+     "Refuse to start unless each of these is in force, and answer /healthz with 503 "
+     "\"degraded\" should one fail later: cgroup, memory, pids, cpu, seccomp, tree_kill (any "
+     "of cgroup, pidns, uid), pidns, uid, capabilities, non_root (comma-separated)."},
     {"memory-max", "SIZE", "SBXD_MEMORY_MAX", NULL, 0, "0", OPT_SIZE, OFF(memory_max), 0,
      1ULL << 50,
      "Memory of a command (cgroup memory.max; RLIMIT_AS without cgroups): the default and the "
@@ -298,25 +305,39 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         }
         snprintf(field, 128, "%s", val);
         return 0;
-    case OPT_USER: {
+    case OPT_USER:
+    case OPT_RANGE: {
         const char *colon = strchr(val, ':');
         char num[32];
-        uint64_t uid, gid;
-        if (!colon || (size_t)(colon - val) >= sizeof(num) || strlen(val) >= sizeof(cfg->user))
-            goto bad_user;
+        uint64_t a, b;
+        if (!colon || (size_t)(colon - val) >= sizeof(num) || strlen(val) >= 32)
+            goto bad_pair;
         memcpy(num, val, (size_t)(colon - val));
         num[colon - val] = '\0';
         /* 2^32-1 is (uid_t)-1, "no change" to the kernel: never a real user. */
-        if (parse_uint(num, &uid) < 0 || parse_uint(colon + 1, &gid) < 0 || uid >= 0xFFFFFFFFULL ||
-            gid >= 0xFFFFFFFFULL)
-            goto bad_user;
-        cfg->user_uid = (uid_t)uid;
-        cfg->user_gid = (gid_t)gid;
-        snprintf(cfg->user, sizeof(cfg->user), "%s", val);
+        if (parse_uint(num, &a) < 0 || parse_uint(colon + 1, &b) < 0 || a >= 0xFFFFFFFFULL ||
+            b >= 0xFFFFFFFFULL)
+            goto bad_pair;
+        if (o->type == OPT_USER) {
+            cfg->user_uid = (uid_t)a;
+            cfg->user_gid = (gid_t)b;
+        } else {
+            if (a == 0 || b == 0 || b > 65536 || a + b > 0xFFFFFFFFULL)
+                goto bad_pair;
+            cfg->uid_first = (uid_t)a;
+            cfg->uid_count = (unsigned)b;
+        }
+        snprintf(field, 32, "%s", val);
         return 0;
-    bad_user:
-        snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)", o->flag,
-                 val, src);
+    bad_pair:
+        if (o->type == OPT_USER)
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)",
+                     o->flag, val, src);
+        else
+            snprintf(errbuf, errlen,
+                     "--%s: '%s'%s is not FIRST:COUNT (a first uid above 0 and 1 to 65536 uids, "
+                     "e.g. 100000:1024)",
+                     o->flag, val, src);
         return -1;
     }
     case OPT_UINT:

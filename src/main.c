@@ -21,6 +21,7 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/config.h"
 #include "sbxd/harden.h"
+#include "sbxd/isolation.h"
 #include "sbxd/job.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -43,15 +44,25 @@ static void ensure_std_fds(void)
 
 /* Commands run as the command user and must be able to write the workspace. A root-owned
  * workspace root (as a fresh one is) is given to that user; one owned by anybody else was
- * set up on purpose and is left alone. */
+ * set up on purpose and is left alone. Under uid isolation commands write it through the
+ * command group, so its root is made group-writable too. */
 static int give_workspace(int rootfd, const char *workspace, const struct harden_plan *h)
 {
     struct stat st;
-    if (!h->switch_user || h->uid == 0 || fstat(rootfd, &st) < 0 || st.st_uid != 0)
+    if (!h->switch_user || h->uid == 0 || fstat(rootfd, &st) < 0 ||
+        (st.st_uid != 0 && st.st_uid != h->uid))
+        return 0;
+    bool chown_it = st.st_uid == 0;
+    bool chmod_it = h->group_share && (st.st_mode & 070) != 070;
+    if (!chown_it && !chmod_it)
         return 0;
     /* Through a real open of the directory: gVisor refuses fchownat on an O_PATH fd. */
     int dfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = dfd < 0 ? -1 : fchown(dfd, h->uid, h->gid);
+    int rc = dfd < 0 ? -1 : 0;
+    if (rc == 0 && chown_it)
+        rc = fchown(dfd, h->uid, h->gid);
+    if (rc == 0 && chmod_it)
+        rc = fchmod(dfd, (st.st_mode & 07777) | 070);
     int e = errno;
     if (dfd >= 0)
         close(dfd);
@@ -63,7 +74,7 @@ static int give_workspace(int rootfd, const char *workspace, const struct harden
         return -1;
     }
     LOG_EVENT("info", "workspace", LOG_S("path", workspace), LOG_I("uid", h->uid),
-              LOG_I("gid", h->gid), LOG_S("action", "chown"));
+              LOG_I("gid", h->gid), LOG_S("action", chown_it ? "chown" : "chmod g+rwx"));
     return 0;
 }
 
@@ -86,71 +97,6 @@ static int protect_daemon(void)
         /* not allowed: commands still run at SBXD_COMMAND_NICE, below us */
     }
     return n > 0 ? atoi(buf) : 0;
-}
-
-/* The isolation --isolation asks for, probed: auto takes cgroups where delegated, else the
- * process group; a PID namespace per command only when asked for (it costs ~0.65 ms per
- * command: the namespaces and the /proc mount). 0, or -1 (logged) when what was asked cannot
- * be had. */
-static int choose_isolation(const struct sbxd_config *cfg, struct cg_root *cg, bool *pidns,
-                            bool *own_proc)
-{
-    const char *mode = cfg->isolation;
-    *pidns = false;
-    memset(cg, 0, sizeof(*cg));
-    cg->basefd = -1;
-    snprintf(cg->why, sizeof(cg->why), "--isolation %s", mode);
-    if (strcmp(mode, "auto") == 0 || strcmp(mode, "cgroup") == 0)
-        cg_probe(cg);
-    if (strcmp(mode, "cgroup") == 0 && !cg->available) {
-        LOG_EVENT("error", "start", LOG_S("message", "--isolation cgroup is not possible here"),
-                  LOG_S("reason", cg->why));
-        return -1;
-    }
-    if (strcmp(mode, "pidns") == 0) {
-        char why[256];
-        *pidns = spawn_pidns_probe(own_proc, why, sizeof(why));
-        if (!*pidns) {
-            LOG_EVENT("error", "start", LOG_S("message", "--isolation pidns is not possible here"),
-                      LOG_S("reason", why));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* --require-isolation: each listed mechanism must be in force. 0, -1 (logged) if not, -2 for
- * an unknown word. */
-static int check_required(const char *list, const struct cg_root *cg, const struct harden_plan *h)
-{
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
-        bool ok;
-        if (strcmp(w, "cgroup") == 0)
-            ok = cg->available;
-        else if (strcmp(w, "memory") == 0)
-            ok = cg->available && cg->memory_enforced;
-        else if (strcmp(w, "pids") == 0)
-            ok = cg->available && cg->pids_enforced;
-        else if (strcmp(w, "cpu") == 0)
-            ok = cg->available && cg->cpu;
-        else if (strcmp(w, "seccomp") == 0)
-            ok = h->seccomp;
-        else {
-            fprintf(stderr,
-                    "sbxd: --require-isolation: unknown mechanism '%s' (known: cgroup, "
-                    "memory, pids, cpu, seccomp)\n",
-                    w);
-            return -2;
-        }
-        if (!ok) {
-            LOG_EVENT("error", "start", LOG_S("message", "required isolation is not available"),
-                      LOG_S("mechanism", w), LOG_S("cgroup", cg->available ? "v2" : cg->why));
-            return -1;
-        }
-    }
-    return 0;
 }
 
 /* Wait up to ms for a signal in set; reap on SIGCHLD. Returns the signal, 0 on timeout. */
@@ -230,43 +176,52 @@ int main(int argc, char **argv)
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }
-    /* Both before any thread exists: the cgroup self-test forks, and the capability bounding
+    /* Both before any thread exists: the isolation probes fork, and the capability bounding
      * set is emptied for the threads to inherit. */
-    struct cg_root cg;
-    bool pidns, own_proc = false;
-    if (choose_isolation(&cfg, &cg, &pidns, &own_proc) < 0) {
+    static struct isolation iso;
+    char why[512];
+    int rc = isolation_setup(&iso, &cfg, why, sizeof(why));
+    if (rc < 0) {
+        if (rc == -2)
+            fprintf(stderr, "sbxd: %s\n", why);
+        else
+            LOG_EVENT("error", "start", LOG_S("message", why));
         close(rootfd);
-        return 1;
+        return rc == -2 ? 2 : 1;
     }
     struct harden_plan harden;
-    if (harden_init(&harden, cfg.user_uid, cfg.user_gid, pidns, &err) < 0) {
+    if (harden_init(&harden, cfg.user_uid, cfg.user_gid, iso.tree_kill == ISO_KILL_PIDNS, &err) <
+        0) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         close(rootfd);
         return 1;
     }
+    harden.group_share = iso.tree_kill == ISO_KILL_UID;
     if (give_workspace(rootfd, workspace, &harden) < 0) {
         harden_free(&harden);
         close(rootfd);
         return 1;
     }
-    int req = check_required(cfg.require_isolation, &cg, &harden);
-    if (req < 0) {
+    if (isolation_check_required(&iso, &harden, why, sizeof(why)) < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", why));
         harden_free(&harden);
         close(rootfd);
-        return req == -2 ? 2 : 1;
+        return 1;
     }
-    LOG_EVENT("info", "isolation", LOG_S("cgroup", cg.available ? cg.base : "none"),
-              LOG_S("cgroup_reason", cg.available ? NULL : cg.why),
-              LOG_B("memory_enforced", cg.available && cg.memory_enforced),
-              LOG_B("pids_enforced", cg.available && cg.pids_enforced),
-              LOG_B("cpu", cg.available && cg.cpu),
-              LOG_S("tree_kill", cg.available ? "cgroup"
-                                 : pidns      ? "pidns"
-                                              : "pgid"),
-              LOG_B("seccomp", harden.seccomp));
-    harden.pidns_own_proc = own_proc;
+    const struct cg_root *cg = &iso.cg;
+    LOG_EVENT(
+        "info", "isolation", LOG_S("cgroup", cg->available ? cg->base : "none"),
+        LOG_S("cgroup_reason", cg->available ? NULL : cg->why),
+        LOG_B("memory_enforced", cg->available && cg->memory_enforced),
+        LOG_B("pids_enforced", cg->available && cg->pids_enforced),
+        LOG_B("cpu", cg->available && cg->cpu),
+        LOG_S("tree_kill", iso_tree_kill_name(iso.tree_kill)),
+        LOG_S("pidns", iso.pidns_ok ? (iso.pidns_userns ? "userns" : "direct") : iso.pidns_why),
+        LOG_S("uid_range", iso.uid_ok ? cfg.uid_range : iso.uid_why), LOG_B("clone3", iso.clone3),
+        LOG_B("pidfd", iso.pidfd), LOG_B("seccomp", harden.seccomp));
+    harden.pidns_own_proc = iso.pidns_own_proc;
     harden.daemon_oom_score_adj = protect_daemon();
-    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &cg, &err);
+    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         harden_free(&harden);

@@ -27,12 +27,15 @@ struct sbxd_config {
     uint64_t shutdown_grace_ms;
     enum log_format log_format;
     char user[32];               /* "UID:GID" as given */
-    char isolation[16];          /* auto | cgroup | pgid */
-    char require_isolation[128]; /* comma-separated: cgroup, memory, pids, cpu, seccomp */
+    char isolation[16];          /* auto | cgroup | pidns | uid | pgid */
+    char uid_range[32];          /* "FIRST:COUNT" as given */
+    char require_isolation[128]; /* comma-separated ISO_REQ_* words (isolation.h) */
     uint64_t memory_max;         /* per command, default and maximum; 0: none */
     uint64_t pids_max;           /* per command, default and maximum; 0: none */
     uid_t user_uid;
     gid_t user_gid;
+    uid_t uid_first; /* --uid-range */
+    unsigned uid_count;
 };
 
 enum config_outcome {

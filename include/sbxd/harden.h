@@ -26,6 +26,7 @@ struct harden_plan {
     int daemon_oom_score_adj;       /* sbxd's own, for /healthz (main.c sets it) */
     bool pidns;                     /* commands start under a PID namespace's init */
     bool pidns_own_proc;            /* ... with /proc of their own (main.c sets it) */
+    bool group_share;               /* uid isolation: umask 002, files shared through the gid */
     struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
     struct sock_fprog filter_init;  /* pidns: the rest of it, loaded by each init */
     struct sock_fprog filter_nonet; /* no AF_INET/AF_INET6 sockets, stacked per command */
@@ -42,10 +43,11 @@ int harden_thread(const struct harden_plan *p, struct sbxd_err *err);
 
 /*
  * In the child, after setsid/fds/rlimits, right before execve: oom_score_adj 1000, drop
- * groups and switch user, clear every capability set, no_new_privs, then seccomp. Raw
- * syscalls only. Returns 0, or -1 with errno set and *step naming what failed.
+ * groups and switch user (to `uid` instead of the plan's when it is not (uid_t)-1: uid
+ * isolation), clear every capability set, no_new_privs, then seccomp. Raw syscalls only.
+ * Returns 0, or -1 with errno set and *step naming what failed.
  */
-int harden_child(const struct harden_plan *p, bool network, const char **step);
+int harden_child(const struct harden_plan *p, bool network, uid_t uid, const char **step);
 
 /* The syscalls the deny-list refuses (NULL-terminated), for /healthz and the tests. */
 extern const char *const harden_denied_syscalls[];

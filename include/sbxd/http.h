@@ -15,6 +15,7 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
+#include "sbxd/isolation.h"
 
 struct server {
     struct MHD_Daemon *mhd;
@@ -22,7 +23,7 @@ struct server {
     int rootfd;
     char workspace[PATH_MAX];
     const struct harden_plan *harden;
-    const struct cg_root *cg; /* NULL when commands get no cgroup */
+    struct isolation *iso;
     int64_t start_ns;
     uint16_t port;
     unsigned running; /* atomic */

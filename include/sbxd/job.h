@@ -7,7 +7,7 @@
  * capped buffers; a streamed response turns each into an NDJSON/SSE event; a background
  * process keeps them in a ring. The HTTP layer never touches pids or pipes.
  *
- * Kills are whole-group (the child is a session leader): on timeout, output limit,
+ * Kills reach the whole tree by the backend in force (isolation.h): on timeout, output limit,
  * cancellation (client gone, shutdown), and for leftovers after the main process exits.
  */
 #ifndef SBXD_JOB_H
@@ -21,6 +21,7 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
+#include "sbxd/isolation.h"
 #include "sbxd/request.h"
 
 enum job_status {
@@ -76,10 +77,9 @@ struct job_env {
     int rootfd;                       /* workspace root, for cwd resolution */
     int cancel_fd;                    /* a socket whose hang-up cancels the job, or -1 */
     const struct harden_plan *harden; /* what every command gives up (harden.h) */
-    const struct cg_root *cg;         /* cgroup leaves when available, else NULL */
+    struct isolation *iso;            /* the backend in force (isolation.h) */
     uint64_t memory_max;              /* default memory limit (--memory-max), 0: none */
     uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
-    bool pidns;                       /* each command under its own PID namespace's init */
 };
 
 /*

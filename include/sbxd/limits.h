@@ -27,6 +27,10 @@
 /* Stack of the short-lived clone child between clone() and execve(). */
 #define SBXD_SPAWN_STACK 32768
 
+/* Stack of a PID namespace's init that shares the daemon's memory (spawn.c): its frames,
+ * with the command's clone stack among them, and a guard page. */
+#define SBXD_NS_INIT_STACK (128 * 1024)
+
 /* Request shape limits (on top of --max-body-bytes). */
 #define SBXD_MAX_ARGS 65536
 #define SBXD_MAX_ENV  4096

@@ -11,12 +11,13 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
+#include "sbxd/isolation.h"
 
 struct server;
 
 /* Listen as cfg says and serve; rootfd and workspace (absolute) are the workspace root. */
 struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
-                            const struct harden_plan *harden, const struct cg_root *cg,
+                            const struct harden_plan *harden, struct isolation *iso,
                             struct sbxd_err *err);
 
 uint16_t server_port(const struct server *srv);

@@ -40,6 +40,7 @@ struct spawn_spec {
     bool pidns;    /* start an init in new PID and mount namespaces, which starts the command */
     int status_fd; /* pidns: where the init writes struct spawn_ns_msg */
     bool network;  /* false: no AF_INET/AF_INET6 sockets */
+    uid_t uid;     /* uid isolation: the command's own uid; (uid_t)-1: the plan's */
 };
 
 /*
@@ -60,8 +61,9 @@ struct spawn_ns_msg {
 
 /* Whether commands can get PID namespaces here: a start-up test that creates one, with a
  * mount namespace and, where the mount table can be made private, its own /proc (*own_proc).
- * Call before any thread exists. */
-bool spawn_pidns_probe(bool *own_proc, char *why, size_t len);
+ * A daemon that may not create them itself gets them inside a user namespace of its own
+ * (*userns), which maps its own uid and gid only. Call before any thread exists. */
+bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
 
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */

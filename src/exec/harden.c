@@ -72,7 +72,8 @@ static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   
 enum filter_kind {
     FILTER_DENY_LIST,  /* the deny-list of harden_denied_syscalls and clone flags */
     FILTER_SPAWNER,    /* pidns mode, on spawning threads: the deny-list but what a namespace's
-                        * init needs (mount; clone with CLONE_NEWPID or CLONE_NEWNS) */
+                        * init needs (mount; clone with CLONE_NEWPID, CLONE_NEWNS
+                        * or, for a daemon without CAP_SYS_ADMIN, CLONE_NEWUSER) */
     FILTER_NS_INIT,    /* pidns mode, loaded by each init: exactly what FILTER_SPAWNER left out */
     FILTER_NO_NETWORK, /* only: no AF_INET/AF_INET6 sockets (stacked on the deny-list) */
 };
@@ -81,7 +82,7 @@ enum filter_kind {
 static bool init_needs(const char *syscall_name, uint64_t clone_flag)
 {
     return (syscall_name && strcmp(syscall_name, "mount") == 0) || clone_flag == CLONE_NEWPID ||
-           clone_flag == CLONE_NEWNS;
+           clone_flag == CLONE_NEWNS || clone_flag == CLONE_NEWUSER;
 }
 
 static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err *err)
@@ -222,8 +223,14 @@ int harden_thread(const struct harden_plan *p, struct sbxd_err *err)
 
 #define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 
-NO_SANITIZE int harden_child(const struct harden_plan *p, bool network, const char **step)
+NO_SANITIZE int harden_child(const struct harden_plan *p, bool network, uid_t uid,
+                             const char **step)
 {
+    if (uid == (uid_t)-1)
+        uid = p->uid;
+    /* Files are shared with the other uids of the range through the group. */
+    if (p->group_share)
+        syscall(SYS_umask, 002);
     /* Under memory pressure the kernel kills a command, never the daemon. */
     int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -247,7 +254,7 @@ NO_SANITIZE int harden_child(const struct harden_plan *p, bool network, const ch
             *step = "setresgid";
             return -1;
         }
-        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0) {
+        if (syscall(SYS_setresuid, uid, uid, uid) < 0) {
             *step = "setresuid";
             return -1;
         }

@@ -45,6 +45,13 @@ struct job {
     char argv0[64];           /* for a failed_to_start message reported by the init */
     struct cg_leaf leaf;      /* the command's cgroup, when cgroups are in use (dirfd -1 if not) */
     const struct cg_root *cg; /* ... and where it lives */
+    /* uid isolation: the command's own uid ((uid_t)-1: none), given back when it is over,
+     * and what the workspace needs to hand its files back to the command user. */
+    uid_t slot_uid;
+    struct isolation *iso;
+    int rootfd;
+    uid_t owner_uid;
+    gid_t owner_gid;
     struct job_result res;
 };
 
@@ -173,6 +180,20 @@ static void job_destroy_fds(struct job *job)
     close_fd(&job->status_fd);
 }
 
+/* A containment mechanism failed for this command: when it is a required one, the daemon is
+ * degraded and the request is refused as unavailable, not as sbxd's own failure. Running the
+ * command with less than was required is never an option. */
+static void degrade(struct isolation *iso, unsigned req, struct sbxd_err *err)
+{
+    if (err->kind == SBXD_E_BUSY || err->kind == SBXD_E_INVALID)
+        return;
+    char what[sizeof(err->msg)];
+    snprintf(what, sizeof(what), "%s", err->msg);
+    if (isolation_degrade(iso, req, what))
+        sbxd_fail(err, SBXD_E_UNAVAILABLE, err->sys_errno,
+                  "required isolation failed, sbxd is degraded: %s", what);
+}
+
 struct job *job_start(const struct exec_request *req, const struct job_env *env,
                       struct sbxd_err *err)
 {
@@ -183,9 +204,14 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         return NULL;
     }
     job->out_fd = job->err_fd = job->in_fd = job->ev_fd = job->status_fd = -1;
-    job->ns = env->pidns;
+    job->iso = env->iso;
+    job->ns = env->iso->tree_kill == ISO_KILL_PIDNS;
     job->leaf.dirfd = job->leaf.procs_fd = -1;
-    job->cg = env->cg;
+    job->cg = &env->iso->cg;
+    job->slot_uid = (uid_t)-1;
+    job->rootfd = env->rootfd;
+    job->owner_uid = env->harden->uid;
+    job->owner_gid = env->harden->gid;
     job->cancel_fd = env->cancel_fd;
     job->cancel_peek = true;
     job->output_limit = req->limits.output_bytes;
@@ -235,14 +261,14 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     uint64_t mem =
         req->limits.memory_bytes != EXEC_LIMIT_UNSET ? req->limits.memory_bytes : env->memory_max;
     uint64_t pids = req->limits.pids != EXEC_LIMIT_UNSET ? req->limits.pids : env->pids_max;
-    bool cg = env->cg && env->cg->available;
-    if (req->limits.pids != EXEC_LIMIT_UNSET && !(cg && env->cg->pids)) {
+    bool cg = job->cg->available;
+    if (req->limits.pids != EXEC_LIMIT_UNSET && !(cg && job->cg->pids)) {
         sbxd_fail(err, SBXD_E_INVALID, 0,
                   "limits.pids needs the cgroup pids controller, which this host does not "
                   "give sbxd (see /healthz isolation)");
         goto fail;
     }
-    if (req->limits.cpu_quota > 0 && !(cg && env->cg->cpu)) {
+    if (req->limits.cpu_quota > 0 && !(cg && job->cg->cpu)) {
         sbxd_fail(err, SBXD_E_INVALID, 0,
                   "limits.cpu_quota needs the cgroup cpu controller, which this host does not "
                   "give sbxd (see /healthz isolation)");
@@ -251,8 +277,19 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     if (cg) {
         struct cg_limits lim = {
             .memory_bytes = mem, .pids = pids, .cpu_quota = req->limits.cpu_quota};
-        if (cg_leaf_create(env->cg, job->id, &lim, &job->leaf, err) < 0)
+        if (cg_leaf_create(job->cg, job->id, &lim, &job->leaf, err) < 0) {
+            degrade(job->iso,
+                    ISO_REQ_CGROUP | ISO_REQ_MEMORY | ISO_REQ_PIDS | ISO_REQ_CPU |
+                        ISO_REQ_TREE_KILL,
+                    err);
             goto fail;
+        }
+    }
+    if (env->iso->tree_kill == ISO_KILL_UID && !uid_slot_take(&env->iso->slots, &job->slot_uid)) {
+        job->slot_uid = (uid_t)-1;
+        sbxd_fail(err, SBXD_E_BUSY, 0,
+                  "every uid of --uid-range is in use by a running command; retry later");
+        goto fail;
     }
     candidates = exec_candidates(req);
     if (!candidates) {
@@ -273,9 +310,10 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .cgroup_procs_fd = job->leaf.procs_fd,
         .pidns = job->ns,
         .status_fd = st_p[1],
+        .uid = job->slot_uid,
     };
     /* Without a cgroup that enforces memory, the address space is the next best bound. */
-    if (mem && !(cg && env->cg->memory))
+    if (mem && !(cg && job->cg->memory))
         add_rlimit(&spec, RLIMIT_AS, mem, mem);
     add_rlimit(&spec, RLIMIT_CORE, 0, 0); /* no core dumps of untrusted memory */
     /* A bounded stack: deep recursion fails in the command, not by eating the pod. */
@@ -297,8 +335,11 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     const char *child_step = NULL;
     if (spawn_child(&spec, &job->rt.pid, &child_errno, &child_step, err) < 0) {
         reaper_remove(&job->rt);
+        if (job->ns)
+            degrade(job->iso, ISO_REQ_PIDNS | ISO_REQ_TREE_KILL, err);
         goto fail;
     }
+    isolation_recovered(job->iso);
     job->deadline_ns = job->start_ns + (int64_t)req->timeout_ms * 1000000;
     if (child_errno) {
         job->res.status = JOB_FAILED_TO_START;
@@ -335,7 +376,9 @@ fail:
     free_strv(candidates);
     job_destroy_fds(job);
     if (job->leaf.dirfd >= 0)
-        cg_leaf_destroy(env->cg, &job->leaf);
+        cg_leaf_destroy(job->cg, &job->leaf);
+    if (job->slot_uid != (uid_t)-1)
+        uid_slot_put(&job->iso->slots, job->slot_uid);
     free(job->stdin_data);
     free(job);
     return NULL;
@@ -358,8 +401,11 @@ static void kill_tree(struct job *job, bool reaper_locked)
          * be reused while any member lives, so this reaches only the job's own processes. */
         kill(-pid, SIGKILL);
     }
-    /* The cgroup reaches what left the group too: setsid and double-fork escapees. */
+    /* The cgroup reaches what left the group too: setsid and double-fork escapees; so does a
+     * kill(-1) as the command's own uid. */
     cg_leaf_kill(&job->leaf);
+    if (job->slot_uid != (uid_t)-1)
+        uid_slot_kill(job->slot_uid);
 }
 
 static void kill_group(struct job *job)
@@ -431,6 +477,17 @@ static void read_ns_status(struct job *job)
     }
 }
 
+/* uid isolation, once nothing runs as the command's uid any more (kill_tree): what it made
+ * in the workspace goes back to the command user, and the uid to the pool. */
+static void release_uid(struct job *job)
+{
+    if (job->slot_uid == (uid_t)-1)
+        return;
+    uid_slot_reown(job->rootfd, job->slot_uid, job->owner_uid, job->owner_gid);
+    uid_slot_put(&job->iso->slots, job->slot_uid);
+    job->slot_uid = (uid_t)-1;
+}
+
 static void finish(struct job *job)
 {
     /* Leftovers (a background child of the command) die with the job. */
@@ -486,6 +543,7 @@ static void finish(struct job *job)
         }
         cg_leaf_destroy(job->cg, &job->leaf);
     }
+    release_uid(job);
     r->timed_out = r->status == JOB_TIMEOUT;
     job_destroy_fds(job);
     reaper_remove(&job->rt);
@@ -716,6 +774,7 @@ void job_free(struct job *job)
         job_destroy_fds(job);
         if (job->leaf.dirfd >= 0)
             cg_leaf_destroy(job->cg, &job->leaf);
+        release_uid(job);
     }
     free(job->stdin_data);
     free(job);

@@ -1,12 +1,16 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
@@ -199,7 +203,7 @@ NO_SANITIZE static int child_main(void *arg)
         }
     /* Credentials, capabilities, no_new_privs and seccomp come last: from here on the child
      * can do little but execve. */
-    if (s->harden && harden_child(s->harden, s->network, &c->step) < 0)
+    if (s->harden && harden_child(s->harden, s->network, s->uid, &c->step) < 0)
         goto fail;
     uint64_t empty = 0;
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
@@ -230,30 +234,90 @@ report:
     return 127;
 }
 
-/*
- * The init of a command's PID namespace: pid 1 there, a copy of the spawning thread (not
- * sharing its memory), running raw syscalls only like any child of a threaded daemon. It
- * gives the namespace its own /proc (so $$ and /proc agree), loads the rest of the deny-list,
- * starts the command as the daemon would, reports its end, and reaps until no process is left.
- */
-NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s)
+/* Whether the namespaces of a command also need a user namespace: a daemon without
+ * CAP_SYS_ADMIN gets its PID namespace through one it owns (spawn_pidns_probe decides). Its
+ * identity map ("uid uid 1"), formatted before any child runs. */
+static bool ns_user;
+static char ns_uid_map[32], ns_gid_map[32];
+
+static unsigned long ns_clone_flags(void)
 {
-    struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
-    int sfd = s->status_fd;
+    return CLONE_NEWPID | CLONE_NEWNS | (ns_user ? CLONE_NEWUSER : 0);
+}
+
+/* Write text to a /proc/self file (raw syscalls). */
+NO_SANITIZE static int write_proc_self(const char *path, const char *text)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = 0;
+    while (text[len])
+        len++;
+    long n = syscall(SYS_write, fd, text, len);
+    syscall(SYS_close, fd);
+    return n == (long)len ? 0 : -1;
+}
+
+/* In a user namespace of its own, the init maps its uid and gid to themselves (as
+ * `unshare --map-current-user` would). Then mounts, then its own /proc. */
+NO_SANITIZE static int ns_setup(const char **step)
+{
+    if (ns_user) {
+        if (write_proc_self("/proc/self/setgroups", "deny") < 0 ||
+            write_proc_self("/proc/self/uid_map", ns_uid_map) < 0 ||
+            write_proc_self("/proc/self/gid_map", ns_gid_map) < 0) {
+            *step = "user namespace map";
+            return -1;
+        }
+    }
     /* The namespace's own /proc, so $$ and /proc agree; only on a mount table made private
      * first, else the mount would show through to the host's (or the sandbox's) /proc.
      * gVisor releases without mount propagation refuse that (EINVAL), and there the command
-     * keeps the sandbox's /proc (/healthz says so). */
+     * keeps the sandbox's /proc (/healthz says so). Returns 1 then, else 0. */
     if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
         if (syscall(SYS_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) <
             0) {
-            m.step = "mount /proc";
-            goto fail;
+            *step = "mount /proc";
+            return -1;
         }
-    } else if (errno != EINVAL) {
-        m.step = "mount / private";
-        goto fail;
+        return 0;
     }
+    if (errno != EINVAL) {
+        *step = "mount / private";
+        return -1;
+    }
+    return 1;
+}
+
+/* How a PID namespace's init that shares the daemon's memory says it no longer reads the
+ * spawn_spec: the spawning thread waits for that before its frame (and the spec) goes. */
+struct ns_ctx {
+    const struct spawn_spec *spec;
+    int released; /* a futex word: 0, then 1 */
+};
+
+NO_SANITIZE static void ns_release(struct ns_ctx *nc)
+{
+    if (!nc)
+        return;
+    __atomic_store_n(&nc->released, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &nc->released, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/*
+ * The init of a command's PID namespace: pid 1 there, running raw syscalls only like any
+ * child of a threaded daemon (nc is NULL when it is a copy of the daemon rather than a sharer
+ * of its memory). It gives the namespace its own /proc, loads the rest of the deny-list,
+ * starts the command as the daemon would, reports its end, and reaps until no process is left.
+ */
+NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s,
+                                                          struct ns_ctx *nc)
+{
+    struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
+    int sfd = s->status_fd;
+    if (ns_setup(&m.step) < 0)
+        goto fail;
     if (s->harden && s->harden->seccomp &&
         syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->harden->filter_init, 0, 0) <
             0) {
@@ -264,6 +328,8 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     pid_t main_pid =
         clone(child_main, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &cc);
+    /* The command has exec'd (or failed): s is not read again. */
+    ns_release(nc);
     if (main_pid < 0) {
         m.step = "clone";
         goto fail;
@@ -291,29 +357,114 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
     }
 fail:
     m.err = errno ? errno : EINVAL;
+    ns_release(nc);
     syscall(SYS_write, sfd, &m, sizeof(m));
     syscall(SYS_exit_group, 127);
     __builtin_unreachable();
 }
 
-bool spawn_pidns_probe(bool *own_proc, char *why, size_t len)
+NO_SANITIZE static int ns_init_main(void *arg)
 {
-    long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid == 0) {
-        /* As ns_init does: exit 0 with its own /proc, 4 without (shared), else failure. */
-        int shared = 0;
-        if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-            if (errno != EINVAL)
-                syscall(SYS_exit_group, 1);
-            shared = 4;
-        } else if (syscall(SYS_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                           NULL) < 0) {
-            syscall(SYS_exit_group, 2);
+    struct ns_ctx *nc = arg;
+    ns_init(nc->spec, nc);
+}
+
+/*
+ * Stacks of inits that share the daemon's memory. An init outlives the request that started
+ * it by a little (it is reaped later), so its stack is not freed but handed back: the kernel
+ * clears `tid` when the init is gone (CLONE_CHILD_CLEARTID), and a stack whose tid is 0 is
+ * free for the next one. There are never more than the inits alive at once.
+ */
+struct ns_stack {
+    struct ns_stack *next;
+    char *base;
+    size_t len;
+    pid_t tid; /* -1 while an init runs on it, 0 when free */
+};
+
+static pthread_mutex_t ns_stacks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ns_stack *ns_stacks;
+
+static struct ns_stack *ns_stack_get(void)
+{
+    pthread_mutex_lock(&ns_stacks_lock);
+    struct ns_stack *st = ns_stacks;
+    while (st && __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
+        st = st->next;
+    if (!st && (st = calloc(1, sizeof(*st)))) {
+        /* The init's frames, the command's clone stack inside them, and a guard page. */
+        st->len = SBXD_NS_INIT_STACK;
+        st->base = mmap(NULL, st->len, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (st->base == MAP_FAILED || mprotect(st->base, 4096, PROT_NONE) < 0) {
+            if (st->base != MAP_FAILED)
+                munmap(st->base, st->len);
+            free(st);
+            st = NULL;
+        } else {
+            st->next = ns_stacks;
+            ns_stacks = st;
         }
-        syscall(SYS_exit_group, syscall(SYS_getpid) == 1 ? shared : 3);
     }
+    if (st)
+        __atomic_store_n(&st->tid, -1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ns_stacks_lock);
+    return st;
+}
+
+/* Start an init that shares the daemon's memory: no page tables to copy, nothing to
+ * write-protect in the daemon (~0.3 ms less per command than a copy). Returns as fork does. */
+static long ns_clone_shared(const struct spawn_spec *spec, pid_t *pid_slot)
+{
+    struct ns_stack *st = ns_stack_get();
+    if (!st) {
+        errno = ENOMEM;
+        return -1;
+    }
+    struct ns_ctx nc = {.spec = spec, .released = 0};
+    int pid = clone(
+        ns_init_main, st->base + st->len,
+        (int)(CLONE_VM | ns_clone_flags() | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD),
+        &nc, pid_slot, NULL, &st->tid);
     if (pid < 0) {
-        snprintf(why, len, "cannot create a PID namespace: %s", strerror(errno));
+        int e = errno;
+        __atomic_store_n(&st->tid, 0, __ATOMIC_RELEASE);
+        errno = e;
+        return -1;
+    }
+    /* Until the init is done with spec (or gone: its tid word is cleared then). */
+    struct timespec tick = {0, 10 * 1000000};
+    while (!__atomic_load_n(&nc.released, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
+        syscall(SYS_futex, &nc.released, FUTEX_WAIT, 0, &tick, NULL, 0);
+    return pid;
+}
+
+bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len)
+{
+    /* Directly where the daemon may (CAP_SYS_ADMIN), else through a user namespace. */
+    snprintf(ns_uid_map, sizeof(ns_uid_map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+    snprintf(ns_gid_map, sizeof(ns_gid_map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+    long pid = -1;
+    int e = 0;
+    for (int attempt = 0; attempt < 2 && pid < 0; attempt++) {
+        ns_user = attempt == 1;
+        pid = syscall(SYS_clone, ns_clone_flags() | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+            /* As ns_init does: exit 0 with its own /proc, 4 without (shared), else failure. */
+            const char *step = NULL;
+            int rc = ns_setup(&step);
+            if (rc < 0)
+                syscall(SYS_exit_group, step && step[0] == 'u' ? 5 : 2);
+            syscall(SYS_exit_group, syscall(SYS_getpid) == 1 ? (rc == 1 ? 4 : 0) : 3);
+        }
+        if (pid < 0 && !e)
+            e = errno;
+    }
+    *userns = ns_user;
+    if (pid < 0) {
+        snprintf(why, len, "cannot create a PID namespace (%s), nor one in a user namespace (%s)",
+                 strerror(e), strerror(errno));
         return false;
     }
     int st;
@@ -323,8 +474,11 @@ bool spawn_pidns_probe(bool *own_proc, char *why, size_t len)
         *own_proc = WEXITSTATUS(st) == 0;
         return true;
     }
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     snprintf(why, len, "a PID namespace's init cannot %s",
-             WIFEXITED(st) && WEXITSTATUS(st) == 2 ? "mount its /proc" : "set up its mounts");
+             code == 5   ? "map its user namespace"
+             : code == 2 ? "set up its mounts or /proc"
+                         : "run as pid 1");
     return false;
 }
 
@@ -335,20 +489,23 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     struct child_ctx ctx = {.spec = spec, .err = 0, .step = NULL, .report_fd = -1};
     int report[2] = {-1, -1};
-    if (!share_vm && pipe2(report, O_CLOEXEC) < 0)
-        return sbxd_fail_errno(err, SBXD_E_BUSY, errno, "cannot create a pipe");
-    ctx.report_fd = report[1];
     reset_peak_if_grown();
     /* Never start a command without its filter: no filter on this thread, no spawn. */
     if (spec->harden && harden_thread(spec->harden, err) < 0)
         return -1;
     if (spec->pidns) {
-        /* Like fork, into new PID and mount namespaces; the init reports through status_fd
-         * whether the command could start. */
-        long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_PARENT_SETTID | SIGCHLD,
-                           NULL, pid_slot, NULL, 0);
-        if (pid == 0)
-            ns_init(spec);
+        /* An init in new PID and mount namespaces, sharing the daemon's memory where
+         * children may, else like fork; it reports through status_fd whether the command
+         * could start. */
+        long pid;
+        if (share_vm) {
+            pid = ns_clone_shared(spec, pid_slot);
+        } else {
+            pid = syscall(SYS_clone, ns_clone_flags() | CLONE_PARENT_SETTID | SIGCHLD, NULL,
+                          pid_slot, NULL, 0);
+            if (pid == 0)
+                ns_init(spec, NULL);
+        }
         if (pid < 0)
             return sbxd_fail_errno(
                 err, errno == EAGAIN || errno == ENOMEM ? SBXD_E_BUSY : SBXD_E_INTERNAL, errno,
@@ -357,6 +514,10 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
         *child_step = NULL;
         return (pid_t)pid;
     }
+    /* A child that does not share our memory reports a failure on a pipe instead. */
+    if (!share_vm && pipe2(report, O_CLOEXEC) < 0)
+        return sbxd_fail_errno(err, SBXD_E_BUSY, errno, "cannot create a pipe");
+    ctx.report_fd = report[1];
     /* Without CLONE_VM the child runs on its own copy of this stack. CLONE_VFORK either way:
      * we resume once it has exec'd or failed. */
     pid_t pid = clone(child_main, stack + sizeof(stack),

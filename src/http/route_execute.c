@@ -127,10 +127,9 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct job_env env = {.rootfd = srv->rootfd,
                           .cancel_fd = cancel_fd(c),
                           .harden = srv->harden,
-                          .cg = srv->cg,
+                          .iso = srv->iso,
                           .memory_max = srv->cfg->memory_max,
-                          .pids_max = srv->cfg->pids_max,
-                          .pidns = srv->harden->pidns};
+                          .pids_max = srv->cfg->pids_max};
     struct job *job = job_start(&req, &env, &err);
     if (!job) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);

@@ -6,17 +6,19 @@
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 
-/* What this build enforces for every command, stated as it is. Later isolation backends
- * (cgroups, namespaces, seccomp, credentials) report here too. */
-/* What every command gets, stated as it is, not as it is hoped. Later isolation backends
- * (cgroups, PID namespaces) report here too. */
-/* What every command gets, stated as it is, not as it is hoped. */
+/* What every command gets, stated as it is, not as it is hoped; then what the start-up
+ * probe found, used or not. */
 static void write_isolation(struct jsonw *w, const struct server *srv)
 {
     const struct harden_plan *h = srv->harden;
-    const struct cg_root *cg = srv->cg;
-    char user[32];
-    snprintf(user, sizeof(user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
+    const struct isolation *iso = srv->iso;
+    const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
+    char user[48];
+    if (iso->tree_kill == ISO_KILL_UID)
+        snprintf(user, sizeof(user), "%u-%u:%u", (unsigned)iso->slots.first,
+                 (unsigned)(iso->slots.first + iso->slots.count - 1), (unsigned)h->gid);
+    else
+        snprintf(user, sizeof(user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
     bool mem_limit = srv->cfg->memory_max > 0;
     jw_key(w, "isolation");
     jw_obj_begin(w);
@@ -37,10 +39,12 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_str(w, cg && cg->cpu ? "cpu.max" : "rlimit-cpu");
     jw_key(w, "tree_kill");
     /* pgid misses processes that leave the group: the one degraded mode */
-    jw_str(w, cg ? "cgroup" : h->pidns ? "pidns" : "pgid");
-    if (!cg && h->pidns) {
+    jw_str(w, iso_tree_kill_name(iso->tree_kill));
+    if (iso->tree_kill == ISO_KILL_PIDNS) {
         jw_key(w, "proc");
-        jw_str(w, h->pidns_own_proc ? "own" : "shared"); /* the namespace's /proc, or not */
+        jw_str(w, iso->pidns_own_proc ? "own" : "shared"); /* the namespace's /proc, or not */
+        jw_key(w, "userns");
+        jw_bool(w, iso->pidns_userns);
     }
     jw_key(w, "seccomp");
     jw_str(w, h->seccomp ? "deny-list" : "none");
@@ -64,6 +68,28 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_str(w, "minimal");
     jw_key(w, "core_dumps");
     jw_bool(w, false);
+    /* What the probe found on this host, used or not. */
+    jw_key(w, "detected");
+    jw_obj_begin(w);
+    jw_key(w, "cgroup2");
+    jw_str(w, iso->cg.available ? "delegated" : iso->cg.why);
+    jw_key(w, "cgroup_kill");
+    jw_bool(w, iso->cg.available && iso->cg.has_kill);
+    jw_key(w, "cgroup_placement");
+    jw_str(w, "child writes cgroup.procs before exec");
+    jw_key(w, "clone3");
+    jw_bool(w, iso->clone3);
+    jw_key(w, "clone_into_cgroup");
+    jw_bool(w, iso->clone_into_cgroup);
+    jw_key(w, "pidfd");
+    jw_bool(w, iso->pidfd);
+    jw_key(w, "pidns");
+    jw_str(w, !iso->pidns_ok      ? iso->pidns_why
+              : iso->pidns_userns ? "via user namespace"
+                                  : "direct");
+    jw_key(w, "uid_range");
+    jw_str(w, iso->uid_ok ? "usable" : iso->uid_why);
+    jw_obj_end(w);
     jw_obj_end(w);
 }
 
@@ -71,11 +97,17 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
 {
     (void)rc;
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    char why[256];
+    bool degraded = !draining && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
-    jw_init(&w, 512);
+    jw_init(&w, 1024);
     jw_obj_begin(&w);
     jw_key(&w, "status");
-    jw_str(&w, draining ? "draining" : "ok");
+    jw_str(&w, draining ? "draining" : degraded ? "degraded" : "ok");
+    if (degraded) {
+        jw_key(&w, "reason");
+        jw_str(&w, why);
+    }
     jw_key(&w, "version");
     jw_str(&w, SBXD_VERSION);
     jw_key(&w, "uptime_s");
@@ -86,7 +118,7 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, srv->cfg->max_running);
     write_isolation(&w, srv);
     jw_obj_end(&w);
-    return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+    return reply_jsonw(c, draining || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }
 
 /* The legacy python-runtime readiness probe. */

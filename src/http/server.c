@@ -198,7 +198,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
-                            const struct harden_plan *harden, const struct cg_root *cg,
+                            const struct harden_plan *harden, struct isolation *iso,
                             struct sbxd_err *err)
 {
     struct server *srv = calloc(1, sizeof(*srv));
@@ -209,7 +209,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->cfg = cfg;
     srv->rootfd = rootfd;
     srv->harden = harden;
-    srv->cg = cg && cg->available ? cg : NULL;
+    srv->iso = iso;
     snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
     srv->start_ns = time_mono_ns();
 

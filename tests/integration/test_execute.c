@@ -380,8 +380,10 @@ START_TEST(child_starts_clean)
     ck_assert_str_eq(jstr(r, "stderr"), "");
     ck_assert_int_eq((int)jnum(r, "exit_code"), 0);
     cJSON_Delete(r);
-    /* Its own session. */
-    r = run("{\"command\":\"echo $$; cut -d' ' -f6 /proc/$$/stat\"}");
+    /* Its own session: the shell is the leader of one (pid and sid of /proc/self/stat, which
+     * agree with each other whether or not /proc is the command's PID namespace's own). */
+    r = run("{\"command\":\"read -r pid comm state ppid pgrp sid rest < /proc/self/stat; "
+            "echo $pid; echo $sid\"}");
     const char *out = jstr(r, "stdout");
     const char *nl = strchr(out, '\n');
     ck_assert_ptr_nonnull(nl);

@@ -1,5 +1,8 @@
 /* What a command can no longer do: each test tries the forbidden thing from inside one. */
 #include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,6 +349,16 @@ START_TEST(required_isolation_is_checked_at_start)
     }
     const char *pgid[] = {"--isolation", "pgid", NULL};
     ck_assert_int_eq(sbxd_exit_status(pgid), 0);
+    /* The process group is no whole-tree kill. */
+    const char *pgid_tree[] = {"--isolation", "pgid", "--require-isolation", "tree_kill", NULL};
+    ck_assert_int_eq(sbxd_exit_status(pgid_tree), 1);
+    const char *pidns_tree[] = {"--isolation", "pidns", "--require-isolation", "tree_kill,pidns",
+                                NULL};
+    ck_assert_int_eq(sbxd_exit_status(pidns_tree), 0);
+    const char *pidns_uid[] = {"--isolation", "pidns", "--require-isolation", "uid", NULL};
+    ck_assert_int_eq(sbxd_exit_status(pidns_uid), 1);
+    const char *bad_range[] = {"--uid-range", "0:10", NULL};
+    ck_assert_int_eq(sbxd_exit_status(bad_range), 2);
     rmdir("/tmp/sbxd-it-require");
 }
 END_TEST
@@ -431,6 +444,178 @@ START_TEST(pgid_mode_kills_the_group_and_says_it_is_degraded)
 }
 END_TEST
 
+START_TEST(healthz_reports_what_was_detected)
+{
+    struct http_resp r;
+    http_request(&g_sbxd, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    cJSON *iso = cJSON_GetObjectItem(r.json, "isolation");
+    cJSON *det = cJSON_GetObjectItem(iso, "detected");
+    ck_assert_ptr_nonnull(det);
+    /* Each probe answers in its own terms, true or false, and matches the kernel's say. */
+    ck_assert(cJSON_IsBool(cJSON_GetObjectItem(det, "clone3")));
+    ck_assert(cJSON_IsBool(cJSON_GetObjectItem(det, "clone_into_cgroup")));
+    ck_assert(cJSON_IsBool(cJSON_GetObjectItem(det, "pidfd")));
+    if (!under_gvisor()) {
+        errno = 0;
+        long rc = syscall(435 /* clone3 */, NULL, 0);
+        ck_assert_int_eq(jbool(det, "clone3"), rc < 0 && errno != ENOSYS);
+        int fd = (int)syscall(434 /* pidfd_open */, getpid(), 0);
+        ck_assert_int_eq(jbool(det, "pidfd"), fd >= 0);
+        if (fd >= 0)
+            close(fd);
+    }
+    /* A PID namespace is possible here (directly or in a user namespace), so auto takes it
+     * where no cgroup is delegated, and says which. */
+    const char *pidns = jstr(det, "pidns");
+    ck_assert_msg(strcmp(pidns, "direct") == 0 || strcmp(pidns, "via user namespace") == 0,
+                  "pidns: %s", pidns);
+    if (strcmp(jstr(iso, "cgroup"), "v2") != 0)
+        ck_assert_str_eq(jstr(iso, "tree_kill"), "pidns");
+    if (as_root())
+        ck_assert_str_eq(jstr(det, "uid_range"), "usable");
+    http_resp_free(&r);
+}
+END_TEST
+
+/* What `find -printf '%U:%G %m'` prints for path (coreutils stat trips over gVisor's statx). */
+static void owner_mode(struct daemon *d, const char *path, char *out, size_t n)
+{
+    char body[256];
+    snprintf(body, sizeof(body), "{\"command\":\"find %s -maxdepth 0 -printf '%%U:%%G %%m'\"}",
+             path);
+    cJSON *r = execute(d, body);
+    snprintf(out, n, "%s", jstr(r, "stdout"));
+    cJSON_Delete(r);
+}
+
+struct bg_exec {
+    pthread_t th;
+    const struct daemon *d;
+    const char *body;
+    cJSON *r;
+};
+
+static void *bg_exec_main(void *arg)
+{
+    struct bg_exec *b = arg;
+    b->r = execute(b->d, b->body);
+    return NULL;
+}
+
+START_TEST(uid_mode_contains_the_tree_and_shares_files)
+{
+    if (!as_root())
+        return; /* uid isolation needs root to switch uids; start-up refuses it otherwise */
+    struct daemon d;
+    const char *args[] = {"--isolation", "uid", "--uid-range", "200000:2", NULL};
+    daemon_start(&d, args, NULL);
+    ck_assert_str_eq(tree_kill_of(&d), "uid");
+    struct http_resp h;
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &h);
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(h.json, "isolation"), "user"), "200000-200001:1000");
+    http_resp_free(&h);
+    /* setsid and double-fork escapees die with the command: kill(-1) as its uid. */
+    cJSON *r = execute(&d, escape_cmd);
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.31", 1000), 0);
+    /* ... and when the command ends on its own. */
+    r = execute(&d, "{\"command\":\"setsid sleep 1000.34 & echo started\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "started\n");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.34", 1000), 0);
+
+    /* Each command runs as a uid of the range, in the command group. What one creates, even
+     * with a strict umask and mode, the next (another uid) can change: it is handed back to
+     * the command user with group rights like the owner's. */
+    r = execute(&d, "{\"command\":\"umask 077; id -u; id -g; mkdir -p shared/d; "
+                    "echo one > shared/d/f; echo x > shared/private; chmod 600 shared/private\"}");
+    ck_assert_str_eq(jstr(r, "status"), "exited");
+    char first[64];
+    snprintf(first, sizeof(first), "%s", jstr(r, "stdout"));
+    cJSON_Delete(r);
+    r = execute(&d, "{\"command\":\"id -u; echo two >> shared/d/f && cat shared/d/f && "
+                    "echo y > shared/private && touch shared/d/new && echo ok\"}");
+    char want[64];
+    unsigned u1 = (unsigned)atoi(first);
+    ck_assert_msg(u1 == 200000 || u1 == 200001, "uid %u", u1);
+    snprintf(want, sizeof(want), "%u\none\ntwo\nok\n", u1 == 200000 ? 200001 : 200000);
+    ck_assert_str_eq(jstr(r, "stdout"), want);
+    ck_assert_str_eq(strchr(first, '\n') + 1, "1000\n");
+    cJSON_Delete(r);
+    char om[64];
+    owner_mode(&d, "shared/private", om, sizeof(om));
+    ck_assert_str_eq(om, "1000:1000 660");
+    owner_mode(&d, "shared/d", om, sizeof(om));
+    ck_assert_str_eq(om, "1000:1000 770");
+    owner_mode(&d, ".", om, sizeof(om));
+    ck_assert_msg(strncmp(om, "1000:1000 ", 10) == 0 && strlen(om) == 13 && om[11] == '7',
+                  "workspace root %s: not the group's to write", om);
+
+    /* A file the command links to from outside its reach is never handed over. */
+    if (!under_gvisor()) {
+        char outside[] = "/tmp/sbxd-it-uid-XXXXXX";
+        int fd = mkstemp(outside);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(fchown(fd, 200000, 200000), 0);
+        close(fd);
+        char link[PATH_MAX];
+        snprintf(link, sizeof(link), "%s/link-out", d.ws);
+        ck_assert_int_eq(symlink(outside, link), 0);
+        cJSON_Delete(execute(&d, "{\"command\":\"true\"}"));
+        cJSON_Delete(execute(&d, "{\"command\":\"true\"}"));
+        struct stat st;
+        ck_assert_int_eq(stat(outside, &st), 0);
+        ck_assert_int_eq((int)st.st_uid, 200000);
+        unlink(outside);
+        unlink(link);
+    }
+
+    /* Two uids: a third command at once waits for none, it is refused with 429. */
+    struct bg_exec b1 = {.d = &d, .body = "{\"command\":\"sleep 1.5\"}"};
+    struct bg_exec b2 = {.d = &d, .body = "{\"command\":\"sleep 1.5\"}"};
+    pthread_create(&b1.th, NULL, bg_exec_main, &b1);
+    pthread_create(&b2.th, NULL, bg_exec_main, &b2);
+    usleep(500000);
+    struct http_resp busy;
+    const char *body = "{\"command\":\"true\"}";
+    http_request(&d, "POST", "/execute", "application/json", body, strlen(body), 0, &busy);
+    assert_error(&busy, 429, "RESOURCE_EXHAUSTED");
+    ck_assert_ptr_nonnull(strstr(jstr(busy.json, "message"), "--uid-range"));
+    http_resp_free(&busy);
+    pthread_join(b1.th, NULL);
+    pthread_join(b2.th, NULL);
+    ck_assert_str_eq(jstr(b1.r, "status"), "exited");
+    ck_assert_str_eq(jstr(b2.r, "status"), "exited");
+    cJSON_Delete(b1.r);
+    cJSON_Delete(b2.r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(uid_range_in_use_is_refused)
+{
+    if (!as_root())
+        return;
+    /* A process already running as a uid of the range could be killed by a command's
+     * kill(-1): start-up refuses the range. */
+    pid_t holder = fork();
+    if (holder == 0) {
+        if (setresuid(200020, 200020, 200020) < 0)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    usleep(50000);
+    const char *args[] = {"--isolation", "uid", "--uid-range", "200019:4", NULL};
+    ck_assert_int_eq(sbxd_exit_status(args), 1);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    ck_assert_int_eq(sbxd_exit_status(args), 0);
+    rmdir("/tmp/sbxd-it-require");
+}
+END_TEST
+
 Suite *isolation_suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -449,6 +634,9 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, setsid_escapees_die_with_the_tree);
     tcase_add_test(tc, pidns_mode_contains_the_tree_and_its_proc);
     tcase_add_test(tc, pgid_mode_kills_the_group_and_says_it_is_degraded);
+    tcase_add_test(tc, healthz_reports_what_was_detected);
+    tcase_add_test(tc, uid_mode_contains_the_tree_and_shares_files);
+    tcase_add_test(tc, uid_range_in_use_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,6 +39,8 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.memory_max, 0);
     ck_assert_uint_eq(cfg.user_uid, 1000);
     ck_assert_uint_eq(cfg.user_gid, 1000);
+    ck_assert_uint_eq(cfg.uid_first, 100000);
+    ck_assert_uint_eq(cfg.uid_count, 1024);
 }
 END_TEST
 
@@ -97,7 +99,12 @@ START_TEST(bad_values_name_the_option)
         {"--user=1000", "--user"},
         {"--user=1000:", "--user"},
         {"--user=4294967295:0", "--user"},
-        {"--isolation=cgroups", "auto|cgroup|pidns|pgid"},
+        {"--isolation=cgroups", "auto|cgroup|pidns|uid|pgid"},
+        {"--uid-range=0:10", "--uid-range"},
+        {"--uid-range=100000", "--uid-range"},
+        {"--uid-range=100000:0", "--uid-range"},
+        {"--uid-range=100000:70000", "--uid-range"},
+        {"--uid-range=4294967000:1000", "--uid-range"},
         {"--pids-max=x", "--pids-max"},
         {"--memory-max=lots", "--memory-max"},
         {"--timeout-ms=0", "--timeout-ms"},

@@ -2,6 +2,7 @@
  * or careless command does and checks that its own leaf contains it. */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,56 @@ START_TEST(no_leaf_remains_and_stale_ones_go)
 }
 END_TEST
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f, "cannot open %s", path);
+    ck_assert_int_ge(fputs(text, f), 0);
+    int rc = fclose(f);
+    ck_assert_msg(rc == 0, "cannot write %s to %s: %s", text, path, strerror(errno));
+}
+
+START_TEST(required_cgroup_failure_degrades_then_recovers)
+{
+    struct daemon d;
+    const char *args[] = {"--require-isolation", "cgroup,memory,pids", NULL};
+    daemon_start(&d, args, NULL);
+    struct http_resp r;
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    ck_assert_int_eq(r.status, 200);
+    char base[512], path[600];
+    snprintf(base, sizeof(base), "%s",
+             jstr(cJSON_GetObjectItem(r.json, "isolation"), "cgroup_base"));
+    http_resp_free(&r);
+    /* The memory controller is taken away from sbxd's leaves (as a runtime may): the next
+     * command cannot get its memory limit. */
+    snprintf(path, sizeof(path), "%s/cgroup.subtree_control", base);
+    write_file(path, "-memory");
+    const char *body = "{\"command\":\"echo hi\"}";
+    http_request(&d, "POST", "/execute", "application/json", body, strlen(body), 0, &r);
+    assert_error(&r, 503, "UNAVAILABLE");
+    ck_assert_ptr_nonnull(strstr(jstr(r.json, "message"), "degraded"));
+    http_resp_free(&r);
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_str_eq(jstr(r.json, "status"), "degraded");
+    ck_assert_ptr_nonnull(strstr(jstr(r.json, "reason"), "cgroup"));
+    http_resp_free(&r);
+    /* The command did not run without its cgroup, and nothing of it is left. */
+    ck_assert_int_eq(job_leaves(base), 0);
+    /* Once the controller is back, the next command runs and the daemon is healthy. */
+    write_file(path, "+memory");
+    cJSON *x = execute(&d, body);
+    ck_assert_str_eq(jstr(x, "stdout"), "hi\n");
+    cJSON_Delete(x);
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "status"), "ok");
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *cgroup_suite(void)
 {
     Suite *s = suite_create("cgroup");
@@ -160,6 +211,7 @@ Suite *cgroup_suite(void)
     tcase_add_test(tc, memory_peak_is_the_commands_own);
     tcase_add_test(tc, cgroup_kill_takes_setsid_escapees);
     tcase_add_test(tc, no_leaf_remains_and_stale_ones_go);
+    tcase_add_test(tc, required_cgroup_failure_degrades_then_recovers);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,110 @@
+/*
+ * isolation.h - which containment backend commands get, found out at start-up and stated
+ * as it is.
+ *
+ * isolation_setup() probes every mechanism (cgroup v2 delegation with a self-test, PID
+ * namespaces directly or through a user namespace, a private uid range, clone3,
+ * CLONE_INTO_CGROUP, pidfd) and picks the tree-kill backend: the one --isolation forces, or
+ * for auto the strongest that works here: cgroup, then pidns, then uid, then pgid (the
+ * process group, which setsid escapes: the one degraded mode).
+ *
+ * The uid backend gives each running command a uid of its own from --uid-range: a kill(-1)
+ * made as that uid then reaches every process the command left behind, whatever group or
+ * session it moved to. Commands keep the command user's gid and a group-writable umask, and
+ * what a command created in the workspace is handed back to the command user afterwards, so
+ * files stay readable and writable for later commands.
+ *
+ * --require-isolation names mechanisms that must be in force: start-up fails without them,
+ * and should one stop working at run time (a cgroup leaf cannot be made, a namespace cannot
+ * be created) the commands needing it are refused and /healthz answers 503 "degraded" until
+ * it works again.
+ */
+#ifndef SBXD_ISOLATION_H
+#define SBXD_ISOLATION_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbxd/cgroup.h"
+#include "sbxd/config.h"
+#include "sbxd/harden.h"
+
+enum iso_tree_kill { ISO_KILL_CGROUP, ISO_KILL_PIDNS, ISO_KILL_UID, ISO_KILL_PGID };
+
+const char *iso_tree_kill_name(enum iso_tree_kill k);
+
+/* Bits of --require-isolation. */
+enum {
+    ISO_REQ_CGROUP = 1 << 0,
+    ISO_REQ_MEMORY = 1 << 1,
+    ISO_REQ_PIDS = 1 << 2,
+    ISO_REQ_CPU = 1 << 3,
+    ISO_REQ_SECCOMP = 1 << 4,
+    ISO_REQ_TREE_KILL = 1 << 5, /* any whole-tree kill: cgroup, pidns or uid */
+    ISO_REQ_PIDNS = 1 << 6,
+    ISO_REQ_UID = 1 << 7,
+    ISO_REQ_CAPABILITIES = 1 << 8, /* the bounding set emptied too */
+    ISO_REQ_NON_ROOT = 1 << 9,     /* commands never run as uid 0 */
+};
+
+struct uid_slots {
+    uid_t first;
+    unsigned count;
+    pthread_mutex_t lock;
+    uint8_t *used; /* count flags */
+    unsigned next; /* where the search for a free one starts */
+};
+
+struct isolation {
+    enum iso_tree_kill tree_kill;
+    struct cg_root cg; /* cg.available: each command gets a leaf */
+    /* What the probe found, whether or not it is used. */
+    bool pidns_ok, pidns_userns, pidns_own_proc;
+    char pidns_why[160];
+    bool uid_ok;
+    char uid_why[160];
+    bool clone3, clone_into_cgroup, pidfd;
+    struct uid_slots slots; /* ISO_KILL_UID */
+    unsigned required;      /* ISO_REQ_* */
+    int degraded;           /* atomic: a required mechanism failed at run time */
+    char degraded_why[256]; /* under degraded_lock */
+    pthread_mutex_t degraded_lock;
+};
+
+/*
+ * Probe, choose as cfg->isolation says and parse cfg->require_isolation. Call before any
+ * thread exists (the probes fork). Returns 0; -1 when the forced backend is impossible here,
+ * -2 for an unknown word in the required list (both logged, why says it in one line).
+ */
+int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *why, size_t len);
+
+/* After harden_init: whether every required mechanism is in force. 0, or -1 with why. */
+int isolation_check_required(const struct isolation *iso, const struct harden_plan *h, char *why,
+                             size_t len);
+
+/* A mechanism in `req` (ISO_REQ_*) failed for a command (isolation_degrade), or worked
+ * again (isolation_recovered, cheap when nothing is degraded). Only required mechanisms
+ * degrade the daemon; returns whether this one is required. */
+bool isolation_degrade(struct isolation *iso, unsigned req, const char *what);
+void isolation_recovered(struct isolation *iso);
+
+/* Whether degraded, with why (may be NULL). */
+bool isolation_degraded(struct isolation *iso, char *why, size_t len);
+
+/* uid backend: take a free uid (false when all are in use), and give it back. */
+bool uid_slot_take(struct uid_slots *s, uid_t *uid);
+void uid_slot_put(struct uid_slots *s, uid_t uid);
+
+/* Kill every process whose real or saved uid is uid, from a helper that becomes it: no
+ * escapee survives. Safe from any thread, also under the reaper's lock. */
+void uid_slot_kill(uid_t uid);
+
+/* Hand what uid `slot` owns beneath the workspace root to uid:gid, with group permissions
+ * like the owner's (files stay shared between the slots). Fd-based throughout: a command
+ * that renames things meanwhile cannot redirect it outside the workspace or to another
+ * file. Returns the number of entries changed. */
+unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid);
+
+#endif

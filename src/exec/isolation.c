@@ -1,0 +1,442 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sbxd/isolation.h"
+#include "sbxd/log.h"
+#include "sbxd/spawn.h"
+
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+#define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+/* Entries visited and directory depth of one reown walk: bounds on a hostile workspace. */
+#define REOWN_MAX_ENTRIES 1000000u
+#define REOWN_MAX_DEPTH   64
+
+const char *iso_tree_kill_name(enum iso_tree_kill k)
+{
+    switch (k) {
+    case ISO_KILL_CGROUP:
+        return "cgroup";
+    case ISO_KILL_PIDNS:
+        return "pidns";
+    case ISO_KILL_UID:
+        return "uid";
+    case ISO_KILL_PGID:
+        return "pgid";
+    }
+    return "pgid";
+}
+
+static const struct {
+    const char *word;
+    unsigned bit;
+} req_words[] = {
+    {"cgroup", ISO_REQ_CGROUP},
+    {"memory", ISO_REQ_MEMORY},
+    {"pids", ISO_REQ_PIDS},
+    {"cpu", ISO_REQ_CPU},
+    {"seccomp", ISO_REQ_SECCOMP},
+    {"tree_kill", ISO_REQ_TREE_KILL},
+    {"pidns", ISO_REQ_PIDNS},
+    {"uid", ISO_REQ_UID},
+    {"capabilities", ISO_REQ_CAPABILITIES},
+    {"non_root", ISO_REQ_NON_ROOT},
+};
+
+#define NREQ (sizeof(req_words) / sizeof(req_words[0]))
+
+/* clone3 and CLONE_INTO_CGROUP: a clone3 with a too small argument fails EINVAL where the
+ * call exists (ENOSYS where not); one asking CLONE_INTO_CGROUP with a bad fd fails EBADF
+ * where the flag is known (EINVAL where not). Neither creates a process. */
+static void probe_syscalls(struct isolation *iso)
+{
+    errno = 0;
+    iso->clone3 = syscall(SYS_clone3, NULL, 0) < 0 && errno != ENOSYS;
+    if (iso->clone3) {
+        uint64_t args[11] = {0};
+        args[0] = CLONE_INTO_CGROUP;
+        args[10] = 0x7fffffff; /* cgroup: an fd that is not open */
+        long rc = syscall(SYS_clone3, args, sizeof(args));
+        if (rc == 0)
+            _exit(0); /* cannot happen with a closed fd; never run on in a copy */
+        iso->clone_into_cgroup = rc < 0 && errno == EBADF;
+        if (rc > 0)
+            waitpid((pid_t)rc, NULL, 0);
+    }
+    int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    iso->pidfd = fd >= 0;
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Whether the uid map of our user namespace covers [first, first+count). */
+static bool uid_range_mapped(uid_t first, unsigned count)
+{
+    FILE *f = fopen("/proc/self/uid_map", "re");
+    if (!f)
+        return true; /* no user namespaces: every uid exists */
+    unsigned long inside, outside, len;
+    bool ok = false;
+    while (fscanf(f, "%lu %lu %lu", &inside, &outside, &len) == 3)
+        if (first >= inside && (unsigned long)first + count <= inside + len)
+            ok = true;
+    fclose(f);
+    return ok;
+}
+
+/* A process using a uid of the range, if any (its pid), else 0. */
+static pid_t uid_range_user(uid_t first, unsigned count)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    pid_t found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof(line), f)) {
+            unsigned long u[4];
+            if (sscanf(line, "Uid: %lu %lu %lu %lu", &u[0], &u[1], &u[2], &u[3]) != 4)
+                continue;
+            for (int i = 0; i < 4; i++)
+                if (u[i] >= first && u[i] < (unsigned long)first + count)
+                    found = (pid_t)atoi(e->d_name);
+            break;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+NO_SANITIZE static int uid_killer(void *arg)
+{
+    uid_t uid = *(const uid_t *)arg;
+    if (syscall(SYS_setresuid, uid, uid, uid) < 0)
+        syscall(SYS_exit_group, 1);
+    /* Every process this uid may signal but ourselves: all that run as it. */
+    syscall(SYS_kill, -1, SIGKILL);
+    syscall(SYS_exit_group, 0);
+    return 0;
+}
+
+/*
+ * The helper shares our memory and we wait until it is gone (CLONE_VFORK), so it needs no
+ * allocation. setresuid is its own: credentials are per thread in the kernel, and the raw
+ * call does not make glibc change every thread of the daemon. It is reaped by the reaper.
+ */
+void uid_slot_kill(uid_t uid)
+{
+    _Alignas(64) char stack[16384];
+    uid_t arg = uid;
+    clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+}
+
+static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg)
+{
+    uid_t first = cfg->uid_first;
+    unsigned count = cfg->uid_count;
+    if (geteuid() != 0) {
+        snprintf(iso->uid_why, sizeof(iso->uid_why), "sbxd is not root: cannot switch uids");
+        return false;
+    }
+    if (!uid_range_mapped(first, count)) {
+        snprintf(iso->uid_why, sizeof(iso->uid_why),
+                 "uids %u-%u are not all mapped in sbxd's user namespace", (unsigned)first,
+                 (unsigned)(first + count - 1));
+        return false;
+    }
+    pid_t user = uid_range_user(first, count);
+    if (user) {
+        snprintf(iso->uid_why, sizeof(iso->uid_why), "process %d already runs as a uid of %u-%u",
+                 (int)user, (unsigned)first, (unsigned)(first + count - 1));
+        return false;
+    }
+    /* The helper can become a uid of the range (it exits 1 where setresuid fails). */
+    _Alignas(64) char stack[16384];
+    uid_t arg = first;
+    pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(iso->uid_why, sizeof(iso->uid_why), "cannot switch to uid %u", (unsigned)first);
+        return false;
+    }
+    return true;
+}
+
+int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *why, size_t len)
+{
+    memset(iso, 0, sizeof(*iso));
+    pthread_mutex_init(&iso->degraded_lock, NULL);
+    pthread_mutex_init(&iso->slots.lock, NULL);
+    iso->cg.basefd = -1;
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", cfg->require_isolation);
+    for (char *save = NULL, *w = strtok_r(buf, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        size_t i = 0;
+        while (i < NREQ && strcmp(w, req_words[i].word) != 0)
+            i++;
+        if (i == NREQ) {
+            snprintf(why, len,
+                     "--require-isolation: unknown mechanism '%s' (known: cgroup, memory, pids, "
+                     "cpu, seccomp, tree_kill, pidns, uid, capabilities, non_root)",
+                     w);
+            return -2;
+        }
+        iso->required |= req_words[i].bit;
+    }
+
+    const char *mode = cfg->isolation;
+    bool any = strcmp(mode, "auto") == 0;
+    probe_syscalls(iso);
+    /* The cgroup probe claims sbxd's cgroup (it moves the daemon into a leaf): only when
+     * cgroups may be used. */
+    if (any || strcmp(mode, "cgroup") == 0)
+        cg_probe(&iso->cg);
+    else
+        snprintf(iso->cg.why, sizeof(iso->cg.why), "--isolation %s", mode);
+    iso->pidns_ok = spawn_pidns_probe(&iso->pidns_own_proc, &iso->pidns_userns, iso->pidns_why,
+                                      sizeof(iso->pidns_why));
+    iso->uid_ok = uid_probe(iso, cfg);
+
+    if (iso->cg.available)
+        iso->tree_kill = ISO_KILL_CGROUP;
+    else if ((any || strcmp(mode, "pidns") == 0) && iso->pidns_ok)
+        iso->tree_kill = ISO_KILL_PIDNS;
+    else if ((any || strcmp(mode, "uid") == 0) && iso->uid_ok)
+        iso->tree_kill = ISO_KILL_UID;
+    else
+        iso->tree_kill = ISO_KILL_PGID;
+
+    const char *reason = NULL;
+    if (strcmp(mode, "cgroup") == 0 && iso->tree_kill != ISO_KILL_CGROUP)
+        reason = iso->cg.why;
+    else if (strcmp(mode, "pidns") == 0 && iso->tree_kill != ISO_KILL_PIDNS)
+        reason = iso->pidns_why;
+    else if (strcmp(mode, "uid") == 0 && iso->tree_kill != ISO_KILL_UID)
+        reason = iso->uid_why;
+    if (reason) {
+        snprintf(why, len, "--isolation %s is not possible here: %s", mode, reason);
+        return -1;
+    }
+    if (iso->tree_kill == ISO_KILL_UID) {
+        iso->slots.first = cfg->uid_first;
+        iso->slots.count = cfg->uid_count;
+        iso->slots.used = calloc(cfg->uid_count, 1);
+        if (!iso->slots.used) {
+            snprintf(why, len, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int isolation_check_required(const struct isolation *iso, const struct harden_plan *h, char *why,
+                             size_t len)
+{
+    const struct cg_root *cg = &iso->cg;
+    for (size_t i = 0; i < NREQ; i++) {
+        unsigned bit = req_words[i].bit;
+        if (!(iso->required & bit))
+            continue;
+        bool ok = false;
+        switch (bit) {
+        case ISO_REQ_CGROUP:
+            ok = cg->available;
+            break;
+        case ISO_REQ_MEMORY:
+            ok = cg->available && cg->memory_enforced;
+            break;
+        case ISO_REQ_PIDS:
+            ok = cg->available && cg->pids_enforced;
+            break;
+        case ISO_REQ_CPU:
+            ok = cg->available && cg->cpu;
+            break;
+        case ISO_REQ_SECCOMP:
+            ok = h->seccomp;
+            break;
+        case ISO_REQ_TREE_KILL:
+            ok = iso->tree_kill != ISO_KILL_PGID;
+            break;
+        case ISO_REQ_PIDNS:
+            ok = iso->tree_kill == ISO_KILL_PIDNS;
+            break;
+        case ISO_REQ_UID:
+            ok = iso->tree_kill == ISO_KILL_UID;
+            break;
+        case ISO_REQ_CAPABILITIES:
+            ok = h->drop_caps && h->drop_bounding;
+            break;
+        case ISO_REQ_NON_ROOT:
+            ok = h->uid != 0;
+            break;
+        }
+        if (!ok) {
+            snprintf(why, len,
+                     "--require-isolation %s: not available here (cgroup: %s; tree kill: %s)",
+                     req_words[i].word, cg->available ? "v2" : cg->why,
+                     iso_tree_kill_name(iso->tree_kill));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+bool isolation_degrade(struct isolation *iso, unsigned req, const char *what)
+{
+    if (!(iso->required & req))
+        return false;
+    pthread_mutex_lock(&iso->degraded_lock);
+    bool was = __atomic_exchange_n(&iso->degraded, 1, __ATOMIC_ACQ_REL);
+    snprintf(iso->degraded_why, sizeof(iso->degraded_why), "%s", what);
+    pthread_mutex_unlock(&iso->degraded_lock);
+    if (!was)
+        LOG_EVENT("error", "isolation_degraded", LOG_S("reason", what));
+    return true;
+}
+
+void isolation_recovered(struct isolation *iso)
+{
+    if (!__atomic_load_n(&iso->degraded, __ATOMIC_ACQUIRE))
+        return;
+    if (__atomic_exchange_n(&iso->degraded, 0, __ATOMIC_ACQ_REL))
+        LOG_EVENT("info", "isolation_recovered");
+}
+
+bool isolation_degraded(struct isolation *iso, char *why, size_t len)
+{
+    if (!__atomic_load_n(&iso->degraded, __ATOMIC_ACQUIRE))
+        return false;
+    if (why) {
+        pthread_mutex_lock(&iso->degraded_lock);
+        snprintf(why, len, "%s", iso->degraded_why);
+        pthread_mutex_unlock(&iso->degraded_lock);
+    }
+    return true;
+}
+
+bool uid_slot_take(struct uid_slots *s, uid_t *uid)
+{
+    bool ok = false;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned k = 0; k < s->count; k++) {
+        unsigned i = (s->next + k) % s->count;
+        if (!s->used[i]) {
+            s->used[i] = 1;
+            s->next = (i + 1) % s->count; /* round robin: a uid rests between uses */
+            *uid = s->first + i;
+            ok = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+void uid_slot_put(struct uid_slots *s, uid_t uid)
+{
+    pthread_mutex_lock(&s->lock);
+    if (uid >= s->first && uid - s->first < s->count)
+        s->used[uid - s->first] = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
+struct reown {
+    uid_t slot, uid;
+    gid_t gid;
+    unsigned changed, visited;
+};
+
+/* fd is open on the very inode that st describes: change it, nothing else. */
+static void reown_one(int fd, const struct stat *st, struct reown *r)
+{
+    if (fchown(fd, r->uid, r->gid) < 0)
+        return;
+    /* The group may do what the owner may: the next command runs as another uid of the
+     * range, in the same group. Set-id bits go (chown cleared them anyway). */
+    mode_t m = st->st_mode & 01777;
+    m = (m & ~(mode_t)070) | ((m & 0700) >> 3);
+    if (m != (st->st_mode & 07777))
+        fchmod(fd, m);
+    r->changed++;
+}
+
+static void reown_dir(int dfd, int depth, struct reown *r)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) && r->visited < REOWN_MAX_ENTRIES) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        r->visited++;
+        if (e->d_type != DT_DIR && e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
+            continue; /* symlinks (their owner grants nothing), fifos, sockets */
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        bool is_dir = S_ISDIR(st.st_mode);
+        if ((!is_dir || depth >= REOWN_MAX_DEPTH) && (!S_ISREG(st.st_mode) || st.st_uid != r->slot))
+            continue;
+        /* Opened without following anything, then checked again on the fd: whatever the
+         * name points to now, only what the fd holds is changed. */
+        int fd = openat(dirfd(d), e->d_name,
+                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
+                            (is_dir ? O_DIRECTORY : 0));
+        if (fd < 0)
+            continue;
+        if (fstat(fd, &st) < 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+            close(fd);
+            continue;
+        }
+        if (st.st_uid == r->slot)
+            reown_one(fd, &st, r);
+        if (S_ISDIR(st.st_mode) && depth < REOWN_MAX_DEPTH)
+            reown_dir(fd, depth + 1, r); /* takes fd */
+        else
+            close(fd);
+    }
+    closedir(d);
+}
+
+unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid)
+{
+    struct reown r = {.slot = slot, .uid = uid, .gid = gid};
+    int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    reown_dir(fd, 0, &r);
+    if (r.visited >= REOWN_MAX_ENTRIES)
+        LOG_EVENT("warn", "reown", LOG_S("message", "workspace too large: walk cut short"),
+                  LOG_I("entries", r.visited));
+    return r.changed;
+}
