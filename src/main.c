@@ -221,9 +221,13 @@ int main(int argc, char **argv)
         LOG_B("pidfd", iso.pidfd), LOG_B("seccomp", harden.seccomp));
     harden.pidns_own_proc = iso.pidns_own_proc;
     harden.daemon_oom_score_adj = protect_daemon();
+    /* After protect_daemon: the pool's thread and its inits inherit its settings. */
+    if (iso.tree_kill == ISO_KILL_PIDNS)
+        spawn_pool_start(&harden);
     struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        spawn_pool_stop();
         harden_free(&harden);
         close(rootfd);
         return 1;
@@ -243,6 +247,7 @@ int main(int argc, char **argv)
     }
     drain(srv, &cfg, &set);
     server_stop(srv);
+    spawn_pool_stop();
     reaper_reap();
     harden_free(&harden);
     close(rootfd);

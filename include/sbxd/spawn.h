@@ -65,6 +65,12 @@ struct spawn_ns_msg {
  * (*userns), which maps its own uid and gid only. Call before any thread exists. */
 bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
 
+/* PID-namespace mode: keep a few inits ready, namespaces and filter in place, so a command's
+ * init need not be made on its request's path. Start after harden_init, stop at shutdown
+ * (the ready inits exit; inits running commands die too). */
+void spawn_pool_start(const struct harden_plan *h);
+void spawn_pool_stop(void);
+
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */
 void spawn_init(void);

@@ -109,6 +109,13 @@ static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err 
                 continue; /* not on this architecture */
             if (kind != FILTER_DENY_LIST && init_needs(harden_denied_syscalls[i], 0) != init_part)
                 continue;
+            if (kind == FILTER_SPAWNER && strcmp(harden_denied_syscalls[i], "unshare") == 0) {
+                /* A warm init takes its own copy of the fd table it shared with the daemon
+                 * (spawn.c): unshare(CLONE_FILES) alone creates no namespace. */
+                e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1,
+                                     SCMP_A0(SCMP_CMP_NE, CLONE_FILES));
+                continue;
+            }
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
         for (size_t i = 0; !e && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {

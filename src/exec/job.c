@@ -545,8 +545,11 @@ static void finish(struct job *job)
     }
     release_uid(job);
     r->timed_out = r->status == JOB_TIMEOUT;
-    job_destroy_fds(job);
+    /* Off the reaper's list before the eventfd goes: a child reaped in between (a PID
+     * namespace's init dies after this) would have its wake-up written to a closed fd's
+     * number, by then perhaps another command's pipe. */
     reaper_remove(&job->rt);
+    job_destroy_fds(job);
     job->finished = true;
 }
 

@@ -311,19 +311,34 @@ NO_SANITIZE static void ns_release(struct ns_ctx *nc)
  * of its memory). It gives the namespace its own /proc, loads the rest of the deny-list,
  * starts the command as the daemon would, reports its end, and reaps until no process is left.
  */
+/* Everything an init does before it can start a command: its mounts, then the rest of the
+ * deny-list. 0, or -1 with errno and *step. */
+NO_SANITIZE static int ns_prepare(const struct harden_plan *h, const char **step)
+{
+    if (ns_setup(step) < 0)
+        return -1;
+    if (h && h->seccomp &&
+        syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &h->filter_init, 0, 0) < 0) {
+        *step = "seccomp";
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * The init of a command's PID namespace: pid 1 there, running raw syscalls only like any
+ * child of a threaded daemon (nc is NULL when it is a copy of the daemon rather than a sharer
+ * of its memory). It gives the namespace its own /proc and loads the rest of the deny-list
+ * (unless `prepared` already, see the warm pool), starts the command as the daemon would,
+ * reports its end, and reaps until no process is left.
+ */
 NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s,
-                                                          struct ns_ctx *nc)
+                                                          struct ns_ctx *nc, bool prepared)
 {
     struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
     int sfd = s->status_fd;
-    if (ns_setup(&m.step) < 0)
+    if (!prepared && ns_prepare(s->harden, &m.step) < 0)
         goto fail;
-    if (s->harden && s->harden->seccomp &&
-        syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->harden->filter_init, 0, 0) <
-            0) {
-        m.step = "seccomp";
-        goto fail;
-    }
     struct child_ctx cc = {.spec = s, .err = 0, .step = NULL, .report_fd = -1};
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     pid_t main_pid =
@@ -366,20 +381,30 @@ fail:
 NO_SANITIZE static int ns_init_main(void *arg)
 {
     struct ns_ctx *nc = arg;
-    ns_init(nc->spec, nc);
+    ns_init(nc->spec, nc, false);
 }
 
 /*
  * Stacks of inits that share the daemon's memory. An init outlives the request that started
  * it by a little (it is reaped later), so its stack is not freed but handed back: the kernel
  * clears `tid` when the init is gone (CLONE_CHILD_CLEARTID), and a stack whose tid is 0 is
- * free for the next one. There are never more than the inits alive at once.
+ * free for the next one. There are never more than the inits alive at once. A warm init
+ * (see the pool below) also finds its orders here.
  */
+enum { WARM_STARTING, WARM_READY, WARM_FAILED };
+
 struct ns_stack {
     struct ns_stack *next;
     char *base;
     size_t len;
-    pid_t tid; /* -1 while an init runs on it, 0 when free */
+    pid_t tid;    /* -1 while an init runs on it, 0 when free */
+    unsigned gen; /* counts its uses: a waiter whose init died sees it taken again */
+    /* A warm init: */
+    pid_t pid;
+    int state;            /* WARM_*, set by the init */
+    int go;               /* futex: 0 wait, 1 start *claim, 2 exit */
+    struct ns_ctx *claim; /* on the claimer's stack: the stack may be reused once the init
+                           * is gone, which can be before the claimer looks again */
 };
 
 static pthread_mutex_t ns_stacks_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -406,10 +431,207 @@ static struct ns_stack *ns_stack_get(void)
             ns_stacks = st;
         }
     }
-    if (st)
+    if (st) {
         __atomic_store_n(&st->tid, -1, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&st->gen, 1, __ATOMIC_ACQ_REL);
+        st->pid = 0;
+        st->state = WARM_STARTING;
+        st->go = 0;
+        st->claim = NULL;
+    }
     pthread_mutex_unlock(&ns_stacks_lock);
     return st;
+}
+
+static void futex_wait_ms(int *word, int val, long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+/* Until the init on st (in its use gen) has released nc, or is gone. */
+static void ns_wait_released(struct ns_ctx *nc, struct ns_stack *st, unsigned gen)
+{
+    while (!__atomic_load_n(&nc->released, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0 &&
+           __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE) == gen)
+        futex_wait_ms(&nc->released, 0, 10);
+}
+
+/*
+ * The warm pool: PID-namespace inits made ahead of need, each with its namespaces, its
+ * /proc and its filter in place, asleep until a command is handed to it. That takes the
+ * namespaces' creation off the request's path (most of what a PID namespace costs per
+ * command); under a burst larger than the pool, commands get an init made on the spot.
+ *
+ * A warm init shares the daemon's memory and, until it is given a command, its fd table
+ * (CLONE_FILES), so it sees the command's pipes when its turn comes; it then takes a copy of
+ * the table for itself (unshare(CLONE_FILES), the one unshare the filter allows) before the
+ * daemon closes its ends. It dies with the pool's thread (PR_SET_PDEATHSIG).
+ */
+#define NS_POOL_SIZE 2
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    bool running, stop;
+    const struct harden_plan *harden;
+    struct ns_stack *ready[NS_POOL_SIZE];
+    int nready;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+NO_SANITIZE static int ns_warm_main(void *arg)
+{
+    struct ns_stack *w = arg;
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    const char *step = NULL;
+    if (ns_prepare(pool.harden, &step) < 0) {
+        __atomic_store_n(&w->state, WARM_FAILED, __ATOMIC_RELEASE);
+        syscall(SYS_exit_group, 1);
+    }
+    __atomic_store_n(&w->state, WARM_READY, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &w->state, FUTEX_WAKE, 1, NULL, NULL, 0);
+    int go;
+    while ((go = __atomic_load_n(&w->go, __ATOMIC_ACQUIRE)) == 0)
+        syscall(SYS_futex, &w->go, FUTEX_WAIT, 0, NULL, NULL, 0);
+    if (go != 1)
+        syscall(SYS_exit_group, 0);
+    struct ns_ctx *nc = w->claim;
+    if (syscall(SYS_unshare, CLONE_FILES) < 0) {
+        struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED, .err = errno, .step = "unshare"};
+        int sfd = nc->spec->status_fd;
+        ns_release(nc);
+        syscall(SYS_write, sfd, &m, sizeof(m));
+        syscall(SYS_exit_group, 127);
+    }
+    ns_init(nc->spec, nc, true);
+}
+
+/* Make one warm init (on the pool's thread: the init's parent, whose end is its end). */
+static struct ns_stack *pool_warm_one(void)
+{
+    struct ns_stack *st = ns_stack_get();
+    if (!st)
+        return NULL;
+    int pid =
+        clone(ns_warm_main, st->base + st->len,
+              (int)(CLONE_VM | CLONE_FILES | ns_clone_flags() | CLONE_CHILD_CLEARTID | SIGCHLD), st,
+              NULL, NULL, &st->tid);
+    if (pid < 0) {
+        __atomic_store_n(&st->tid, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    st->pid = pid;
+    /* Ready within a millisecond or so; a failure stops the pool (the fallback remains). */
+    while (__atomic_load_n(&st->state, __ATOMIC_ACQUIRE) == WARM_STARTING &&
+           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
+        futex_wait_ms(&st->state, WARM_STARTING, 5);
+    if (__atomic_load_n(&st->state, __ATOMIC_ACQUIRE) != WARM_READY)
+        return NULL; /* it exits by itself; the reaper collects it */
+    return st;
+}
+
+static void *pool_main(void *arg)
+{
+    (void)arg;
+    struct sbxd_err err = {0};
+    if (harden_thread(pool.harden, &err) < 0)
+        return NULL; /* no filter, no inits: spawns make their own */
+    pthread_mutex_lock(&pool.lock);
+    while (!pool.stop) {
+        bool failed = false;
+        while (!pool.stop && pool.nready < NS_POOL_SIZE) {
+            pthread_mutex_unlock(&pool.lock);
+            struct ns_stack *st = pool_warm_one();
+            pthread_mutex_lock(&pool.lock);
+            if (!st) {
+                failed = true;
+                break;
+            }
+            pool.ready[pool.nready++] = st;
+        }
+        if (pool.stop)
+            break;
+        if (failed) {
+            /* Try again later, not in a loop. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&pool.cond, &pool.lock, &ts);
+        } else {
+            pthread_cond_wait(&pool.cond, &pool.lock);
+        }
+    }
+    for (int i = 0; i < pool.nready; i++) {
+        __atomic_store_n(&pool.ready[i]->go, 2, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &pool.ready[i]->go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
+    pool.nready = 0;
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+}
+
+void spawn_pool_start(const struct harden_plan *h)
+{
+    if (!share_vm || pool.running)
+        return;
+    pool.harden = h;
+    pool.stop = false;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pool.running = pthread_create(&pool.thread, &attr, pool_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+void spawn_pool_stop(void)
+{
+    if (!pool.running)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    pool.stop = true;
+    pthread_cond_signal(&pool.cond);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_join(pool.thread, NULL);
+    pool.running = false;
+}
+
+/* A warm init that is alive, or NULL; the pool's thread is told to make another. */
+static struct ns_stack *pool_take(void)
+{
+    if (!pool.running)
+        return NULL;
+    struct ns_stack *st = NULL;
+    pthread_mutex_lock(&pool.lock);
+    while (!st && pool.nready > 0) {
+        struct ns_stack *c = pool.ready[--pool.nready];
+        if (__atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) != 0)
+            st = c;
+    }
+    pthread_cond_signal(&pool.cond);
+    pthread_mutex_unlock(&pool.lock);
+    return st;
+}
+
+/* Hand spec to a warm init. Returns its pid, or -1 when it died before it could start the
+ * command (then no command runs). */
+static long pool_start(struct ns_stack *st, const struct spawn_spec *spec, pid_t *pid_slot)
+{
+    struct ns_ctx nc = {.spec = spec, .released = 0};
+    pid_t pid = st->pid;
+    unsigned gen = __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE);
+    /* Known to the reaper before it can end. */
+    __atomic_store_n(pid_slot, pid, __ATOMIC_RELEASE);
+    st->claim = &nc;
+    __atomic_store_n(&st->go, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &st->go, FUTEX_WAKE, 1, NULL, NULL, 0);
+    ns_wait_released(&nc, st, gen);
+    if (!__atomic_load_n(&nc.released, __ATOMIC_ACQUIRE)) {
+        errno = ESRCH;
+        return -1;
+    }
+    return pid;
 }
 
 /* Start an init that shares the daemon's memory: no page tables to copy, nothing to
@@ -422,6 +644,7 @@ static long ns_clone_shared(const struct spawn_spec *spec, pid_t *pid_slot)
         return -1;
     }
     struct ns_ctx nc = {.spec = spec, .released = 0};
+    unsigned gen = __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE);
     int pid = clone(
         ns_init_main, st->base + st->len,
         (int)(CLONE_VM | ns_clone_flags() | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD),
@@ -433,10 +656,7 @@ static long ns_clone_shared(const struct spawn_spec *spec, pid_t *pid_slot)
         return -1;
     }
     /* Until the init is done with spec (or gone: its tid word is cleared then). */
-    struct timespec tick = {0, 10 * 1000000};
-    while (!__atomic_load_n(&nc.released, __ATOMIC_ACQUIRE) &&
-           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
-        syscall(SYS_futex, &nc.released, FUTEX_WAIT, 0, &tick, NULL, 0);
+    ns_wait_released(&nc, st, gen);
     return pid;
 }
 
@@ -498,13 +718,16 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
          * children may, else like fork; it reports through status_fd whether the command
          * could start. */
         long pid;
-        if (share_vm) {
+        struct ns_stack *warm = share_vm ? pool_take() : NULL;
+        if (warm) {
+            pid = pool_start(warm, spec, pid_slot);
+        } else if (share_vm) {
             pid = ns_clone_shared(spec, pid_slot);
         } else {
             pid = syscall(SYS_clone, ns_clone_flags() | CLONE_PARENT_SETTID | SIGCHLD, NULL,
                           pid_slot, NULL, 0);
             if (pid == 0)
-                ns_init(spec, NULL);
+                ns_init(spec, NULL, false);
         }
         if (pid < 0)
             return sbxd_fail_errno(

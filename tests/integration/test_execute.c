@@ -262,6 +262,50 @@ START_TEST(thirty_two_concurrent_requests)
 }
 END_TEST
 
+/* Short commands back to back from many clients: each start races the end of the one before
+ * (with PID namespaces, an init's stack is reused as soon as the kernel says it is gone). */
+static char burst_failure[512]; /* the first failed response */
+static pthread_mutex_t burst_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *burst_one(void *arg)
+{
+    intptr_t i = (intptr_t)arg;
+    intptr_t ok = 0;
+    for (int k = 0; k < 40; k++) {
+        char body[128], expect[32];
+        snprintf(body, sizeof(body), "{\"argv\":[\"echo\",\"%d-%d\"]}", (int)i, k);
+        snprintf(expect, sizeof(expect), "%d-%d\n", (int)i, k);
+        struct http_resp r;
+        http_request(&g_sbxd, "POST", "/execute", NULL, body, strlen(body), 20000, &r);
+        bool good = r.status == 200 && r.json && strcmp(jstr(r.json, "stdout"), expect) == 0;
+        ok += good;
+        pthread_mutex_lock(&burst_lock);
+        if (!good && !burst_failure[0])
+            snprintf(burst_failure, sizeof(burst_failure), "HTTP %ld: %.400s", r.status,
+                     r.body ? r.body : "(no body)");
+        pthread_mutex_unlock(&burst_lock);
+        http_resp_free(&r);
+    }
+    return (void *)ok;
+}
+
+START_TEST(bursts_of_short_commands_all_succeed)
+{
+    pthread_t t[12];
+    burst_failure[0] = '\0';
+    for (intptr_t i = 0; i < 12; i++)
+        pthread_create(&t[i], NULL, burst_one, (void *)i);
+    intptr_t ok = 0;
+    for (int i = 0; i < 12; i++) {
+        void *res;
+        pthread_join(t[i], &res);
+        ok += (intptr_t)res;
+    }
+    ck_assert_msg(ok == 12 * 40, "%d of %d failed; first: %s", 12 * 40 - (int)ok, 12 * 40,
+                  burst_failure);
+}
+END_TEST
+
 START_TEST(argv_runs_without_a_shell)
 {
     cJSON *r = run("{\"argv\":[\"printf\",\"%s|\",\"a b\",\"$HOME\"]}");
@@ -541,6 +585,7 @@ Suite *execute_suite(void)
     tcase_add_test(tc, memory_peak_is_not_inflated_by_earlier_requests);
 #endif
     tcase_add_test(tc, thirty_two_concurrent_requests);
+    tcase_add_test(tc, bursts_of_short_commands_all_succeed);
     tcase_add_test(tc, argv_runs_without_a_shell);
     tcase_add_test(tc, failed_to_start);
     tcase_add_test(tc, encodings);

@@ -1,5 +1,6 @@
 /* What a command can no longer do: each test tries the forbidden thing from inside one. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <sys/syscall.h>
@@ -616,6 +617,97 @@ START_TEST(uid_range_in_use_is_refused)
 }
 END_TEST
 
+/* Whether pid exists and is not a zombie. */
+static bool alive(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z';
+}
+
+/* Live (not zombie) children of pid: their pids into out (up to n); how many. */
+static int children_of(pid_t parent, pid_t *out, int n)
+{
+    DIR *d = opendir("/proc");
+    int k = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char p[300], buf[1024];
+        snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        const char *rp = strrchr(buf, ')');
+        char state;
+        int ppid;
+        if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || state == 'Z' || ppid != parent)
+            continue;
+        if (k < n)
+            out[k] = (pid_t)atoi(e->d_name);
+        k++;
+    }
+    if (d)
+        closedir(d);
+    return k;
+}
+
+START_TEST(pidns_warm_inits_are_ready_replaced_and_gone_at_stop)
+{
+    if (under_gvisor())
+        return; /* no warm pool there: children copy the daemon (see spawn.c) */
+    struct daemon d;
+    const char *args[] = {"--isolation", "pidns", NULL};
+    daemon_start(&d, args, NULL);
+    /* Idle: the pool's inits wait, each pid 1 of a namespace of its own. */
+    pid_t kids[8];
+    int n = 0;
+    for (int i = 0; i < 100 && (n = children_of(d.pid, kids, 8)) < 2; i++)
+        usleep(10000);
+    ck_assert_int_eq(n, 2);
+    char p[64], line[256], nspid[256] = "";
+    snprintf(p, sizeof(p), "/proc/%d/status", (int)kids[0]);
+    FILE *f = fopen(p, "r");
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, "NSpid:", 6) == 0)
+            snprintf(nspid, sizeof(nspid), "%s", line);
+    if (f)
+        fclose(f);
+    char want[64];
+    snprintf(want, sizeof(want), "NSpid:\t%d\t1\n", (int)kids[0]);
+    ck_assert_str_eq(nspid, want);
+    /* One killed while it waits: commands still run, and the pool is made whole again. */
+    kill(kids[0], SIGKILL);
+    kill(kids[1], SIGKILL);
+    for (int i = 0; i < 5; i++) {
+        cJSON *r = execute(&d, "{\"command\":\"echo $$\"}");
+        ck_assert_str_eq(jstr(r, "status"), "exited");
+        ck_assert_str_eq(jstr(r, "stdout"), "2\n");
+        cJSON_Delete(r);
+    }
+    for (int i = 0; i < 100 && (n = children_of(d.pid, kids, 8)) != 2; i++)
+        usleep(10000);
+    ck_assert_int_eq(n, 2);
+    /* At stop they go with the daemon. */
+    pid_t k0 = kids[0], k1 = kids[1];
+    ck_assert(daemon_stop_clean(&d, 10000));
+    for (int i = 0; i < 100 && (alive(k0) || alive(k1)); i++)
+        usleep(10000);
+    ck_assert(!alive(k0) && !alive(k1));
+}
+END_TEST
+
 Suite *isolation_suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -637,6 +729,7 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, healthz_reports_what_was_detected);
     tcase_add_test(tc, uid_mode_contains_the_tree_and_shares_files);
     tcase_add_test(tc, uid_range_in_use_is_refused);
+    tcase_add_test(tc, pidns_warm_inits_are_ready_replaced_and_gone_at_stop);
     suite_add_tcase(s, tc);
     return s;
 }
