@@ -223,7 +223,7 @@ int main(int argc, char **argv)
     harden.daemon_oom_score_adj = protect_daemon();
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
     if (iso.tree_kill == ISO_KILL_PIDNS)
-        spawn_pool_start(&harden);
+        spawn_pool_start(&harden, (unsigned)cfg.max_running, rootfd, workspace);
     struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));

@@ -22,6 +22,8 @@
 
 #define SPAWN_MAX_RLIMITS 8
 
+struct spawn_ns_slot;
+
 struct spawn_rlimit {
     int resource;
     struct rlimit value;
@@ -32,13 +34,19 @@ struct spawn_spec {
     char *const *argv;
     char *const *envp;
     int stdin_fd, stdout_fd, stderr_fd;
-    int cwd_fd; /* an fd of the working directory, or -1 */
+    int cwd_fd;           /* an fd of the working directory, or -1 */
+    const char *cwd_path; /* ... its path beneath the workspace root (namespace slots) */
     struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
     int nrlimits;
     const struct harden_plan *harden; /* applied last, right before execve; NULL: none */
     int cgroup_procs_fd;              /* the command's cgroup.procs (written first), or -1 */
-    bool pidns;    /* start an init in new PID and mount namespaces, which starts the command */
-    int status_fd; /* pidns: where the init writes struct spawn_ns_msg */
+    bool pidns;    /* start the command under the init of a PID namespace of its own */
+    int status_fd; /* pidns, one-command init: where it writes struct spawn_ns_msg */
+    /* pidns, namespace slot (spawn_ns_slots()): which slot and use the command got, for
+     * spawn_ns_end() and spawn_ns_put() */
+    struct spawn_ns_slot **ns_slot;
+    unsigned *ns_seq;
+    int ns_mnt_fd; /* set by spawn_child: -1 from callers */
     bool network;  /* false: no AF_INET/AF_INET6 sockets */
     uid_t uid;     /* uid isolation: the command's own uid; (uid_t)-1: the plan's */
 };
@@ -65,11 +73,21 @@ struct spawn_ns_msg {
  * (*userns), which maps its own uid and gid only. Call before any thread exists. */
 bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
 
-/* PID-namespace mode: keep a few inits ready, namespaces and filter in place, so a command's
- * init need not be made on its request's path. Start after harden_init, stop at shutdown
- * (the ready inits exit; inits running commands die too). */
-void spawn_pool_start(const struct harden_plan *h);
+/*
+ * PID-namespace mode, where children share the daemon's memory and sbxd is root: commands
+ * run in namespace slots, PID namespaces whose init lives on, reaps what commands leave
+ * behind and empties the namespace between commands (spawn.c). The command itself is the
+ * daemon's child, reaped like any; spawn_ns_end() has its namespace emptied (call it when
+ * the command is over, and to kill its tree), spawn_ns_put() gives the slot back.
+ * Start the pool after harden_init, stop it at shutdown (every slot's init dies, and with
+ * it whatever still runs in its namespace).
+ */
+void spawn_pool_start(const struct harden_plan *h, unsigned max_running, int rootfd,
+                      const char *workspace);
 void spawn_pool_stop(void);
+bool spawn_ns_slots(void); /* whether PID-namespace commands run in slots */
+void spawn_ns_end(struct spawn_ns_slot *sl, unsigned use);
+void spawn_ns_put(struct spawn_ns_slot *sl);
 
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */

@@ -73,16 +73,19 @@ enum filter_kind {
     FILTER_DENY_LIST,  /* the deny-list of harden_denied_syscalls and clone flags */
     FILTER_SPAWNER,    /* pidns mode, on spawning threads: the deny-list but what a namespace's
                         * init needs (mount; clone with CLONE_NEWPID, CLONE_NEWNS
-                        * or, for a daemon without CAP_SYS_ADMIN, CLONE_NEWUSER) */
-    FILTER_NS_INIT,    /* pidns mode, loaded by each init: exactly what FILTER_SPAWNER left out */
+                        * or, for a daemon without CAP_SYS_ADMIN, CLONE_NEWUSER) and
+                        * what entering a namespace slot needs (setns) */
+    FILTER_NS_INIT,    /* pidns mode, loaded by each init and each command in a namespace slot:
+                        * exactly what FILTER_SPAWNER left out */
     FILTER_NO_NETWORK, /* only: no AF_INET/AF_INET6 sockets (stacked on the deny-list) */
 };
 
 /* In FILTER_SPAWNER's gap (see there). */
 static bool init_needs(const char *syscall_name, uint64_t clone_flag)
 {
-    return (syscall_name && strcmp(syscall_name, "mount") == 0) || clone_flag == CLONE_NEWPID ||
-           clone_flag == CLONE_NEWNS || clone_flag == CLONE_NEWUSER;
+    return (syscall_name &&
+            (strcmp(syscall_name, "mount") == 0 || strcmp(syscall_name, "setns") == 0)) ||
+           clone_flag == CLONE_NEWPID || clone_flag == CLONE_NEWNS || clone_flag == CLONE_NEWUSER;
 }
 
 static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err *err)
@@ -109,13 +112,6 @@ static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err 
                 continue; /* not on this architecture */
             if (kind != FILTER_DENY_LIST && init_needs(harden_denied_syscalls[i], 0) != init_part)
                 continue;
-            if (kind == FILTER_SPAWNER && strcmp(harden_denied_syscalls[i], "unshare") == 0) {
-                /* A warm init takes its own copy of the fd table it shared with the daemon
-                 * (spawn.c): unshare(CLONE_FILES) alone creates no namespace. */
-                e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1,
-                                     SCMP_A0(SCMP_CMP_NE, CLONE_FILES));
-                continue;
-            }
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
         }
         for (size_t i = 0; !e && i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {

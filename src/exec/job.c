@@ -34,10 +34,14 @@ struct job {
     bool finished;
     int next_stream;  /* which pipe is read first, alternated so neither starves */
     bool cancel_peek; /* also poll the client socket for POLLIN and peek (see job_step) */
-    /* pidns: the init reports the command's end through status_fd (spawn_ns_msg); rt is the
-     * init, whose death kills everything in the namespace. */
+    /* pidns under a one-command init (ns): the init reports the command's end through
+     * status_fd (spawn_ns_msg); rt is the init, whose death kills the namespace. In a
+     * namespace slot (slot) instead, rt is the command, and the slot's init empties the
+     * namespace when asked (spawn.h). */
     bool ns;
     int status_fd;
+    struct spawn_ns_slot *slot;
+    unsigned ns_seq; /* which use of the slot */
     bool main_reported;
     int main_status;
     struct rusage main_ru;
@@ -205,7 +209,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     }
     job->out_fd = job->err_fd = job->in_fd = job->ev_fd = job->status_fd = -1;
     job->iso = env->iso;
-    job->ns = env->iso->tree_kill == ISO_KILL_PIDNS;
+    bool pidns = env->iso->tree_kill == ISO_KILL_PIDNS;
+    job->ns = pidns && !spawn_ns_slots();
     job->leaf.dirfd = job->leaf.procs_fd = -1;
     job->cg = &env->iso->cg;
     job->slot_uid = (uid_t)-1;
@@ -305,11 +310,15 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .stdout_fd = out_p[1],
         .stderr_fd = err_p[1],
         .cwd_fd = cwd_fd >= 0 ? cwd_fd : env->rootfd,
+        .cwd_path = req->cwd,
         .harden = env->harden,
         .network = req->network,
         .cgroup_procs_fd = job->leaf.procs_fd,
-        .pidns = job->ns,
+        .pidns = pidns,
         .status_fd = st_p[1],
+        .ns_slot = &job->slot,
+        .ns_seq = &job->ns_seq,
+        .ns_mnt_fd = -1,
         .uid = job->slot_uid,
     };
     /* Without a cgroup that enforces memory, the address space is the next best bound. */
@@ -335,7 +344,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     const char *child_step = NULL;
     if (spawn_child(&spec, &job->rt.pid, &child_errno, &child_step, err) < 0) {
         reaper_remove(&job->rt);
-        if (job->ns)
+        if (pidns)
             degrade(job->iso, ISO_REQ_PIDNS | ISO_REQ_TREE_KILL, err);
         goto fail;
     }
@@ -401,9 +410,11 @@ static void kill_tree(struct job *job, bool reaper_locked)
          * be reused while any member lives, so this reaches only the job's own processes. */
         kill(-pid, SIGKILL);
     }
-    /* The cgroup reaches what left the group too: setsid and double-fork escapees; so does a
-     * kill(-1) as the command's own uid. */
+    /* The cgroup reaches what left the group too: setsid and double-fork escapees; so do the
+     * init of the command's namespace slot, and a kill(-1) as the command's own uid. */
     cg_leaf_kill(&job->leaf);
+    if (job->slot)
+        spawn_ns_end(job->slot, job->ns_seq);
     if (job->slot_uid != (uid_t)-1)
         uid_slot_kill(job->slot_uid);
 }
@@ -474,6 +485,15 @@ static void read_ns_status(struct job *job)
         }
         if (!job->exited)
             mark_exited(job);
+    }
+}
+
+/* The namespace slot goes back to the pool (its init empties it). */
+static void put_slot(struct job *job)
+{
+    if (job->slot) {
+        spawn_ns_put(job->slot);
+        job->slot = NULL;
     }
 }
 
@@ -550,6 +570,7 @@ static void finish(struct job *job)
      * number, by then perhaps another command's pipe. */
     reaper_remove(&job->rt);
     job_destroy_fds(job);
+    put_slot(job);
     job->finished = true;
 }
 
@@ -778,6 +799,7 @@ void job_free(struct job *job)
         if (job->leaf.dirfd >= 0)
             cg_leaf_destroy(job->cg, &job->leaf);
         release_uid(job);
+        put_slot(job);
     }
     free(job->stdin_data);
     free(job);

@@ -1,11 +1,14 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "sbxd/limits.h"
+#include "sbxd/resolve.h"
 #include "sbxd/spawn.h"
 
 #ifndef SYS_close_range
@@ -159,6 +163,21 @@ NO_SANITIZE static int child_main(void *arg)
     struct child_ctx *c = arg;
     const struct spawn_spec *s = c->spec;
 
+    /* A namespace slot's command (its PID namespace came with the clone): into the slot's
+     * mount namespace, with the namespace's own /proc, then under the rest of the
+     * deny-list, which refuses setns and mount from here on. */
+    if (s->ns_mnt_fd >= 0) {
+        if (syscall(SYS_setns, s->ns_mnt_fd, CLONE_NEWNS) < 0) {
+            c->step = "setns";
+            goto fail;
+        }
+        if (s->harden && s->harden->seccomp &&
+            syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->harden->filter_init, 0, 0) <
+                0) {
+            c->step = "seccomp";
+            goto fail;
+        }
+    }
     /* Own session and process group: a group kill then reaches every descendant that does
      * not leave the group itself, and no terminal signal of the daemon's reaches us. */
     if (syscall(SYS_setsid) < 0) {
@@ -290,27 +309,6 @@ NO_SANITIZE static int ns_setup(const char **step)
     return 1;
 }
 
-/* How a PID namespace's init that shares the daemon's memory says it no longer reads the
- * spawn_spec: the spawning thread waits for that before its frame (and the spec) goes. */
-struct ns_ctx {
-    const struct spawn_spec *spec;
-    int released; /* a futex word: 0, then 1 */
-};
-
-NO_SANITIZE static void ns_release(struct ns_ctx *nc)
-{
-    if (!nc)
-        return;
-    __atomic_store_n(&nc->released, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &nc->released, FUTEX_WAKE, 1, NULL, NULL, 0);
-}
-
-/*
- * The init of a command's PID namespace: pid 1 there, running raw syscalls only like any
- * child of a threaded daemon (nc is NULL when it is a copy of the daemon rather than a sharer
- * of its memory). It gives the namespace its own /proc, loads the rest of the deny-list,
- * starts the command as the daemon would, reports its end, and reaps until no process is left.
- */
 /* Everything an init does before it can start a command: its mounts, then the rest of the
  * deny-list. 0, or -1 with errno and *step. */
 NO_SANITIZE static int ns_prepare(const struct harden_plan *h, const char **step)
@@ -326,25 +324,21 @@ NO_SANITIZE static int ns_prepare(const struct harden_plan *h, const char **step
 }
 
 /*
- * The init of a command's PID namespace: pid 1 there, running raw syscalls only like any
- * child of a threaded daemon (nc is NULL when it is a copy of the daemon rather than a sharer
- * of its memory). It gives the namespace its own /proc and loads the rest of the deny-list
- * (unless `prepared` already, see the warm pool), starts the command as the daemon would,
- * reports its end, and reaps until no process is left.
+ * A one-command init, for where children cannot share the daemon's memory (gVisor): pid 1 of
+ * the namespace, a copy of the daemon running raw syscalls only. It prepares the namespace,
+ * starts the command as the daemon would, reports its end on status_fd, and reaps until no
+ * process is left; SIGKILL to it kills the namespace.
  */
-NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s,
-                                                          struct ns_ctx *nc, bool prepared)
+NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spec *s)
 {
     struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
     int sfd = s->status_fd;
-    if (!prepared && ns_prepare(s->harden, &m.step) < 0)
+    if (ns_prepare(s->harden, &m.step) < 0)
         goto fail;
     struct child_ctx cc = {.spec = s, .err = 0, .step = NULL, .report_fd = -1};
     _Alignas(64) char stack[SBXD_SPAWN_STACK];
     pid_t main_pid =
         clone(child_main, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &cc);
-    /* The command has exec'd (or failed): s is not read again. */
-    ns_release(nc);
     if (main_pid < 0) {
         m.step = "clone";
         goto fail;
@@ -372,212 +366,306 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
     }
 fail:
     m.err = errno ? errno : EINVAL;
-    ns_release(nc);
     syscall(SYS_write, sfd, &m, sizeof(m));
     syscall(SYS_exit_group, 127);
     __builtin_unreachable();
 }
 
-NO_SANITIZE static int ns_init_main(void *arg)
-{
-    struct ns_ctx *nc = arg;
-    ns_init(nc->spec, nc, false);
-}
-
 /*
- * Stacks of inits that share the daemon's memory. An init outlives the request that started
- * it by a little (it is reaped later), so its stack is not freed but handed back: the kernel
- * clears `tid` when the init is gone (CLONE_CHILD_CLEARTID), and a stack whose tid is 0 is
- * free for the next one. There are never more than the inits alive at once. A warm init
- * (see the pool below) also finds its orders here.
+ * Namespace slots: PID namespaces (each with its mount table and its own /proc) whose init
+ * lives on and serves one command after another. Making a namespace, its mounts, an init
+ * and its exit for every command cost about 0.5x the fork+exec floor here; a slot pays that
+ * once, and a command pays three setns calls and a small filter.
+ *
+ * The spawning thread enters the slot's PID namespace for the children it creates
+ * (setns(CLONE_NEWPID) changes only that), clones the command exactly as it clones any
+ * (so the daemon is its parent and reaps it), and goes back to its own. The command joins
+ * the slot's mount namespace itself. Whatever it leaves behind (a double fork, a setsid)
+ * is re-parented to the slot's init, pid 1 there, which reaps it; when the command is over,
+ * the daemon asks the init (SIGUSR1) to empty the namespace: kill(-1) from there reaches
+ * every process in it and nothing outside, atomically with respect to fork. Only then is the
+ * slot handed out again.
+ *
+ * The init shares the daemon's memory (its words below are how they talk) and is made by
+ * the pool's thread, with whose end it ends (PR_SET_PDEATHSIG): a daemon that dies leaves
+ * no init behind.
  */
-enum { WARM_STARTING, WARM_READY, WARM_FAILED };
+enum { SLOT_STARTING, SLOT_READY, SLOT_FAILED };
 
-struct ns_stack {
-    struct ns_stack *next;
-    char *base;
-    size_t len;
-    pid_t tid;    /* -1 while an init runs on it, 0 when free */
-    unsigned gen; /* counts its uses: a waiter whose init died sees it taken again */
-    /* A warm init: */
-    pid_t pid;
-    int state;            /* WARM_*, set by the init */
-    int go;               /* futex: 0 wait, 1 start *claim, 2 exit */
-    struct ns_ctx *claim; /* on the claimer's stack: the stack may be reused once the init
-                           * is gone, which can be before the claimer looks again */
+static const struct harden_plan *slot_harden; /* what the inits load (spawn_pool_start) */
+static int self_pidns_fd = -1;                /* where spawning threads go back to */
+static char slot_workspace[PATH_MAX];         /* the workspace root's absolute path ... */
+static struct stat slot_workspace_st;         /* ... and what it is */
+static __thread bool ns_stuck;                /* this thread's setns back failed */
+
+struct spawn_ns_slot {
+    struct spawn_ns_slot *next;
+    char *stack; /* the init's stack (mmap), with a guard page */
+    size_t stack_len;
+    pid_t pid;    /* the init, in the daemon's namespace */
+    pid_t tid;    /* CLONE_CHILD_CLEARTID: 0 once the init is gone */
+    int state;    /* SLOT_*, set by the init at start */
+    int pidns_fd; /* its namespaces, for setns */
+    int mntns_fd;
+    int wsfd;        /* the workspace root as its mount namespace sees it (O_PATH) */
+    bool held;       /* a job has it (under the pool's lock) */
+    bool retired;    /* its init was told to end (trimmed after a burst) */
+    int64_t used_ms; /* when it was last handed out (monotonic) */
+    unsigned use;    /* counts the commands it was handed (under the pool's lock) */
+    unsigned end;    /* the daemon: empty the namespace after command number `end` */
+    unsigned clean;  /* the init: emptied after command number `clean` */
 };
 
-static pthread_mutex_t ns_stacks_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ns_stack *ns_stacks;
-
-static struct ns_stack *ns_stack_get(void)
+/* The slot's init. Signals are blocked (inherited from the pool's thread): SIGCHLD (an
+ * orphan to reap) and SIGUSR1 (empty the namespace) are taken with rt_sigtimedwait. */
+NO_SANITIZE static int slot_init_main(void *arg)
 {
-    pthread_mutex_lock(&ns_stacks_lock);
-    struct ns_stack *st = ns_stacks;
-    while (st && __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
-        st = st->next;
-    if (!st && (st = calloc(1, sizeof(*st)))) {
-        /* The init's frames, the command's clone stack inside them, and a guard page. */
-        st->len = SBXD_NS_INIT_STACK;
-        st->base = mmap(NULL, st->len, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-        if (st->base == MAP_FAILED || mprotect(st->base, 4096, PROT_NONE) < 0) {
-            if (st->base != MAP_FAILED)
-                munmap(st->base, st->len);
-            free(st);
-            st = NULL;
-        } else {
-            st->next = ns_stacks;
-            ns_stacks = st;
+    struct spawn_ns_slot *sl = arg;
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    const char *step = NULL;
+    close_span(0, ~0U); /* nothing of the daemon's */
+    if (ns_prepare(slot_harden, &step) < 0) {
+        __atomic_store_n(&sl->state, SLOT_FAILED, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &sl->state, FUTEX_WAKE, 1, NULL, NULL, 0);
+        syscall(SYS_exit_group, 1);
+    }
+    __atomic_store_n(&sl->state, SLOT_READY, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &sl->state, FUTEX_WAKE, 1, NULL, NULL, 0);
+    uint64_t waitset = (1ULL << (SIGCHLD - 1)) | (1ULL << (SIGUSR1 - 1));
+    for (;;) {
+        syscall(SYS_rt_sigtimedwait, &waitset, NULL, NULL, 8);
+        int st;
+        while (syscall(SYS_wait4, -1, &st, WNOHANG, NULL) > 0) {
         }
+        unsigned end = __atomic_load_n(&sl->end, __ATOMIC_ACQUIRE);
+        if (end == __atomic_load_n(&sl->clean, __ATOMIC_ACQUIRE))
+            continue;
+        /* The command is over: nothing of it may outlive it. (Errors are not read: errno
+         * here is the pool thread's. Signals are blocked, so wait4 ends only in ECHILD.) */
+        syscall(SYS_kill, -1, SIGKILL);
+        while (syscall(SYS_wait4, -1, &st, 0, NULL) > 0) {
+        }
+        __atomic_store_n(&sl->clean, end, __ATOMIC_RELEASE);
     }
-    if (st) {
-        __atomic_store_n(&st->tid, -1, __ATOMIC_RELEASE);
-        __atomic_add_fetch(&st->gen, 1, __ATOMIC_ACQ_REL);
-        st->pid = 0;
-        st->state = WARM_STARTING;
-        st->go = 0;
-        st->claim = NULL;
-    }
-    pthread_mutex_unlock(&ns_stacks_lock);
-    return st;
+    return 0;
 }
 
-static void futex_wait_ms(int *word, int val, long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
-}
-
-/* Until the init on st (in its use gen) has released nc, or is gone. */
-static void ns_wait_released(struct ns_ctx *nc, struct ns_stack *st, unsigned gen)
-{
-    while (!__atomic_load_n(&nc->released, __ATOMIC_ACQUIRE) &&
-           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0 &&
-           __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE) == gen)
-        futex_wait_ms(&nc->released, 0, 10);
-}
-
-/*
- * The warm pool: PID-namespace inits made ahead of need, each with its namespaces, its
- * /proc and its filter in place, asleep until a command is handed to it. That takes the
- * namespaces' creation off the request's path (most of what a PID namespace costs per
- * command); under a burst larger than the pool, commands get an init made on the spot.
- *
- * A warm init shares the daemon's memory and, until it is given a command, its fd table
- * (CLONE_FILES), so it sees the command's pipes when its turn comes; it then takes a copy of
- * the table for itself (unshare(CLONE_FILES), the one unshare the filter allows) before the
- * daemon closes its ends. It dies with the pool's thread (PR_SET_PDEATHSIG).
- */
-#define NS_POOL_SIZE 2
+/* The slots, and the thread that makes them (their inits' parent, whose end is theirs). */
+#define SLOT_SPARE   2     /* idle slots kept ready */
+#define SLOT_IDLE_MS 30000 /* beyond the spare ones, an idle slot's init ends after this */
 
 static struct {
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t wake;  /* the pool's thread: make slots */
+    pthread_cond_t ready; /* claimers: a slot may be free */
     pthread_t thread;
     bool running, stop;
     const struct harden_plan *harden;
-    struct ns_stack *ready[NS_POOL_SIZE];
-    int nready;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    unsigned max; /* most slots at once */
+    unsigned waiting;
+    struct spawn_ns_slot *all;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .ready = PTHREAD_COND_INITIALIZER};
 
-NO_SANITIZE static int ns_warm_main(void *arg)
+static bool slot_alive(struct spawn_ns_slot *sl)
 {
-    struct ns_stack *w = arg;
-    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    const char *step = NULL;
-    if (ns_prepare(pool.harden, &step) < 0) {
-        __atomic_store_n(&w->state, WARM_FAILED, __ATOMIC_RELEASE);
-        syscall(SYS_exit_group, 1);
-    }
-    __atomic_store_n(&w->state, WARM_READY, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &w->state, FUTEX_WAKE, 1, NULL, NULL, 0);
-    int go;
-    while ((go = __atomic_load_n(&w->go, __ATOMIC_ACQUIRE)) == 0)
-        syscall(SYS_futex, &w->go, FUTEX_WAIT, 0, NULL, NULL, 0);
-    if (go != 1)
-        syscall(SYS_exit_group, 0);
-    struct ns_ctx *nc = w->claim;
-    if (syscall(SYS_unshare, CLONE_FILES) < 0) {
-        struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED, .err = errno, .step = "unshare"};
-        int sfd = nc->spec->status_fd;
-        ns_release(nc);
-        syscall(SYS_write, sfd, &m, sizeof(m));
-        syscall(SYS_exit_group, 127);
-    }
-    ns_init(nc->spec, nc, true);
+    return __atomic_load_n(&sl->tid, __ATOMIC_ACQUIRE) != 0 &&
+           __atomic_load_n(&sl->state, __ATOMIC_ACQUIRE) == SLOT_READY;
 }
 
-/* Make one warm init (on the pool's thread: the init's parent, whose end is its end). */
-static struct ns_stack *pool_warm_one(void)
+/* Idle: alive, not held, and emptied after its last command. Under the pool's lock. */
+static bool slot_idle(struct spawn_ns_slot *sl)
 {
-    struct ns_stack *st = ns_stack_get();
-    if (!st)
-        return NULL;
-    int pid =
-        clone(ns_warm_main, st->base + st->len,
-              (int)(CLONE_VM | CLONE_FILES | ns_clone_flags() | CLONE_CHILD_CLEARTID | SIGCHLD), st,
-              NULL, NULL, &st->tid);
-    if (pid < 0) {
-        __atomic_store_n(&st->tid, 0, __ATOMIC_RELEASE);
-        return NULL;
+    return !sl->held && !sl->retired && slot_alive(sl) &&
+           __atomic_load_n(&sl->clean, __ATOMIC_ACQUIRE) == sl->use;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static void close_fd_if(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
     }
-    st->pid = pid;
-    /* Ready within a millisecond or so; a failure stops the pool (the fallback remains). */
-    while (__atomic_load_n(&st->state, __ATOMIC_ACQUIRE) == WARM_STARTING &&
-           __atomic_load_n(&st->tid, __ATOMIC_ACQUIRE) != 0)
-        futex_wait_ms(&st->state, WARM_STARTING, 5);
-    if (__atomic_load_n(&st->state, __ATOMIC_ACQUIRE) != WARM_READY)
-        return NULL; /* it exits by itself; the reaper collects it */
-    return st;
+}
+
+/* Make one slot (on the pool's thread). Under the pool's lock, which it drops meanwhile. */
+static bool slot_make(void)
+{
+    struct spawn_ns_slot *sl = NULL;
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        if (!c->held && __atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) == 0)
+            sl = c; /* a dead one: its memory serves again */
+    if (!sl) {
+        sl = calloc(1, sizeof(*sl));
+        if (!sl)
+            return false;
+        sl->stack_len = SBXD_NS_INIT_STACK;
+        sl->stack = mmap(NULL, sl->stack_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (sl->stack == MAP_FAILED || mprotect(sl->stack, 4096, PROT_NONE) < 0) {
+            if (sl->stack != MAP_FAILED)
+                munmap(sl->stack, sl->stack_len);
+            free(sl);
+            return false;
+        }
+        sl->pidns_fd = sl->mntns_fd = sl->wsfd = -1;
+        sl->next = pool.all;
+        pool.all = sl;
+    }
+    close_fd_if(&sl->pidns_fd);
+    close_fd_if(&sl->mntns_fd);
+    close_fd_if(&sl->wsfd);
+    sl->held = true; /* not handed out while it starts */
+    sl->retired = false;
+    sl->state = SLOT_STARTING;
+    sl->use = sl->end = sl->clean = 0;
+    __atomic_store_n(&sl->tid, -1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pool.lock);
+    int pid = clone(slot_init_main, sl->stack + sl->stack_len,
+                    (int)(CLONE_VM | ns_clone_flags() | CLONE_CHILD_CLEARTID | SIGCHLD), sl, NULL,
+                    NULL, &sl->tid);
+    if (pid < 0)
+        __atomic_store_n(&sl->tid, 0, __ATOMIC_RELEASE);
+    else
+        sl->pid = pid;
+    while (pid > 0 && __atomic_load_n(&sl->state, __ATOMIC_ACQUIRE) == SLOT_STARTING &&
+           __atomic_load_n(&sl->tid, __ATOMIC_ACQUIRE) != 0) {
+        struct timespec ts = {0, 5 * 1000000};
+        syscall(SYS_futex, &sl->state, FUTEX_WAIT, SLOT_STARTING, &ts, NULL, 0);
+    }
+    bool ok = pid > 0 && slot_alive(sl);
+    if (ok) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/pid", pid);
+        sl->pidns_fd = open(path, O_RDONLY | O_CLOEXEC);
+        snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
+        sl->mntns_fd = open(path, O_RDONLY | O_CLOEXEC);
+        /* A command's working directory must be one of the namespace's own mounts: a cwd
+         * handed over from the daemon's namespace makes everything it runs slower
+         * (measured: ~0.1x the floor). The same directory, checked to be. */
+        char wpath[PATH_MAX + 32];
+        snprintf(wpath, sizeof(wpath), "/proc/%d/root%s", pid, slot_workspace);
+        sl->wsfd = open(wpath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (sl->wsfd >= 0 && (fstat(sl->wsfd, &st) < 0 || st.st_dev != slot_workspace_st.st_dev ||
+                              st.st_ino != slot_workspace_st.st_ino))
+            close_fd_if(&sl->wsfd);
+        if (sl->pidns_fd < 0 || sl->mntns_fd < 0 || sl->wsfd < 0) {
+            kill(pid, SIGKILL);
+            ok = false;
+        }
+    }
+    pthread_mutex_lock(&pool.lock);
+    sl->held = false;
+    sl->used_ms = mono_ms();
+    if (!ok)
+        sl->retired = true;
+    return ok;
+}
+
+static unsigned slots_idle(void)
+{
+    unsigned n = 0;
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        n += slot_idle(c);
+    return n;
+}
+
+static unsigned slots_alive(void)
+{
+    unsigned n = 0;
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        n += __atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) != 0;
+    return n;
+}
+
+/* After a burst: end the init of one slot idle for long, while more than the spare ones are
+ * idle. Its namespace is empty; the slot's memory serves again once the init is gone. */
+static void slots_trim(void)
+{
+    if (slots_idle() <= SLOT_SPARE)
+        return;
+    int64_t old = mono_ms() - SLOT_IDLE_MS;
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        if (slot_idle(c) && c->used_ms < old) {
+            c->retired = true;
+            kill(c->pid, SIGKILL);
+            return;
+        }
 }
 
 static void *pool_main(void *arg)
 {
     (void)arg;
     struct sbxd_err err = {0};
-    if (harden_thread(pool.harden, &err) < 0)
-        return NULL; /* no filter, no inits: spawns make their own */
+    /* The inits inherit this thread's filter (and load the rest themselves). */
+    if (harden_thread(pool.harden, &err) < 0) {
+        pthread_mutex_lock(&pool.lock);
+        pool.stop = true;
+        pthread_cond_broadcast(&pool.ready);
+        pthread_mutex_unlock(&pool.lock);
+        return NULL;
+    }
+    /* Blocked here, so blocked in every init from the start. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_mutex_lock(&pool.lock);
     while (!pool.stop) {
         bool failed = false;
-        while (!pool.stop && pool.nready < NS_POOL_SIZE) {
-            pthread_mutex_unlock(&pool.lock);
-            struct ns_stack *st = pool_warm_one();
-            pthread_mutex_lock(&pool.lock);
-            if (!st) {
+        while (!pool.stop && (slots_idle() < SLOT_SPARE || pool.waiting) &&
+               slots_alive() < pool.max) {
+            if (!slot_make()) {
                 failed = true;
                 break;
             }
-            pool.ready[pool.nready++] = st;
+            pthread_cond_broadcast(&pool.ready);
         }
         if (pool.stop)
             break;
-        if (failed) {
-            /* Try again later, not in a loop. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&pool.cond, &pool.lock, &ts);
-        } else {
-            pthread_cond_wait(&pool.cond, &pool.lock);
+        slots_trim();
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += failed ? 1 : 0;
+        ts.tv_nsec += failed ? 0 : 20 * 1000000; /* slots become idle again unannounced */
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
         }
+        pthread_cond_timedwait(&pool.wake, &pool.lock, &ts);
+        pthread_cond_broadcast(&pool.ready);
     }
-    for (int i = 0; i < pool.nready; i++) {
-        __atomic_store_n(&pool.ready[i]->go, 2, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &pool.ready[i]->go, FUTEX_WAKE, 1, NULL, NULL, 0);
-    }
-    pool.nready = 0;
+    pthread_cond_broadcast(&pool.ready);
     pthread_mutex_unlock(&pool.lock);
-    return NULL;
+    return NULL; /* every init gets SIGKILL now (PR_SET_PDEATHSIG) */
 }
 
-void spawn_pool_start(const struct harden_plan *h)
+void spawn_pool_start(const struct harden_plan *h, unsigned max_running, int rootfd,
+                      const char *workspace)
 {
-    if (!share_vm || pool.running)
+    /* Only where children share our memory, and only for a daemon that may enter the
+     * slots' namespaces (not one that needs a user namespace for them). */
+    if (!share_vm || ns_user || pool.running || fstat(rootfd, &slot_workspace_st) < 0 ||
+        strlen(workspace) >= sizeof(slot_workspace))
+        return;
+    snprintf(slot_workspace, sizeof(slot_workspace), "%s", workspace);
+    self_pidns_fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    if (self_pidns_fd < 0)
         return;
     pool.harden = h;
+    slot_harden = h;
     pool.stop = false;
+    pool.max = max_running + SLOT_SPARE;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -591,73 +679,71 @@ void spawn_pool_stop(void)
         return;
     pthread_mutex_lock(&pool.lock);
     pool.stop = true;
-    pthread_cond_signal(&pool.cond);
+    pthread_cond_signal(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     pthread_join(pool.thread, NULL);
     pool.running = false;
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next) {
+        close_fd_if(&c->pidns_fd);
+        close_fd_if(&c->mntns_fd);
+        close_fd_if(&c->wsfd);
+    }
 }
 
-/* A warm init that is alive, or NULL; the pool's thread is told to make another. */
-static struct ns_stack *pool_take(void)
+bool spawn_ns_slots(void)
 {
-    if (!pool.running)
-        return NULL;
-    struct ns_stack *st = NULL;
+    return pool.running;
+}
+
+/* An idle slot for a command, waiting (bounded) while all are busy. NULL: none to be had. */
+static struct spawn_ns_slot *slot_take(unsigned *use)
+{
+    struct spawn_ns_slot *sl = NULL;
+    int64_t give_up = mono_ms() + 5000;
     pthread_mutex_lock(&pool.lock);
-    while (!st && pool.nready > 0) {
-        struct ns_stack *c = pool.ready[--pool.nready];
-        if (__atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) != 0)
-            st = c;
+    while (!pool.stop) {
+        for (struct spawn_ns_slot *c = pool.all; c && !sl; c = c->next)
+            if (slot_idle(c))
+                sl = c;
+        if (sl || mono_ms() >= give_up)
+            break;
+        pool.waiting++;
+        pthread_cond_signal(&pool.wake);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&pool.ready, &pool.lock, &ts);
+        pool.waiting--;
     }
-    pthread_cond_signal(&pool.cond);
+    if (sl) {
+        sl->held = true;
+        sl->used_ms = mono_ms();
+        *use = ++sl->use;
+        if (slots_idle() < SLOT_SPARE)
+            pthread_cond_signal(&pool.wake);
+    }
     pthread_mutex_unlock(&pool.lock);
-    return st;
+    return sl;
 }
 
-/* Hand spec to a warm init. Returns its pid, or -1 when it died before it could start the
- * command (then no command runs). */
-static long pool_start(struct ns_stack *st, const struct spawn_spec *spec, pid_t *pid_slot)
+void spawn_ns_end(struct spawn_ns_slot *sl, unsigned use)
 {
-    struct ns_ctx nc = {.spec = spec, .released = 0};
-    pid_t pid = st->pid;
-    unsigned gen = __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE);
-    /* Known to the reaper before it can end. */
-    __atomic_store_n(pid_slot, pid, __ATOMIC_RELEASE);
-    st->claim = &nc;
-    __atomic_store_n(&st->go, 1, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &st->go, FUTEX_WAKE, 1, NULL, NULL, 0);
-    ns_wait_released(&nc, st, gen);
-    if (!__atomic_load_n(&nc.released, __ATOMIC_ACQUIRE)) {
-        errno = ESRCH;
-        return -1;
-    }
-    return pid;
+    __atomic_store_n(&sl->end, use, __ATOMIC_RELEASE);
+    /* The init lives while its slot is held (were it gone, its pid is not reused before the
+     * reaper collects it, and then tid is 0 already). */
+    if (__atomic_load_n(&sl->tid, __ATOMIC_ACQUIRE) != 0)
+        kill(sl->pid, SIGUSR1);
 }
 
-/* Start an init that shares the daemon's memory: no page tables to copy, nothing to
- * write-protect in the daemon (~0.3 ms less per command than a copy). Returns as fork does. */
-static long ns_clone_shared(const struct spawn_spec *spec, pid_t *pid_slot)
+void spawn_ns_put(struct spawn_ns_slot *sl)
 {
-    struct ns_stack *st = ns_stack_get();
-    if (!st) {
-        errno = ENOMEM;
-        return -1;
-    }
-    struct ns_ctx nc = {.spec = spec, .released = 0};
-    unsigned gen = __atomic_load_n(&st->gen, __ATOMIC_ACQUIRE);
-    int pid = clone(
-        ns_init_main, st->base + st->len,
-        (int)(CLONE_VM | ns_clone_flags() | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD),
-        &nc, pid_slot, NULL, &st->tid);
-    if (pid < 0) {
-        int e = errno;
-        __atomic_store_n(&st->tid, 0, __ATOMIC_RELEASE);
-        errno = e;
-        return -1;
-    }
-    /* Until the init is done with spec (or gone: its tid word is cleared then). */
-    ns_wait_released(&nc, st, gen);
-    return pid;
+    pthread_mutex_lock(&pool.lock);
+    sl->held = false;
+    pthread_mutex_unlock(&pool.lock);
 }
 
 bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len)
@@ -713,22 +799,47 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     /* Never start a command without its filter: no filter on this thread, no spawn. */
     if (spec->harden && harden_thread(spec->harden, err) < 0)
         return -1;
-    if (spec->pidns) {
-        /* An init in new PID and mount namespaces, sharing the daemon's memory where
-         * children may, else like fork; it reports through status_fd whether the command
-         * could start. */
-        long pid;
-        struct ns_stack *warm = share_vm ? pool_take() : NULL;
-        if (warm) {
-            pid = pool_start(warm, spec, pid_slot);
-        } else if (share_vm) {
-            pid = ns_clone_shared(spec, pid_slot);
-        } else {
-            pid = syscall(SYS_clone, ns_clone_flags() | CLONE_PARENT_SETTID | SIGCHLD, NULL,
-                          pid_slot, NULL, 0);
-            if (pid == 0)
-                ns_init(spec, NULL, false);
+    if (ns_stuck)
+        return sbxd_fail(err, SBXD_E_INTERNAL, EINVAL,
+                         "this connection's thread could not leave a PID namespace; reconnect");
+    struct spawn_spec slot_spec;
+    struct spawn_ns_slot *slot = NULL;
+    int slot_cwd = -1;
+    if (spec->pidns && spawn_ns_slots()) {
+        /* Into a namespace slot: its PID namespace for the child we clone next, its mount
+         * namespace joined by the child (spec->ns_mnt_fd). */
+        unsigned use;
+        slot = slot_take(&use);
+        if (!slot)
+            return sbxd_fail(err, SBXD_E_BUSY, EAGAIN, "no PID namespace is free; retry later");
+        if (syscall(SYS_setns, slot->pidns_fd, CLONE_NEWPID) < 0) {
+            int e = errno;
+            spawn_ns_put(slot);
+            return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot enter a PID namespace");
         }
+        slot_spec = *spec;
+        slot_spec.ns_mnt_fd = slot->mntns_fd;
+        slot_spec.cwd_fd = slot->wsfd;
+        if (spec->cwd_path && spec->cwd_path[0]) {
+            slot_cwd = fs_resolve_beneath(slot->wsfd, spec->cwd_path, FS_RESOLVE_DIRECTORY, err);
+            if (slot_cwd < 0) {
+                if (syscall(SYS_setns, self_pidns_fd, CLONE_NEWPID) < 0)
+                    ns_stuck = true;
+                spawn_ns_put(slot);
+                return -1;
+            }
+            slot_spec.cwd_fd = slot_cwd;
+        }
+        ctx.spec = spec = &slot_spec;
+        *spec->ns_slot = slot;
+        *spec->ns_seq = use;
+    } else if (spec->pidns) {
+        /* A one-command init, like fork; it reports on status_fd whether the command could
+         * start. */
+        long pid = syscall(SYS_clone, ns_clone_flags() | CLONE_PARENT_SETTID | SIGCHLD, NULL,
+                           pid_slot, NULL, 0);
+        if (pid == 0)
+            ns_init(spec);
         if (pid < 0)
             return sbxd_fail_errno(
                 err, errno == EAGAIN || errno == ENOMEM ? SBXD_E_BUSY : SBXD_E_INTERNAL, errno,
@@ -747,6 +858,18 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
                       (share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx,
                       pid_slot);
     int e = errno;
+    if (slot) {
+        /* Back to our own namespace for the children this thread makes next. Should that
+         * ever fail, this thread must not spawn again: its children would land there. */
+        if (syscall(SYS_setns, self_pidns_fd, CLONE_NEWPID) < 0)
+            ns_stuck = true;
+        if (slot_cwd >= 0)
+            close(slot_cwd);
+        if (pid < 0) {
+            spawn_ns_put(slot);
+            *spec->ns_slot = NULL;
+        }
+    }
     if (report[1] >= 0) {
         close(report[1]);
         struct child_report rep;
