@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -190,12 +191,30 @@ static void sandbox_locate(struct daemon *d)
     abort();
 }
 
+/* daemon_start_as: the uid and gid the next daemon runs as (-1: the test's own). */
+static uid_t start_uid = (uid_t)-1;
+static gid_t start_gid = (gid_t)-1;
+
+void daemon_start_as(struct daemon *d, uid_t uid, gid_t gid, const char *const *args,
+                     const char *const *env)
+{
+    start_uid = uid;
+    start_gid = gid;
+    daemon_start(d, args, env);
+    start_uid = (uid_t)-1;
+    start_gid = (gid_t)-1;
+}
+
 void daemon_start(struct daemon *d, const char *const *args, const char *const *env)
 {
     memset(d, 0, sizeof(*d));
     snprintf(d->ws, sizeof(d->ws), "/tmp/sbxd-it-ws-XXXXXX");
     if (!mkdtemp(d->ws)) {
         perror("mkdtemp");
+        abort();
+    }
+    if (start_uid != (uid_t)-1 && chown(d->ws, start_uid, start_gid) < 0) {
+        perror("chown workspace");
         abort();
     }
     snprintf(d->log, sizeof(d->log), "%s.log", d->ws);
@@ -249,6 +268,10 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
         /* An fd left open without CLOEXEC, as a careless parent would: commands must not
          * inherit it. */
         dup2(devnull, 9);
+        if (start_uid != (uid_t)-1 &&
+            (setgroups(0, NULL) < 0 || setresgid(start_gid, start_gid, start_gid) < 0 ||
+             setresuid(start_uid, start_uid, start_uid) < 0))
+            _exit(126);
         execvpe(argv[0], (char *const *)argv, (char *const *)envp);
         _exit(127);
     }

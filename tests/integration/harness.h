@@ -38,6 +38,9 @@ int wrap_argv(const char **argv, int max);
 /* Start sbxd with extra arguments (NULL-terminated, may be NULL) and extra environment
  * entries ("K=V", NULL-terminated, may be NULL). Aborts the test run if it does not come up. */
 void daemon_start(struct daemon *d, const char *const *args, const char *const *env);
+/* The same, with sbxd running as uid:gid (the test must be root; its workspace is theirs). */
+void daemon_start_as(struct daemon *d, uid_t uid, gid_t gid, const char *const *args,
+                     const char *const *env);
 
 /* SIGTERM, wait up to timeout_ms; returns the wait status, or -1 if it had to be killed.
  * Removes the workspace and log. */

@@ -732,6 +732,37 @@ START_TEST(pidns_slots_are_ready_replaced_and_gone_at_stop)
 }
 END_TEST
 
+START_TEST(nonroot_daemon_gets_its_pid_namespaces_in_a_user_namespace)
+{
+    if (!as_root() || under_gvisor())
+        return; /* the test switches the daemon to another user from the host's root */
+    struct daemon d;
+    const char *args[] = {"--isolation", "pidns", NULL};
+    daemon_start_as(&d, 1000, 1000, args, NULL);
+    struct http_resp h;
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &h);
+    cJSON *iso = cJSON_GetObjectItem(h.json, "isolation");
+    ck_assert_str_eq(jstr(iso, "tree_kill"), "pidns");
+    ck_assert(jbool(iso, "userns"));
+    ck_assert_str_eq(jstr(iso, "user"), "1000:1000");
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(iso, "detected"), "pidns"), "via user namespace");
+    http_resp_free(&h);
+    /* The namespace maps sbxd's own ids only: commands are 1000 inside as outside. */
+    cJSON *r = execute(&d, "{\"command\":\"id -u; id -g; echo $$; cut -d' ' -f1 /proc/$$/stat\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "1000\n1000\n2\n2\n");
+    cJSON_Delete(r);
+    r = execute(&d, escape_cmd);
+    ck_assert_str_eq(jstr(r, "status"), "timeout");
+    cJSON_Delete(r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 1000.31", 1000), 0);
+    /* No user namespace for commands themselves. */
+    r = execute(&d, "{\"command\":\"unshare -U true && echo made || echo refused\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "refused\n");
+    cJSON_Delete(r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *isolation_suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -754,6 +785,7 @@ Suite *isolation_suite(void)
     tcase_add_test(tc, uid_mode_contains_the_tree_and_shares_files);
     tcase_add_test(tc, uid_range_in_use_is_refused);
     tcase_add_test(tc, pidns_slots_are_ready_replaced_and_gone_at_stop);
+    tcase_add_test(tc, nonroot_daemon_gets_its_pid_namespaces_in_a_user_namespace);
     suite_add_tcase(s, tc);
     return s;
 }
