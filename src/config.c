@@ -59,6 +59,10 @@ static const struct opt opts[] = {
      "dropped."},
     {"max-body-bytes", "SIZE", "SBXD_MAX_BODY_BYTES", NULL, 0, "1MiB", OPT_SIZE,
      OFF(max_body_bytes), 64, 1 * GIB, "Largest request body accepted (413 beyond)."},
+    {"max-upload-bytes", "SIZE", "SBXD_MAX_UPLOAD_BYTES", NULL, 0, "1GiB", OPT_SIZE,
+     OFF(max_upload_bytes), 1, 1ULL << 50,
+     "Largest file a PUT /files may write (413 beyond, before a byte is written when the "
+     "size is announced)."},
     {"max-running", "N", "SBXD_MAX_RUNNING", NULL, 0, "32", OPT_UINT, OFF(max_running), 1, 4096,
      "Commands running at once; more are refused with 429 and Retry-After."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
@@ -244,9 +248,11 @@ static void print_usage(FILE *out)
     }
     fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
     fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");
-    fprintf(out, "\nEndpoints: GET /healthz, GET /, POST /execute. See docs/api.md.\n"
-                 "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
-                 "failure,\n2 on a bad option.\n");
+    fprintf(out,
+            "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH.\n"
+            "See docs/api.md.\n"
+            "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
+            "failure,\n2 on a bad option.\n");
 }
 
 /* Apply one textual value to its field; on error write one line naming the option. */

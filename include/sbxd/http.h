@@ -39,6 +39,12 @@ struct req_ctx {
     bool too_large;   /* the body passed --max-body-bytes: the rest is dropped */
     size_t discarded; /* bytes dropped so far */
     char client[64];
+    char method[8];
+    char *url; /* as sent: percent-escapes are the route's to decode */
+    /* A route that streams its body keeps its state here; freed with whether the request
+     * completed (false: the client went away, or the connection failed). */
+    void *state;
+    void (*state_free)(void *state, bool completed);
 };
 
 typedef enum MHD_Result (*route_fn)(struct server *srv, struct MHD_Connection *c,
@@ -46,11 +52,21 @@ typedef enum MHD_Result (*route_fn)(struct server *srv, struct MHD_Connection *c
 
 enum { HTTP_GET = 1, HTTP_HEAD = 2, HTTP_POST = 4, HTTP_PUT = 8, HTTP_DELETE = 16 };
 
+/* A route that streams its body: begin once the headers are in (it may reply at once, and
+ * then sets rc->replied), body for each piece, fn at the end. */
+typedef enum MHD_Result (*route_begin_fn)(struct server *srv, struct MHD_Connection *c,
+                                          struct req_ctx *rc, const char *url, const char *method);
+typedef enum MHD_Result (*route_body_fn)(struct server *srv, struct MHD_Connection *c,
+                                         struct req_ctx *rc, const char *data, size_t n);
+
 struct route {
     const char *path;
     unsigned methods; /* HTTP_* bits */
     bool json_body;   /* takes a JSON body: Content-Type and size are checked up front */
     route_fn fn;
+    bool prefix; /* path and everything below it ("/files" and "/files/...") */
+    route_begin_fn begin;
+    route_body_fn body;
 };
 
 struct jsonw;
@@ -67,5 +83,10 @@ enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allo
 enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                  const char *url, const char *method);
+enum MHD_Result route_files_body(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                 const char *data, size_t n);
 
 #endif

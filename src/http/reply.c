@@ -77,6 +77,8 @@ enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
         [SBXD_E_INVALID] = {400, "INVALID_ARGUMENT"},
         [SBXD_E_DENIED] = {403, "PERMISSION_DENIED"},
         [SBXD_E_NOT_FOUND] = {404, "NOT_FOUND"},
+        [SBXD_E_CONFLICT] = {409, "CONFLICT"},
+        [SBXD_E_RANGE] = {416, "RANGE_NOT_SATISFIABLE"},
         [SBXD_E_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE"},
         [SBXD_E_BUSY] = {429, "RESOURCE_EXHAUSTED"},
         [SBXD_E_UNAVAILABLE] = {503, "UNAVAILABLE"},

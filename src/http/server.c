@@ -13,17 +13,31 @@
 #include "sbxd/timeutil.h"
 
 static const struct route routes[] = {
-    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz},
-    {"/", HTTP_GET | HTTP_HEAD, false, route_root},
-    {"/execute", HTTP_POST, true, route_execute},
+    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL},
+    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL},
+    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL},
+    {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
+     route_files_begin, route_files_body},
 };
 
 static const struct route *find_route(const char *url)
 {
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (strcmp(url, routes[i].path) == 0)
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        size_t n = strlen(routes[i].path);
+        if (strcmp(url, routes[i].path) == 0 ||
+            (routes[i].prefix && strncmp(url, routes[i].path, n) == 0 && url[n] == '/'))
             return &routes[i];
+    }
     return NULL;
+}
+
+/* URLs reach the routes as sent: libmicrohttpd's own unescaping would turn %00 into the end
+ * of the string and %2F into a separator before anything could look at them. */
+static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s);
 }
 
 static unsigned method_bit(const char *m)
@@ -85,6 +99,14 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
         rc->replied = true;
         return reply_method_not_allowed(c, rt->methods);
     }
+    if (rt->begin && __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE) && m != HTTP_GET &&
+        m != HTTP_HEAD) {
+        rc->replied = true;
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                           "sbxd is shutting down and takes no new writes");
+    }
+    if (rt->begin)
+        return rt->begin(srv, c, rc, rc->url, method);
     if (!rt->json_body)
         return MHD_YES;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
@@ -147,6 +169,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = rc;
         client_string(c, rc->client, sizeof(rc->client));
+        snprintf(rc->method, sizeof(rc->method), "%s", method);
+        rc->url = strdup(url);
+        if (!rc->url)
+            return MHD_NO;
         rc->route = find_route(url);
         if (!rc->route) {
             rc->replied = true;
@@ -162,7 +188,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        enum MHD_Result r = append_body(srv, c, rc, upload_data, *upload_size);
+        enum MHD_Result r = rc->route->body ? rc->route->body(srv, c, rc, upload_data, *upload_size)
+                                            : append_body(srv, c, rc, upload_data, *upload_size);
         *upload_size = 0;
         return r;
     }
@@ -179,9 +206,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     (void)cls;
     (void)c;
-    (void)toe;
     struct req_ctx *rc = *con_cls;
     if (rc) {
+        if (rc->state_free)
+            rc->state_free(rc->state, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+        free(rc->url);
         free(rc->body);
         free(rc);
         *con_cls = NULL;
@@ -222,7 +251,9 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->listen_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes,
+        NULL, MHD_OPTION_END);
     if (!srv->mhd) {
         int e = errno;
         free(srv);

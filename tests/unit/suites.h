@@ -8,5 +8,6 @@ Suite *request_suite(void);
 Suite *text_suite(void);
 Suite *outbuf_suite(void);
 Suite *resolve_suite(void);
+Suite *multipart_suite(void);
 
 #endif

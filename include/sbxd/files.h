@@ -1,0 +1,94 @@
+/*
+ * files.h - the workspace file operations behind /files: confined, atomic, and done with
+ * the command user's rights.
+ *
+ * Every path is resolved beneath the workspace root by resolve.h (one component at a time,
+ * symlinks followed only inside the root), and every operation acts on the fds that
+ * resolution opened. While an operation runs, the calling thread's filesystem identity is
+ * the command user's (setfsuid/setfsgid are per thread, and drop the capabilities that
+ * bypass file permissions), so files are created owned by that user and a file it could
+ * not read (a hard link a command planted to one) stays unreadable here too.
+ *
+ * Writes go to a temporary file in the target's directory, then fsync and rename over the
+ * target: a reader sees the old content or the new, never a mixture, and a failed write
+ * leaves the old content and no temporary file.
+ */
+#ifndef SBXD_FILES_H
+#define SBXD_FILES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "sbxd/err.h"
+
+/* Who file operations run as. */
+struct fs_user {
+    bool switch_ids; /* sbxd is root: act as uid:gid */
+    uid_t uid;
+    gid_t gid;
+    mode_t file_mode, dir_mode; /* defaults for what is created */
+};
+
+/* Become the user for file access on this thread, and back. */
+void fs_user_enter(const struct fs_user *u);
+void fs_user_leave(const struct fs_user *u);
+
+/* What /files says about a file or directory. */
+struct fs_entry {
+    char name[256];
+    const char *type; /* "file", "directory", "symlink" or "other" */
+    uint64_t size;
+    mode_t mode; /* permission bits */
+    int64_t mtime_ns;
+    dev_t dev;
+    ino_t ino;
+};
+
+void fs_entry_from_stat(struct fs_entry *e, const char *name, const struct stat *st);
+
+/* Open path (symlinks inside the root followed) for reading: a regular file or a directory.
+ * Returns an fd (O_RDONLY, O_DIRECTORY for a directory) and its stat. */
+int fs_open_read(int rootfd, const char *path, struct stat *st, struct sbxd_err *err);
+
+/* The entries of an open directory (fd is consumed), sorted by name; *n set. free() them. */
+struct fs_entry *fs_list(int dfd, size_t *n, struct sbxd_err *err);
+
+/* mkdir -p of path beneath the root; returns an O_PATH fd of it. *created says whether the
+ * last component was made. */
+int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct sbxd_err *err);
+
+/* A write in progress. */
+struct fs_upload {
+    int dirfd, fd;
+    char tmp[64];
+    char name[256];
+    uint64_t size;
+    bool existed;
+};
+
+/* Begin writing path (parents created): a temporary file next to it. Fails for the root,
+ * a path ending in '/', or a name that is "." or "..". */
+int fs_upload_begin(struct fs_upload *up, int rootfd, const char *path, const struct fs_user *u,
+                    struct sbxd_err *err);
+
+/* Append n bytes (EINTR and short writes handled). */
+int fs_upload_write(struct fs_upload *up, const void *buf, size_t n, struct sbxd_err *err);
+
+/* fsync, set mode, and rename over the target; st gets the result. */
+int fs_upload_commit(struct fs_upload *up, mode_t mode, const struct fs_user *u, struct stat *st,
+                     struct sbxd_err *err);
+
+/* Remove the temporary file (after a failure, or an abort); safe to call twice. */
+void fs_upload_abort(struct fs_upload *up, const struct fs_user *u);
+
+/* Delete path: a file, a symlink (not what it points to) or an empty directory; a whole
+ * tree when recursive. The root itself is refused. */
+int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err);
+
+/* Percent-decode a URL path in place: %XX to its byte. Refuses a NUL (%00) and malformed
+ * escapes. Returns 0 or -1 with err. */
+int fs_url_decode(char *s, struct sbxd_err *err);
+
+#endif

@@ -1,0 +1,556 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/files.h"
+#include "sbxd/resolve.h"
+
+/* Entries visited and depth of a recursive delete: bounds on a hostile tree. */
+#define DELETE_MAX_DEPTH 256
+
+/*
+ * The thread's effective ids become the user's, its supplementary groups none; real and saved
+ * ids stay root's, so it can come back, and no process of that user may signal or trace it
+ * (both look at the real or saved ids). Raw syscalls: credentials belong to each thread in the
+ * kernel, and glibc's wrappers would change every thread of the daemon. (setfsuid would do on
+ * Linux, but gVisor ignores it.) A non-zero effective uid also clears the thread's effective
+ * capabilities, CAP_DAC_OVERRIDE included: permissions are checked as for the user.
+ */
+static __thread gid_t saved_groups[64];
+static __thread int saved_ngroups;
+
+void fs_user_enter(const struct fs_user *u)
+{
+    if (!u->switch_ids)
+        return;
+    saved_ngroups = (int)syscall(SYS_getgroups, 64, saved_groups);
+    syscall(SYS_setgroups, 0, NULL);
+    syscall(SYS_setresgid, -1, u->gid, -1);
+    syscall(SYS_setresuid, -1, u->uid, -1);
+}
+
+void fs_user_leave(const struct fs_user *u)
+{
+    if (!u->switch_ids)
+        return;
+    syscall(SYS_setresuid, -1, 0, -1);
+    syscall(SYS_setresgid, -1, 0, -1);
+    if (saved_ngroups >= 0)
+        syscall(SYS_setgroups, saved_ngroups, saved_groups);
+}
+
+void fs_entry_from_stat(struct fs_entry *e, const char *name, const struct stat *st)
+{
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    e->type = S_ISREG(st->st_mode)   ? "file"
+              : S_ISDIR(st->st_mode) ? "directory"
+              : S_ISLNK(st->st_mode) ? "symlink"
+                                     : "other";
+    e->size = (uint64_t)st->st_size;
+    e->mode = st->st_mode & 07777;
+    e->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+    e->dev = st->st_dev;
+    e->ino = st->st_ino;
+}
+
+/* An errno of a file operation as an error kind. */
+static enum sbxd_errkind kind_of(int e)
+{
+    switch (e) {
+    case ENOENT:
+        return SBXD_E_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return SBXD_E_DENIED;
+    case ENOSPC:
+    case EDQUOT:
+        return SBXD_E_NO_SPACE;
+    case EEXIST:
+    case ENOTEMPTY:
+    case EISDIR:
+    case ENOTDIR:
+    case EBUSY:
+        return SBXD_E_CONFLICT;
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EINVAL:
+        return SBXD_E_INVALID;
+    case EFBIG:
+        return SBXD_E_TOO_LARGE;
+    default:
+        return SBXD_E_INTERNAL;
+    }
+}
+
+/* An O_PATH fd reopened for I/O: the kernel checks the rights of this thread's fsuid. */
+static int reopen(int pathfd, int flags)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", pathfd);
+    return open(p, flags | O_CLOEXEC | O_NOCTTY);
+}
+
+int fs_open_read(int rootfd, const char *path, struct stat *st, struct sbxd_err *err)
+{
+    /* A writer may rename a new file over this name between the resolution and the open:
+     * gVisor then refuses to reopen the old, now nameless one (EINVAL). Resolve again. */
+    for (int attempt = 0;; attempt++) {
+        int pfd = fs_resolve_beneath(rootfd, path, 0, err);
+        if (pfd < 0)
+            return -1;
+        if (fstat(pfd, st) < 0) {
+            int e = errno;
+            close(pfd);
+            return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot stat '%.200s'", path);
+        }
+        if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
+            close(pfd);
+            return sbxd_fail(err, SBXD_E_INVALID, EINVAL,
+                             "'%.200s' is neither a regular file nor a directory", path);
+        }
+        int fd = reopen(pfd, S_ISDIR(st->st_mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK);
+        int e = errno;
+        close(pfd);
+        if (fd < 0 && (e == EINVAL || e == ENOENT || e == ESTALE) && attempt < 8)
+            continue;
+        if (fd < 0)
+            return sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", path);
+        /* What was opened is what is served: its own stat, not the name's. */
+        if (fstat(fd, st) < 0) {
+            e = errno;
+            close(fd);
+            return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot stat '%.200s'", path);
+        }
+        if (!S_ISDIR(st->st_mode))
+            fcntl(fd, F_SETFL, 0); /* O_NONBLOCK only kept a fifo from hanging the open */
+        return fd;
+    }
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct fs_entry *)a)->name, ((const struct fs_entry *)b)->name);
+}
+
+struct fs_entry *fs_list(int dfd, size_t *n, struct sbxd_err *err)
+{
+    *n = 0;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot read the directory");
+        close(dfd);
+        return NULL;
+    }
+    size_t cap = 64, k = 0;
+    struct fs_entry *v = malloc(cap * sizeof(*v));
+    struct dirent *de;
+    while (v && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue; /* gone meanwhile */
+        if (k == cap) {
+            cap *= 2;
+            struct fs_entry *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                v = NULL;
+                break;
+            }
+            v = nv;
+        }
+        fs_entry_from_stat(&v[k++], de->d_name, &st);
+    }
+    closedir(d);
+    if (!v) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    qsort(v, k, sizeof(*v), entry_cmp);
+    *n = k;
+    return v;
+}
+
+/* The last component of path, and the directory part before it (in dir, PATH_MAX). */
+static int split_path(const char *path, char *dir, char *name, struct sbxd_err *err)
+{
+    size_t len = strlen(path);
+    if (len >= PATH_MAX)
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes",
+                         PATH_MAX - 1);
+    while (len && path[len - 1] == '/')
+        len--;
+    if (len < strlen(path) && len > 0)
+        return sbxd_fail(err, SBXD_E_INVALID, EISDIR, "a file path must not end in '/'");
+    size_t start = len;
+    while (start && path[start - 1] != '/')
+        start--;
+    size_t nl = len - start;
+    if (nl == 0)
+        return sbxd_fail(err, SBXD_E_INVALID, EISDIR, "the path names the workspace root");
+    if (nl > NAME_MAX)
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "a name is longer than %d bytes",
+                         NAME_MAX);
+    memcpy(name, path + start, nl);
+    name[nl] = '\0';
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return sbxd_fail(err, SBXD_E_INVALID, EINVAL, "the path must end in a name");
+    memcpy(dir, path, start);
+    dir[start] = '\0';
+    return 0;
+}
+
+int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct sbxd_err *err)
+{
+    *created = false;
+    size_t len = strlen(path);
+    if (len >= PATH_MAX)
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes",
+                         PATH_MAX - 1);
+    char *prefix = malloc(PATH_MAX);
+    if (!prefix)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int fd = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        free(prefix);
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+    }
+    /* Component by component: each prefix resolved as any path is; a missing last one is
+     * made in the directory its parent resolved to. */
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && path[i] == '/')
+            i++;
+        if (i == len)
+            break;
+        size_t s = i;
+        while (i < len && path[i] != '/')
+            i++;
+        memcpy(prefix, path, i);
+        prefix[i] = '\0';
+        struct sbxd_err e2 = {0};
+        int nfd = fs_resolve_beneath(rootfd, prefix, FS_RESOLVE_DIRECTORY, &e2);
+        if (nfd < 0 && e2.kind == SBXD_E_NOT_FOUND) {
+            char comp[NAME_MAX + 1];
+            size_t cl = i - s;
+            if (cl > NAME_MAX) {
+                sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "a name is longer than %d bytes",
+                          NAME_MAX);
+                goto fail;
+            }
+            memcpy(comp, path + s, cl);
+            comp[cl] = '\0';
+            if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST) {
+                int e = errno;
+                sbxd_fail_errno(err, kind_of(e), e, "cannot create directory '%.200s'", prefix);
+                goto fail;
+            }
+            *created = i >= len || strspn(path + i, "/") == len - i;
+            nfd = fs_resolve_beneath(rootfd, prefix, FS_RESOLVE_DIRECTORY, &e2);
+        }
+        if (nfd < 0) {
+            *err = e2;
+            if (err->kind == SBXD_E_INVALID && err->sys_errno == ENOTDIR)
+                sbxd_fail(err, SBXD_E_CONFLICT, ENOTDIR, "'%.200s' exists and is not a directory",
+                          prefix);
+            goto fail;
+        }
+        close(fd);
+        fd = nfd;
+    }
+    free(prefix);
+    return fd;
+fail:
+    close(fd);
+    free(prefix);
+    return -1;
+}
+
+int fs_upload_begin(struct fs_upload *up, int rootfd, const char *path, const struct fs_user *u,
+                    struct sbxd_err *err)
+{
+    memset(up, 0, sizeof(*up));
+    up->dirfd = up->fd = -1;
+    char *dir = malloc(PATH_MAX);
+    if (!dir)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = -1;
+    if (split_path(path, dir, up->name, err) < 0)
+        goto out;
+    bool created;
+    int pfd = fs_mkdir_p(rootfd, dir, u->dir_mode, &created, err);
+    if (pfd < 0)
+        goto out;
+    /* The directory, opened for real: creating and renaming in it need a real fd under
+     * gVisor, and the permission check is the user's. */
+    up->dirfd = reopen(pfd, O_RDONLY | O_DIRECTORY);
+    int e = errno;
+    close(pfd);
+    if (up->dirfd < 0) {
+        sbxd_fail_errno(err, kind_of(e), e, "cannot open the directory of '%.200s'", path);
+        goto out;
+    }
+    struct stat st;
+    if (fstatat(up->dirfd, up->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            sbxd_fail(err, SBXD_E_CONFLICT, EISDIR, "'%.200s' is a directory", path);
+            goto out;
+        }
+        up->existed = true;
+    }
+    for (int tries = 0; tries < 8; tries++) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+            r = (uint64_t)getpid() * 2654435761u + (uint64_t)tries;
+        snprintf(up->tmp, sizeof(up->tmp), ".sbxd-upload-%016llx", (unsigned long long)r);
+        up->fd =
+            openat(up->dirfd, up->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (up->fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (up->fd < 0) {
+        e = errno;
+        up->tmp[0] = '\0';
+        sbxd_fail_errno(err, kind_of(e), e, "cannot create a file in the directory of '%.200s'",
+                        path);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(dir);
+    if (rc < 0 && up->dirfd >= 0) {
+        close(up->dirfd);
+        up->dirfd = -1;
+    }
+    return rc;
+}
+
+int fs_upload_write(struct fs_upload *up, const void *buf, size_t n, struct sbxd_err *err)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(up->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            return sbxd_fail_errno(err, kind_of(e), e, "cannot write '%.200s'", up->name);
+        }
+        p += w;
+        n -= (size_t)w;
+        up->size += (uint64_t)w;
+    }
+    return 0;
+}
+
+int fs_upload_commit(struct fs_upload *up, mode_t mode, const struct fs_user *u, struct stat *st,
+                     struct sbxd_err *err)
+{
+    (void)u;
+    /* The data is on disk before the name points at it: after a crash the target holds the
+     * old content or the new, never an empty or partial file. */
+    if (fsync(up->fd) < 0 || fchmod(up->fd, mode) < 0) {
+        int e = errno;
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot write '%.200s'", up->name);
+    }
+    if (renameat(up->dirfd, up->tmp, up->dirfd, up->name) < 0) {
+        int e = errno;
+        if (e == EISDIR)
+            return sbxd_fail(err, SBXD_E_CONFLICT, e, "'%.200s' is a directory", up->name);
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot replace '%.200s'", up->name);
+    }
+    up->tmp[0] = '\0';
+    fsync(up->dirfd); /* and the rename too */
+    if (fstat(up->fd, st) < 0)
+        memset(st, 0, sizeof(*st));
+    close(up->fd);
+    close(up->dirfd);
+    up->fd = up->dirfd = -1;
+    return 0;
+}
+
+void fs_upload_abort(struct fs_upload *up, const struct fs_user *u)
+{
+    if (up->tmp[0] && up->dirfd >= 0) {
+        fs_user_enter(u);
+        unlinkat(up->dirfd, up->tmp, 0);
+        fs_user_leave(u);
+        up->tmp[0] = '\0';
+    }
+    if (up->fd >= 0)
+        close(up->fd);
+    if (up->dirfd >= 0)
+        close(up->dirfd);
+    up->fd = up->dirfd = -1;
+}
+
+/* Everything inside the directory dfd (consumed), depth-first, never following a link. */
+static int delete_tree(int dfd, int depth, struct sbxd_err *err)
+{
+    if (depth > DELETE_MAX_DEPTH) {
+        close(dfd);
+        return sbxd_fail(err, SBXD_E_INVALID, ELOOP, "directory tree is nested too deeply");
+    }
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int e = errno;
+        close(dfd);
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot read a directory");
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
+            continue;
+        if (errno != EISDIR && errno != EPERM) {
+            int e = errno;
+            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", de->d_name);
+            break;
+        }
+        int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+            int e = errno;
+            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", de->d_name);
+            break;
+        }
+        rc = delete_tree(sub, depth + 1, err);
+        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+            int e = errno;
+            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", de->d_name);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err)
+{
+    char *dir = malloc(PATH_MAX);
+    char name[NAME_MAX + 1];
+    int rc = -1, pfd = -1, dfd = -1;
+    if (!dir)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    /* A trailing '/' is fine here: "dir/" is the directory. */
+    char *p = malloc(PATH_MAX);
+    if (!p) {
+        free(dir);
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    snprintf(p, PATH_MAX, "%s", path);
+    size_t len = strlen(p);
+    while (len && p[len - 1] == '/')
+        p[--len] = '\0';
+    if (split_path(p, dir, name, err) < 0) {
+        if (err->sys_errno == EISDIR)
+            sbxd_fail(err, SBXD_E_INVALID, EINVAL, "the workspace root cannot be deleted");
+        goto out;
+    }
+    pfd = fs_resolve_beneath(rootfd, dir, FS_RESOLVE_DIRECTORY, err);
+    if (pfd < 0)
+        goto out;
+    dfd = reopen(pfd, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0) {
+        int e = errno;
+        sbxd_fail_errno(err, kind_of(e), e, "cannot open the directory of '%.200s'", path);
+        goto out;
+    }
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            sbxd_fail(err, SBXD_E_NOT_FOUND, e, "'%.200s' does not exist", path);
+        else
+            sbxd_fail_errno(err, kind_of(e), e, "cannot stat '%.200s'", path);
+        goto out;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlinkat(dfd, name, 0) < 0) {
+            int e = errno;
+            sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
+            goto out;
+        }
+        rc = 0;
+        goto out;
+    }
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0) {
+        rc = 0;
+        goto out;
+    }
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+        int e = errno;
+        sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
+        goto out;
+    }
+    if (!recursive) {
+        sbxd_fail(err, SBXD_E_CONFLICT, ENOTEMPTY,
+                  "directory '%.200s' is not empty; add ?recursive=true to delete it all", path);
+        goto out;
+    }
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+        int e = errno;
+        sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", path);
+        goto out;
+    }
+    if (delete_tree(sub, 0, err) < 0)
+        goto out;
+    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
+        int e = errno;
+        sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (pfd >= 0)
+        close(pfd);
+    if (dfd >= 0)
+        close(dfd);
+    free(dir);
+    free(p);
+    return rc;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int fs_url_decode(char *s, struct sbxd_err *err)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (*r != '%') {
+            *w++ = *r;
+            continue;
+        }
+        int hi = hexval(r[1]), lo = hi < 0 ? -1 : hexval(r[2]);
+        if (hi < 0 || lo < 0)
+            return sbxd_fail(err, SBXD_E_INVALID, EINVAL,
+                             "malformed percent-escape in the path (use %%XX)");
+        char c = (char)(hi * 16 + lo);
+        if (c == '\0')
+            return sbxd_fail(err, SBXD_E_INVALID, EINVAL, "the path contains a NUL byte");
+        *w++ = c;
+        r += 2;
+    }
+    *w = '\0';
+    return 0;
+}
