@@ -39,6 +39,7 @@ struct req_ctx {
     bool too_large;   /* the body passed --max-body-bytes: the rest is dropped */
     size_t discarded; /* bytes dropped so far */
     char client[64];
+    bool holds_running; /* counted in srv->running until the request completes */
     char method[8];
     char *url; /* as sent: percent-escapes are the route's to decode */
     /* A route that streams its body keeps its state here; freed with whether the request

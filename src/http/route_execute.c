@@ -160,6 +160,6 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     outbuf_free(&errb);
     job_free(job);
     exec_request_free(&req);
-    __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
+    rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }

@@ -204,10 +204,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
+    struct server *srv = cls;
     (void)c;
     struct req_ctx *rc = *con_cls;
     if (rc) {
+        /* A command's answer is out (or its client gone): only now is it no longer running,
+         * so a drain that waits for none running never cuts an answer off. */
+        if (rc->holds_running)
+            __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
         if (rc->state_free)
             rc->state_free(rc->state, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         free(rc->url);
@@ -249,7 +253,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->listen_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_THREAD_STACK_SIZE,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes,

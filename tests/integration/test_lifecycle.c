@@ -103,8 +103,10 @@ static void *long_request(void *arg)
 {
     const char *body = arg;
     struct http_resp r;
-    http_request(&dd, "POST", "/execute", NULL, body, strlen(body), 20000, &r);
+    int rc = http_request(&dd, "POST", "/execute", NULL, body, strlen(body), 20000, &r);
     cJSON *j = r.status == 200 ? r.json : NULL;
+    if (!j)
+        fprintf(stderr, "long request: transport %d, HTTP %ld: %.300s\n", rc, r.status, r.body);
     r.json = NULL;
     http_resp_free(&r);
     return j;
