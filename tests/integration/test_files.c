@@ -621,6 +621,7 @@ struct gen {
     uint64_t state, left, pos;
     bool mismatch;
     uint64_t seen;
+    FILE *digest; /* a sha256sum process the bytes also go to */
 };
 
 static unsigned char gen_byte(uint64_t i)
@@ -638,6 +639,8 @@ static size_t gen_read(char *out, size_t size, size_t nmemb, void *ud)
         n = g->left;
     for (size_t i = 0; i < n; i++)
         out[i] = (char)gen_byte(g->pos + i);
+    if (g->digest)
+        fwrite(out, 1, n, g->digest);
     g->pos += n;
     g->left -= n;
     return n;
@@ -649,6 +652,8 @@ static size_t gen_check(char *in, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     for (size_t i = 0; i < n && !g->mismatch; i++)
         g->mismatch = (unsigned char)in[i] != gen_byte(g->seen + i);
+    if (g->digest)
+        fwrite(in, 1, n, g->digest);
     g->seen += n;
     return n;
 }
@@ -664,7 +669,13 @@ START_TEST(large_round_trip_with_flat_memory)
     char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/files/large.bin", g_sbxd.port);
     CURL *c = curl_easy_init();
-    struct gen up = {.left = size};
+    char sent_sum[128] = "", got_sum[128] = "";
+    char sent_file[] = "/tmp/sbxd-it-sum-XXXXXX", got_file[] = "/tmp/sbxd-it-sum-XXXXXX";
+    close(mkstemp(sent_file));
+    close(mkstemp(got_file));
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "sha256sum > %s", sent_file);
+    struct gen up = {.left = size, .digest = popen(cmd, "w")};
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, gen_read);
@@ -678,20 +689,39 @@ START_TEST(large_round_trip_with_flat_memory)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     ck_assert_int_eq(status, 201);
     curl_easy_cleanup(c);
+    pclose(up.digest);
     c = curl_easy_init();
-    struct gen down = {0};
+    snprintf(cmd, sizeof(cmd), "sha256sum > %s", got_file);
+    struct gen down = {.digest = popen(cmd, "w")};
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gen_check);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &down);
     ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(c);
+    pclose(down.digest);
     long base2;
     long peak = rss_sampling_stop(&base2);
     ck_assert_int_eq(status, 200);
     ck_assert_uint_eq(down.seen, size);
     ck_assert(!down.mismatch);
     ck_assert_msg(peak - base < 8 * 1024, "RSS grew by %ld KiB", peak - base);
+    /* SHA-256 of what was sent, of what came back, and of the file as commands see it. */
+    FILE *f = fopen(sent_file, "r");
+    ck_assert(f && fscanf(f, "%64s", sent_sum) == 1);
+    fclose(f);
+    f = fopen(got_file, "r");
+    ck_assert(f && fscanf(f, "%64s", got_sum) == 1);
+    fclose(f);
+    unlink(sent_file);
+    unlink(got_file);
+    ck_assert_uint_eq(strlen(sent_sum), 64);
+    ck_assert_str_eq(got_sum, sent_sum);
+    cJSON *x = run(&g_sbxd, "sha256sum large.bin | cut -c1-64");
+    char in_ws[160];
+    snprintf(in_ws, sizeof(in_ws), "%s\n", sent_sum);
+    ck_assert_str_eq(jstr(x, "stdout"), in_ws);
+    cJSON_Delete(x);
     struct http_resp r = req(&g_sbxd, "DELETE", "/files/large.bin", NULL, NULL, 0);
     http_resp_free(&r);
 }
