@@ -63,6 +63,10 @@ static const struct opt opts[] = {
      OFF(max_upload_bytes), 1, 1ULL << 50,
      "Largest file a PUT /files may write (413 beyond, before a byte is written when the "
      "size is announced)."},
+    {"heartbeat-ms", "MS", "SBXD_HEARTBEAT_MS", NULL, 0, "15000", OPT_UINT, OFF(heartbeat_ms), 10,
+     3600000,
+     "A streamed /execute sends a heartbeat event after this much silence, so proxies keep "
+     "the stream open."},
     {"max-running", "N", "SBXD_MAX_RUNNING", NULL, 0, "32", OPT_UINT, OFF(max_running), 1, 4096,
      "Commands running at once; more are refused with 429 and Retry-After."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,

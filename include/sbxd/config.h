@@ -24,6 +24,7 @@ struct sbxd_config {
     uint64_t max_output_bytes;
     uint64_t max_body_bytes;
     uint64_t max_upload_bytes;
+    uint64_t heartbeat_ms;
     uint64_t max_running;
     uint64_t shutdown_grace_ms;
     enum log_format log_format;

@@ -22,6 +22,8 @@ struct jsonw {
 
 void jw_init(struct jsonw *w, size_t initial);
 void jw_free(struct jsonw *w);
+/* Start a new document in the same buffer (its capacity kept). */
+void jw_reset(struct jsonw *w);
 
 void jw_obj_begin(struct jsonw *w);
 void jw_obj_end(struct jsonw *w);

@@ -20,6 +20,13 @@ void jw_init(struct jsonw *w, size_t initial)
     }
 }
 
+void jw_reset(struct jsonw *w)
+{
+    w->len = 0;
+    w->need_comma = false;
+    w->failed = !w->buf;
+}
+
 void jw_free(struct jsonw *w)
 {
     free(w->buf);

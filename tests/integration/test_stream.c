@@ -1,0 +1,297 @@
+/* Streamed /execute: NDJSON and SSE events while the command runs. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+/* A streamed request on a raw connection; returns the socket, the response head read. */
+static int stream_open(const struct daemon *d, const char *accept, const char *body)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[2048];
+    int n = snprintf(req, sizeof(req),
+                     "POST /execute HTTP/1.1\r\nHost: x\r\nAccept: %s\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     accept, strlen(body), body);
+    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
+    return s;
+}
+
+/* Everything until the server closes, chunked framing removed (the events' bytes only). */
+static char *stream_read_all(int s, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *raw = malloc(cap);
+    ssize_t k;
+    while ((k = recv(s, raw + n, cap - n - 1, 0)) > 0) {
+        n += (size_t)k;
+        if (n + 1 == cap)
+            raw = realloc(raw, cap *= 2);
+    }
+    raw[n] = '\0';
+    char *p = strstr(raw, "\r\n\r\n");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg(strncmp(raw, "HTTP/1.1 200", 12) == 0, "%.200s", raw);
+    p += 4;
+    char *out = malloc(n + 1);
+    size_t o = 0;
+    for (;;) {
+        unsigned long sz = strtoul(p, &p, 16);
+        p = strstr(p, "\r\n");
+        if (!p || sz == 0)
+            break;
+        p += 2;
+        memcpy(out + o, p, sz);
+        o += sz;
+        p += sz + 2;
+    }
+    out[o] = '\0';
+    free(raw);
+    *len = o;
+    return out;
+}
+
+static double real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+START_TEST(ndjson_events_in_order_with_one_exit)
+{
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"echo a; echo b >&2; sleep 0.1; printf 'c\\\\n'; "
+                        "printf 'd' >&2; exit 3\"}");
+    size_t len;
+    char *ev = stream_read_all(s, &len);
+    close(s);
+    char out[64] = "", err[64] = "";
+    uint64_t out_off = 0, err_off = 0;
+    int n = 0, exits = 0;
+    bool exit_last = false;
+    for (char *line = strtok(ev, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        cJSON *j = cJSON_Parse(line);
+        ck_assert_msg(j, "not JSON: %s", line);
+        const char *type = jstr(j, "type");
+        exit_last = strcmp(type, "exit") == 0;
+        if (n == 0) {
+            ck_assert_str_eq(type, "start");
+            ck_assert_int_eq(strlen(jstr(j, "id")), 24);
+            ck_assert(jnum(j, "pid") > 0);
+        } else if (strcmp(type, "stdout") == 0) {
+            ck_assert_uint_eq((uint64_t)jnum(j, "offset"), out_off);
+            out_off += strlen(jstr(j, "data"));
+            strncat(out, jstr(j, "data"), sizeof(out) - strlen(out) - 1);
+        } else if (strcmp(type, "stderr") == 0) {
+            ck_assert_uint_eq((uint64_t)jnum(j, "offset"), err_off);
+            err_off += strlen(jstr(j, "data"));
+            strncat(err, jstr(j, "data"), sizeof(err) - strlen(err) - 1);
+        } else if (exit_last) {
+            exits++;
+            ck_assert_str_eq(jstr(j, "status"), "exited");
+            ck_assert_int_eq((int)jnum(j, "exit_code"), 3);
+            ck_assert_int_eq((int)jnum(j, "stdout_bytes"), 4);
+            ck_assert_int_eq((int)jnum(j, "stderr_bytes"), 3);
+            ck_assert_ptr_null(cJSON_GetObjectItem(j, "stdout")); /* it went out as events */
+        } else {
+            ck_abort_msg("unexpected event %s", line);
+        }
+        cJSON_Delete(j);
+    }
+    ck_assert_str_eq(out, "a\nc\n");
+    ck_assert_str_eq(err, "b\nd");
+    ck_assert_int_eq(exits, 1);
+    ck_assert(exit_last);
+    free(ev);
+}
+END_TEST
+
+START_TEST(first_output_arrives_while_the_command_runs)
+{
+    /* The command prints the time, then keeps running for a second. */
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"date +%s%N; sleep 1; echo done\"}");
+    char buf[8192];
+    size_t n = 0;
+    double got_ms = 0;
+    char *line = NULL;
+    while (!line && n < sizeof(buf) - 1) {
+        ssize_t k = recv(s, buf + n, sizeof(buf) - 1 - n, 0);
+        ck_assert_int_gt(k, 0);
+        n += (size_t)k;
+        buf[n] = '\0';
+        line = strstr(buf, "{\"type\":\"stdout\"");
+        got_ms = real_ms();
+    }
+    close(s);
+    cJSON *j = cJSON_Parse(line);
+    ck_assert_ptr_nonnull(j);
+    double printed_ms = atof(jstr(j, "data")) / 1e6;
+    cJSON_Delete(j);
+    ck_assert_ptr_null(strstr(buf, "\"exit\"")); /* still running */
+    double lag = got_ms - printed_ms;
+    ck_assert_msg(lag >= -5 && lag < 50 * SLOW, "the event came %.1f ms after the write", lag);
+}
+END_TEST
+
+START_TEST(utf8_is_never_split_and_sse_is_framed)
+{
+    int s = stream_open(&g_sbxd, "text/event-stream",
+                        "{\"command\":\"printf '\\\\303'; sleep 0.2; printf '\\\\251\\\\n'\"}");
+    size_t len;
+    char *ev = stream_read_all(s, &len);
+    close(s);
+    ck_assert_msg(strncmp(ev, "event: start\ndata: {", 20) == 0, "%.100s", ev);
+    ck_assert_ptr_nonnull(
+        strstr(ev, "event: stdout\ndata: {\"type\":\"stdout\",\"data\":\"\xc3\xa9\\n\""));
+    ck_assert_ptr_null(strstr(ev, "\xef\xbf\xbd")); /* no U+FFFD */
+    ck_assert_ptr_nonnull(strstr(ev, "event: exit\ndata: {\"type\":\"exit\""));
+    ck_assert(len > 2 && strcmp(ev + len - 2, "\n\n") == 0);
+    free(ev);
+    /* base64 carries exact bytes. */
+    s = stream_open(&g_sbxd, "application/x-ndjson",
+                    "{\"command\":\"printf '\\\\377'\",\"encoding\":\"base64\"}");
+    ev = stream_read_all(s, &len);
+    close(s);
+    ck_assert_ptr_nonnull(strstr(ev, "{\"type\":\"stdout\",\"data\":\"/w==\",\"offset\":0}"));
+    free(ev);
+}
+END_TEST
+
+START_TEST(heartbeats_during_silence)
+{
+    struct daemon d;
+    const char *args[] = {"--heartbeat-ms", "100", NULL};
+    daemon_start(&d, args, NULL);
+    int s = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 0.55; echo x\"}");
+    size_t len;
+    char *ev = stream_read_all(s, &len);
+    close(s);
+    int beats = 0;
+    for (char *p = ev; (p = strstr(p, "{\"type\":\"heartbeat\"}")); p++)
+        beats++;
+    ck_assert_msg(beats >= 3 && beats <= 6, "%d heartbeats in %s", beats, ev);
+    free(ev);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(disconnect_kills_the_streamed_command)
+{
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"sleep 1000.41 & setsid sleep 1000.41 & wait\"}");
+    char buf[1024];
+    ck_assert_int_gt(recv(s, buf, sizeof(buf), 0), 0); /* the start event */
+    ck_assert_int_ge(daemon_procs_with(&g_sbxd, "sleep 1000.41"), 1);
+    close(s);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 1000.41", 3000), 0);
+}
+END_TEST
+
+/* Bytes of a stream, counted (and its last bytes kept in tail) without keeping it whole. */
+static size_t stream_drain(int s, char *tail, size_t tailsz)
+{
+    char buf[65536];
+    size_t total = 0, have = 0;
+    ssize_t k;
+    tail[0] = '\0';
+    while ((k = recv(s, buf, sizeof(buf), 0)) > 0) {
+        total += (size_t)k;
+        size_t add = (size_t)k < tailsz - 1 ? (size_t)k : tailsz - 1;
+        if (have + add > tailsz - 1) { /* keep the newest: drop from the front */
+            size_t drop = have + add - (tailsz - 1);
+            memmove(tail, tail + drop, have - drop);
+            have -= drop;
+        }
+        memcpy(tail + have, buf + k - add, add);
+        have += add;
+        tail[have] = '\0';
+    }
+    return total;
+}
+
+START_TEST(a_large_stream_keeps_memory_flat)
+{
+    long base = daemon_rss_kb(&g_sbxd);
+    rss_sampling_start(&g_sbxd);
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"yes 0123456789abcdef | head -c 200000000\"}");
+    char tail[4096];
+    size_t total = stream_drain(s, tail, sizeof(tail));
+    close(s);
+    long b2;
+    long peak = rss_sampling_stop(&b2);
+    ck_assert_msg(total > 200000000, "%zu bytes", total);
+    ck_assert_ptr_nonnull(strstr(tail, "\"stdout_bytes\":200000000"));
+    ck_assert_msg(peak - base < 8 * 1024, "RSS grew by %ld KiB", peak - base);
+}
+END_TEST
+
+START_TEST(a_slow_reader_blocks_the_command_not_sbxd)
+{
+    long base = daemon_rss_kb(&g_sbxd);
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"yes sbxd-slow-reader-41 | head -c 500000000\"}");
+    /* Not reading for a while: the command fills the pipes and the socket, and waits. */
+    usleep(1000000);
+    long mid = daemon_rss_kb(&g_sbxd);
+    ck_assert_msg(mid - base < 8 * 1024, "RSS grew by %ld KiB while the client read nothing",
+                  mid - base);
+    ck_assert_int_ge(daemon_procs_with(&g_sbxd, "sbxd-slow-reader-41"), 1);
+    close(s);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sbxd-slow-reader-41", 3000), 0);
+}
+END_TEST
+
+START_TEST(sigterm_ends_streams_with_their_exit_event)
+{
+    struct daemon d;
+    /* Long enough for the short command to finish even under gVisor, not for the long one. */
+    const char *args[] = {"--shutdown-grace-ms", "1500", NULL};
+    daemon_start(&d, args, NULL);
+    int fin = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 0.1; echo done\"}");
+    int cut = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 100\"}");
+    char buf[512];
+    ck_assert_int_gt(recv(cut, buf, sizeof(buf), 0), 0); /* started */
+    kill(d.pid, SIGTERM);
+    char tail[4096];
+    stream_drain(fin, tail, sizeof(tail));
+    ck_assert_msg(strstr(tail, "\"type\":\"exit\"") && strstr(tail, "\"status\":\"exited\""), "%s",
+                  tail);
+    stream_drain(cut, tail, sizeof(tail));
+    ck_assert_msg(strstr(tail, "\"type\":\"exit\"") && strstr(tail, "\"status\":\"canceled\""),
+                  "%s", tail);
+    close(fin);
+    close(cut);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+Suite *stream_suite(void)
+{
+    Suite *s = suite_create("stream");
+    TCase *tc = tcase_create("ndjson-sse");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, ndjson_events_in_order_with_one_exit);
+    tcase_add_test(tc, first_output_arrives_while_the_command_runs);
+    tcase_add_test(tc, utf8_is_never_split_and_sse_is_framed);
+    tcase_add_test(tc, heartbeats_during_silence);
+    tcase_add_test(tc, disconnect_kills_the_streamed_command);
+    tcase_add_test(tc, a_large_stream_keeps_memory_flat);
+    tcase_add_test(tc, a_slow_reader_blocks_the_command_not_sbxd);
+    tcase_add_test(tc, sigterm_ends_streams_with_their_exit_event);
+    suite_add_tcase(s, tc);
+    return s;
+}
