@@ -309,7 +309,7 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
     snprintf(s->client, sizeof(s->client), "%s", rc->client);
     jw_init(&s->pending, 256);
     struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, s, stream_free);
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s, stream_free);
     if (!r) {
         stream_free(s);
         return MHD_NO;

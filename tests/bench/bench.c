@@ -702,6 +702,92 @@ static int xfer_download(const target *tg, const char *path, uint64_t *bytes, do
     return status;
 }
 
+/* Streamed /execute: send body with Accept: NDJSON; call on_data with what arrives (the
+ * chunked framing left in: the measurements only look for markers and count bytes). */
+static int stream_exec(const target *tg, const char *body,
+                       bool (*on_data)(void *, const char *, size_t), void *arg, char *err,
+                       size_t errlen)
+{
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S * 4);
+    if (conn_connect(&c) != 0) {
+        setmsg(err, errlen, "%s", c.err);
+        conn_free(&c);
+        return -1;
+    }
+    char head[1024];
+    int hl = snprintf(head, sizeof head,
+                      "POST %s/execute HTTP/1.1\r\nHost: %s\r\nAccept: application/x-ndjson\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      tg->prefix, tg->hostport, strlen(body));
+    int rc = -1;
+    if (send_all(&c, head, (size_t)hl) == 0 && send_all(&c, body, strlen(body)) == 0) {
+        char *buf = xrealloc(NULL, XFER_CHUNK);
+        ssize_t k;
+        rc = 0;
+        while ((k = recv(c.fd, buf, XFER_CHUNK - 1, 0)) > 0) {
+            buf[k] = '\0';
+            if (!on_data(arg, buf, (size_t)k))
+                break;
+        }
+        free(buf);
+    } else {
+        setmsg(err, errlen, "%s", c.err);
+    }
+    conn_free(&c);
+    return rc;
+}
+
+static double real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The first stdout event: the lag from the write (the time the command printed) to now. */
+typedef struct {
+    double lag_ms;
+    bool seen;
+    char acc[4096];
+    size_t n;
+} first_event;
+
+static bool on_first(void *arg, const char *d, size_t n)
+{
+    first_event *f = arg;
+    double now = real_ms();
+    size_t take = n < sizeof f->acc - 1 - f->n ? n : sizeof f->acc - 1 - f->n;
+    memcpy(f->acc + f->n, d, take);
+    f->n += take;
+    f->acc[f->n] = '\0';
+    static const char marker[] = "{\"type\":\"stdout\",\"data\":\"";
+    const char *m = strstr(f->acc, marker);
+    if (!m || !strchr(m + sizeof marker - 1, '"'))
+        return true;
+    f->lag_ms = now - atof(m + sizeof marker - 1) / 1e6;
+    f->seen = true;
+    return false; /* enough: the command ends with the connection */
+}
+
+typedef struct {
+    uint64_t bytes;
+    bool exit_seen;
+    char tail[64];
+} stream_count;
+
+static bool on_count(void *arg, const char *d, size_t n)
+{
+    stream_count *sc = arg;
+    sc->bytes += n;
+    if (n >= 16)
+        memcpy(sc->tail, d + n - 16, 16);
+    if (memmem(d, n, "\"type\":\"exit\"", 13))
+        sc->exit_seen = true;
+    return true;
+}
+
 typedef struct {
     double up_mbs, down_mbs; /* MB/s (10^6 bytes) */
     long up_growth_kb, down_growth_kb;
@@ -1621,6 +1707,42 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    /* Streaming: how soon a write reaches the client, and how fast output streams. */
+    samples lag = {0};
+    double stream_mbs = 0;
+    const uint64_t ssize = quick ? 32ULL << 20 : 256ULL << 20;
+    if (!crashed && !g_interrupted) {
+        int runs = quick ? 20 : 100;
+        fprintf(stderr,
+                "sbxd-bench: streamed /execute: first-event lag x%d, %" PRIu64
+                " MiB of output ...\n",
+                runs, ssize >> 20);
+        char serr[256] = "";
+        for (int i = 0; i < runs && !g_interrupted; i++) {
+            first_event f = {0};
+            if (stream_exec(&local, "{\"command\":\"date +%s%N; sleep 0.2\"}", on_first, &f, serr,
+                            sizeof serr) == 0 &&
+                f.seen)
+                samples_push(&lag, f.lag_ms);
+            else
+                total_errors++;
+        }
+        samples_sort(&lag);
+        char body[160];
+        snprintf(body, sizeof body, "{\"command\":\"yes 0123456789abcdef | head -c %" PRIu64 "\"}",
+                 ssize);
+        stream_count sc = {0};
+        double t0 = now_ms();
+        if (stream_exec(&local, body, on_count, &sc, serr, sizeof serr) == 0 && sc.exit_seen)
+            stream_mbs = (double)ssize / 1e6 / ((now_ms() - t0) / 1e3);
+        else {
+            warnx_("streamed output: %s", serr[0] ? serr : "no exit event");
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+
     xfer_result xf = {0};
     const uint64_t xsize = quick ? 32ULL << 20 : 256ULL << 20;
     if (!crashed && !g_interrupted) {
@@ -1671,6 +1793,17 @@ int main(int argc, char **argv)
     add_row("  p50 / p99 under that load", "", "", "%.2f / %.2f ms", ex16.p50, ex16.p99);
     add_row("/healthz req/s, 8 clients", ">= 20000", yesno(hz.rps >= 20000), "%.0f", hz.rps);
     add_row("  p50 / p99 under that load", "", "", "%.3f / %.3f ms", hz.p50, hz.p99);
+    if (lag.n) {
+        add_row("stream: first write -> event p50", "<= 50 ms", yesno(pct(&lag, 50) <= 50),
+                "%.3f ms", pct(&lag, 50));
+        add_row("stream: first write -> event p99", "", "", "%.3f ms", pct(&lag, 99));
+    }
+    if (stream_mbs > 0) {
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON", ssize >> 20);
+        add_row(lbl, "", "", "%.0f MB/s", stream_mbs);
+    }
+    samples_free(&lag);
     if (xf.ok) {
         char lbl[96];
         snprintf(lbl, sizeof lbl, "upload %" PRIu64 " MiB, PUT /files", xsize >> 20);
