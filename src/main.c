@@ -239,7 +239,8 @@ int main(int argc, char **argv)
               LOG_D("startup_ms", (double)(time_mono_ns() - t0) / 1e6));
 
     for (;;) {
-        int sig = wait_signal(&set, -1);
+        int sig = wait_signal(&set, SBXD_WATCHDOG_MS);
+        job_kill_overdue();
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)

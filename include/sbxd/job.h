@@ -96,6 +96,10 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
 /* Kill the job's process group for a reason (first reason wins). Safe from any thread. */
 void job_kill(struct job *job, enum job_kill_reason why);
 
+/* Kill the jobs whose deadline passed while nobody drove them (the watchdog: the main
+ * thread calls it a few times a second). */
+void job_kill_overdue(void);
+
 /* Kill every live job (shutdown). */
 void job_kill_all(enum job_kill_reason why);
 

@@ -69,6 +69,12 @@
 /* Stack of each connection thread. */
 #define SBXD_THREAD_STACK (512 * 1024)
 
+/* The watchdog (main thread) wakes this often and kills a command this much past its
+ * deadline when the thread that runs it is not there to (a streamed answer whose client
+ * reads nothing). */
+#define SBXD_WATCHDOG_MS       200
+#define SBXD_WATCHDOG_SLACK_MS 100
+
 /* Seconds a client is told to wait after 429 or 503. */
 #define SBXD_RETRY_AFTER_S 1
 

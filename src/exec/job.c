@@ -349,7 +349,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         goto fail;
     }
     isolation_recovered(job->iso);
-    job->deadline_ns = job->start_ns + (int64_t)req->timeout_ms * 1000000;
+    __atomic_store_n(&job->deadline_ns, job->start_ns + (int64_t)req->timeout_ms * 1000000,
+                     __ATOMIC_RELEASE);
     if (child_errno) {
         job->res.status = JOB_FAILED_TO_START;
         snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s", child_step, req->argv[0],
@@ -444,6 +445,28 @@ static void kill_live(struct reap_target *t, void *arg)
         set_reason((struct job *)t, (enum job_kill_reason)(intptr_t)arg);
         kill_tree((struct job *)t, true);
     }
+}
+
+/* Under the reaper's lock: a job past its deadline by more than the slack whose own thread
+ * has not killed it (it is not running job_step: a streamed answer whose client reads
+ * nothing waits in libmicrohttpd, not here). */
+static void kill_overdue(struct reap_target *t, void *arg)
+{
+    struct job *job = (struct job *)t;
+    int64_t now = *(const int64_t *)arg;
+    int64_t deadline = __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE);
+    if (t->reaped || deadline == 0 || now < deadline + (int64_t)SBXD_WATCHDOG_SLACK_MS * 1000000)
+        return;
+    set_reason(job, JOB_KILL_TIMEOUT);
+    kill_tree(job, true);
+    /* Again a second later, should this one not take. */
+    __atomic_store_n(&job->deadline_ns, now + 1000000000LL, __ATOMIC_RELEASE);
+}
+
+void job_kill_overdue(void)
+{
+    int64_t now = time_mono_ns();
+    reaper_foreach(kill_overdue, &now);
 }
 
 void job_kill_all(enum job_kill_reason why)
@@ -628,10 +651,11 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
             return;
         }
         int64_t now = time_mono_ns();
-        if (!job->exited && now >= job->deadline_ns) {
+        /* (Atomic: the watchdog moves it too, see kill_overdue.) */
+        if (!job->exited && now >= __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE)) {
             job_kill(job, JOB_KILL_TIMEOUT);
             /* Now wait for the reaper; should the kill somehow not take, repeat it. */
-            job->deadline_ns = now + 1000000000LL;
+            __atomic_store_n(&job->deadline_ns, now + 1000000000LL, __ATOMIC_RELEASE);
         }
         /* Both pipes closed usually means the process is gone: try to reap it here rather
          * than wait for the SIGCHLD round trip through the main thread. */
@@ -696,8 +720,9 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                                       .events = POLLRDHUP | (job->cancel_peek ? POLLIN : 0)};
             idx[np++] = 4;
         }
-        int64_t until =
-            min_deadline(wait_until, job->exited ? job->drain_deadline_ns : job->deadline_ns);
+        int64_t until = min_deadline(
+            wait_until, job->exited ? job->drain_deadline_ns
+                                    : __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE));
         int rc = poll(pfd, np, time_ms_until(until));
         if (rc < 0 && errno != EINTR) {
             job_kill(job, JOB_KILL_CANCEL); /* cannot wait any more: do not leave it running */

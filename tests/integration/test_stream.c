@@ -290,6 +290,26 @@ START_TEST(sigterm_ends_streams_with_their_exit_event)
 }
 END_TEST
 
+START_TEST(timeout_holds_while_the_client_reads_nothing)
+{
+    /* The command fills its pipe and the socket; the client never reads, yet keeps the
+     * connection. The timeout must still end the command (the watchdog). */
+    int s = stream_open(&g_sbxd, "application/x-ndjson",
+                        "{\"command\":\"yes sbxd-stalled-reader-43\",\"timeout_ms\":300}");
+    int seen = 0;
+    for (int i = 0; i < 200 && (seen = daemon_procs_with(&g_sbxd, "sbxd-stalled-reader-43")) < 1;
+         i++)
+        usleep(10000);
+    ck_assert_int_ge(seen, 1);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sbxd-stalled-reader-43", 3000), 0);
+    /* What the client reads in the end finishes with the timeout. */
+    char tail[4096];
+    stream_drain(s, tail, sizeof(tail));
+    close(s);
+    ck_assert_msg(strstr(tail, "\"status\":\"timeout\""), "%s", tail);
+}
+END_TEST
+
 Suite *stream_suite(void)
 {
     Suite *s = suite_create("stream");
@@ -303,6 +323,7 @@ Suite *stream_suite(void)
     tcase_add_test(tc, a_large_stream_keeps_memory_flat);
     tcase_add_test(tc, a_slow_reader_blocks_the_command_not_sbxd);
     tcase_add_test(tc, sigterm_ends_streams_with_their_exit_event);
+    tcase_add_test(tc, timeout_holds_while_the_client_reads_nothing);
     suite_add_tcase(s, tc);
     return s;
 }
