@@ -77,8 +77,7 @@ int fs_upload_begin(struct fs_upload *up, int rootfd, const char *path, const st
 int fs_upload_write(struct fs_upload *up, const void *buf, size_t n, struct sbxd_err *err);
 
 /* fsync, set mode, and rename over the target; st gets the result. */
-int fs_upload_commit(struct fs_upload *up, mode_t mode, const struct fs_user *u, struct stat *st,
-                     struct sbxd_err *err);
+int fs_upload_commit(struct fs_upload *up, mode_t mode, struct stat *st, struct sbxd_err *err);
 
 /* Remove the temporary file (after a failure, or an abort); safe to call twice. */
 void fs_upload_abort(struct fs_upload *up, const struct fs_user *u);

@@ -392,7 +392,7 @@ fail:
  */
 enum { SLOT_STARTING, SLOT_READY, SLOT_FAILED };
 
-static const struct harden_plan *slot_harden; /* what the inits load (spawn_pool_start) */
+static const struct harden_plan *slot_harden; /* what the pool and its inits load */
 static int self_pidns_fd = -1;                /* where spawning threads go back to */
 static char slot_workspace[PATH_MAX];         /* the workspace root's absolute path ... */
 static struct stat slot_workspace_st;         /* ... and what it is */
@@ -460,7 +460,6 @@ static struct {
     pthread_cond_t ready; /* claimers: a slot may be free */
     pthread_t thread;
     bool running, stop;
-    const struct harden_plan *harden;
     unsigned max; /* most slots at once */
     unsigned waiting;
     struct spawn_ns_slot *all;
@@ -607,7 +606,7 @@ static void *pool_main(void *arg)
     (void)arg;
     struct sbxd_err err = {0};
     /* The inits inherit this thread's filter (and load the rest themselves). */
-    if (harden_thread(pool.harden, &err) < 0) {
+    if (harden_thread(slot_harden, &err) < 0) {
         pthread_mutex_lock(&pool.lock);
         pool.stop = true;
         pthread_cond_broadcast(&pool.ready);
@@ -662,7 +661,6 @@ void spawn_pool_start(const struct harden_plan *h, unsigned max_running, int roo
     self_pidns_fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (self_pidns_fd < 0)
         return;
-    pool.harden = h;
     slot_harden = h;
     pool.stop = false;
     pool.max = max_running + SLOT_SPARE;

@@ -353,10 +353,8 @@ int fs_upload_write(struct fs_upload *up, const void *buf, size_t n, struct sbxd
     return 0;
 }
 
-int fs_upload_commit(struct fs_upload *up, mode_t mode, const struct fs_user *u, struct stat *st,
-                     struct sbxd_err *err)
+int fs_upload_commit(struct fs_upload *up, mode_t mode, struct stat *st, struct sbxd_err *err)
 {
-    (void)u;
     /* The data is on disk before the name points at it: after a crash the target holds the
      * old content or the new, never an empty or partial file. */
     if (fsync(up->fd) < 0 || fchmod(up->fd, mode) < 0) {

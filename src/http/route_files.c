@@ -156,8 +156,7 @@ static int parse_range(const char *h, uint64_t size, uint64_t *first, uint64_t *
     return 1;
 }
 
-static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *c, int fd,
-                                     const char *path)
+static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const char *path)
 {
     struct sbxd_err err = {0};
     char v[32];
@@ -181,7 +180,6 @@ static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *
                                "offset must be a whole number");
         }
     }
-    (void)srv;
     size_t n;
     struct fs_entry *v_entries = fs_list(fd, &n, &err);
     if (!v_entries)
@@ -290,7 +288,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
     if (fd < 0)
         r = reply_err(c, &err);
     else if (S_ISDIR(st.st_mode))
-        r = get_directory(srv, c, fd, path);
+        r = get_directory(c, fd, path);
     else
         r = get_file(c, fd, &st);
     free(path);
@@ -483,7 +481,7 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                                "the multipart body has no part named \"file\"");
         fs_user_enter(&u);
-        int r = fs_upload_commit(&p->up, p->mode, &u, &st, &err);
+        int r = fs_upload_commit(&p->up, p->mode, &st, &err);
         fs_user_leave(&u);
         if (r < 0)
             return reply_err(c, &err);

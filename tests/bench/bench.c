@@ -570,6 +570,17 @@ static int http_do(conn *c, const char *method, const char *path, const char *bo
 
 #define XFER_CHUNK (1 << 20)
 
+/* A fresh connection with a long I/O timeout, for one large transfer. 0, or -1 with err. */
+static int conn_open(conn *c, const target *tg, char *err, size_t errlen)
+{
+    conn_init(c, tg, IO_TIMEOUT_S * 4);
+    if (conn_connect(c) == 0)
+        return 0;
+    setmsg(err, errlen, "%s", c->err);
+    conn_free(c);
+    return -1;
+}
+
 /* RSS of a process sampled every 2 ms on a thread, while a transfer runs. */
 typedef struct {
     pthread_t th;
@@ -598,13 +609,9 @@ static int xfer_upload(const target *tg, const char *method, const char *path, b
                        const char *name, uint64_t size, double *secs, char *err, size_t errlen)
 {
     conn c;
-    conn_init(&c, tg, IO_TIMEOUT_S * 4);
     int status = -1;
-    if (conn_connect(&c) != 0) {
-        setmsg(err, errlen, "%s", c.err);
-        conn_free(&c);
+    if (conn_open(&c, tg, err, errlen) != 0)
         return -1;
-    }
     char pre[512], post[64], head[1024];
     int prel = 0, postl = 0;
     if (multipart) {
@@ -649,14 +656,10 @@ static int xfer_download(const target *tg, const char *path, uint64_t *bytes, do
                          char *err, size_t errlen)
 {
     conn c;
-    conn_init(&c, tg, IO_TIMEOUT_S * 4);
     int status = -1;
     *bytes = 0;
-    if (conn_connect(&c) != 0) {
-        setmsg(err, errlen, "%s", c.err);
-        conn_free(&c);
+    if (conn_open(&c, tg, err, errlen) != 0)
         return -1;
-    }
     char head[1024];
     int hl = snprintf(head, sizeof head,
                       "GET %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\n"
@@ -709,12 +712,8 @@ static int stream_exec(const target *tg, const char *body,
                        size_t errlen)
 {
     conn c;
-    conn_init(&c, tg, IO_TIMEOUT_S * 4);
-    if (conn_connect(&c) != 0) {
-        setmsg(err, errlen, "%s", c.err);
-        conn_free(&c);
+    if (conn_open(&c, tg, err, errlen) != 0)
         return -1;
-    }
     char head[1024];
     int hl = snprintf(head, sizeof head,
                       "POST %s/execute HTTP/1.1\r\nHost: %s\r\nAccept: application/x-ndjson\r\n"

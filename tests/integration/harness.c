@@ -510,6 +510,25 @@ void health_watch_stop(struct health_watch *w)
     qsort(w->lat_ms, (size_t)w->n, sizeof(double), cmp_ms);
 }
 
+bool proc_stat(pid_t pid, char *state, pid_t *ppid)
+{
+    char p[64], buf[1024];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* The name in parentheses may hold anything: the fields start after the last ')'. */
+    const char *rp = strrchr(buf, ')');
+    int pp;
+    if (!rp || sscanf(rp + 1, " %c %d", state, &pp) != 2)
+        return false;
+    *ppid = (pid_t)pp;
+    return true;
+}
+
 int procs_with(const char *marker)
 {
     DIR *d = opendir("/proc");
@@ -518,22 +537,15 @@ int procs_with(const char *marker)
     while ((e = readdir(d))) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        char p[300], buf[4096];
-        snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+        char p[300], buf[4096], state;
+        pid_t ppid;
+        if (!proc_stat((pid_t)atoi(e->d_name), &state, &ppid) || state == 'Z')
+            continue; /* gone, or a zombie: dead already */
+        snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
         FILE *f = fopen(p, "r");
         if (!f)
             continue;
         size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[len] = '\0';
-        const char *rp = strrchr(buf, ')');
-        if (rp && rp[1] == ' ' && rp[2] == 'Z')
-            continue; /* a zombie is dead already */
-        snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
-        f = fopen(p, "r");
-        if (!f)
-            continue;
-        len = fread(buf, 1, sizeof(buf) - 1, f);
         fclose(f);
         for (size_t i = 0; i < len; i++)
             if (!buf[i])

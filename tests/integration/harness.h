@@ -108,6 +108,8 @@ void health_watch_stop(struct health_watch *w);
 
 /* Host processes whose command line contains marker (zombies excluded). */
 int procs_with(const char *marker);
+/* The state letter and parent of pid from /proc/PID/stat; false when it is gone. */
+bool proc_stat(pid_t pid, char *state, pid_t *ppid);
 /* Wait up to ms for none to remain; returns how many remain. */
 int wait_no_procs(const char *marker, int ms);
 

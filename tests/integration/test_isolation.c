@@ -626,16 +626,9 @@ END_TEST
 /* Whether pid exists and is not a zombie. */
 static bool alive(pid_t pid)
 {
-    char p[64], buf[512];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return false;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && rp[2] != 'Z';
+    char state;
+    pid_t ppid;
+    return proc_stat(pid, &state, &ppid) && state != 'Z';
 }
 
 /* Live (not zombie) children of pid: their pids into out (up to n); how many. */
@@ -647,21 +640,13 @@ static int children_of(pid_t parent, pid_t *out, int n)
     while (d && (e = readdir(d))) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9')
             continue;
-        char p[300], buf[1024];
-        snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(p, "r");
-        if (!f)
-            continue;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[len] = '\0';
-        const char *rp = strrchr(buf, ')');
         char state;
-        int ppid;
-        if (!rp || sscanf(rp + 2, "%c %d", &state, &ppid) != 2 || state == 'Z' || ppid != parent)
+        pid_t ppid;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (!proc_stat(pid, &state, &ppid) || state == 'Z' || ppid != parent)
             continue;
         if (k < n)
-            out[k] = (pid_t)atoi(e->d_name);
+            out[k] = pid;
         k++;
     }
     if (d)
