@@ -171,34 +171,103 @@ void jw_str(struct jsonw *w, const char *s)
     jw_str_utf8(w, s, strlen(s), false);
 }
 
+/* A byte that goes into a JSON string as it is: printable ASCII but the quote and backslash. */
+static inline bool plain_byte(uint8_t c)
+{
+    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+/* The escape of an ASCII byte that is not plain, at o; returns the end. */
+static char *escape_byte(char *o, uint8_t c)
+{
+    static const char hex[] = "0123456789abcdef";
+    *o++ = '\\';
+    switch (c) {
+    case '"':
+    case '\\':
+        *o++ = (char)c;
+        break;
+    case '\n':
+        *o++ = 'n';
+        break;
+    case '\r':
+        *o++ = 'r';
+        break;
+    case '\t':
+        *o++ = 't';
+        break;
+    case '\b':
+        *o++ = 'b';
+        break;
+    case '\f':
+        *o++ = 'f';
+        break;
+    default:
+        *o++ = 'u';
+        *o++ = '0';
+        *o++ = '0';
+        *o++ = hex[c >> 4];
+        *o++ = hex[c & 15];
+    }
+    return o;
+}
+
+/* One pass over the bytes, in blocks whose worst case (6 bytes out per byte in, plus a
+ * character that straddles the block's end) is reserved up front: runs of plain bytes are
+ * copied whole, so a command's output streams at memory speed rather than a call per
+ * newline. */
+#define JW_BLOCK 4096
+#define ONES     0x0101010101010101ULL
+
 void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
 {
     static const uint8_t repl[3] = {0xEF, 0xBF, 0xBD};
     const uint8_t *s = data;
     value_begin(w);
     put_c(w, '"');
-    size_t run = 0; /* start of a run of valid bytes not yet written */
     size_t i = 0;
     while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
+        size_t end = n - i > JW_BLOCK ? i + JW_BLOCK : n;
+        if (!jw_reserve(w, 6 * (end - i) + 8))
+            return;
+        char *o = w->buf + w->len;
+        while (i < end) {
+            /* Eight bytes at a time while none needs a look of its own (SWAR: a byte below
+             * 0x20, from 0x80, or equal to '"' or '\\' sets its top bit in `odd`). */
+            while (end - i >= 8) {
+                uint64_t x;
+                memcpy(&x, s + i, 8);
+                uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
+                uint64_t odd = ((x - ONES * 0x20) & ~x) | x | ((q - ONES) & ~q) | ((b - ONES) & ~b);
+                if (odd & (ONES * 0x80))
+                    break;
+                memcpy(o, &x, 8);
+                o += 8;
+                i += 8;
+            }
+            while (i < end && plain_byte(s[i]))
+                *o++ = (char)s[i++];
+            if (i >= end)
+                break;
+            if (s[i] < 0x80) {
+                o = escape_byte(o, s[i++]);
+                continue;
+            }
+            int k = utf8_decode(s + i, n - i);
+            if (k > 0) {
+                memcpy(o, s + i, (size_t)k); /* may pass end by 3: reserved */
+                o += k;
+                i += (size_t)k;
+            } else if (k == 0 && cut) {
+                i = end = n; /* the stream goes on past the kept head: drop the partial char */
+            } else {
+                memcpy(o, repl, 3);
+                o += 3;
+                i += k < 0 ? (size_t)-k : n - i;
+            }
         }
-        int k = utf8_decode(s + i, n - i);
-        if (k > 0) {
-            i += (size_t)k;
-            continue;
-        }
-        put_escaped(w, s + run, i - run);
-        if (k == 0 && cut) {
-            i = n; /* the stream goes on past the kept head: drop the partial character */
-        } else {
-            put(w, repl, 3);
-            i += k < 0 ? (size_t)-k : n - i;
-        }
-        run = i;
+        w->len = (size_t)(o - w->buf);
     }
-    put_escaped(w, s + run, n - run);
     put_c(w, '"');
     w->need_comma = true;
 }

@@ -1,5 +1,6 @@
 /* UTF-8 sanitizing, the JSON writer and base64. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,56 @@ START_TEST(json_strings)
 }
 END_TEST
 
+/* Every ASCII byte at every position of a string longer than the 8-byte blocks the encoder
+ * checks at once: each comes out as JSON would have it (escaped exactly when it must be). */
+START_TEST(json_every_ascii_byte_at_every_position)
+{
+    for (int c = 0; c < 0x80; c++) {
+        for (size_t pos = 0; pos < 24; pos++) {
+            char in[25];
+            memset(in, 'a', 24);
+            in[24] = '\0';
+            in[pos] = (char)c;
+            struct jsonw w;
+            jw_init(&w, 16);
+            jw_str_utf8(&w, in, 24, false);
+            size_t len;
+            char *out = jw_finish(&w, &len);
+            char want[200];
+            size_t k = 0;
+            want[k++] = '"';
+            for (size_t i = 0; i < 24; i++) {
+                unsigned char b = (unsigned char)in[i];
+                if (b == '"' || b == '\\') {
+                    want[k++] = '\\';
+                    want[k++] = (char)b;
+                } else if (b >= 0x20) {
+                    want[k++] = (char)b;
+                } else {
+                    const char *e = b == '\n'   ? "\\n"
+                                    : b == '\r' ? "\\r"
+                                    : b == '\t' ? "\\t"
+                                    : b == '\b' ? "\\b"
+                                    : b == '\f' ? "\\f"
+                                                : NULL;
+                    if (e) {
+                        memcpy(want + k, e, 2);
+                        k += 2;
+                    } else {
+                        k += (size_t)snprintf(want + k, sizeof(want) - k, "\\u%04x", b);
+                    }
+                }
+            }
+            want[k++] = '"';
+            ck_assert_uint_eq(len, k);
+            ck_assert_msg(memcmp(out, want, k) == 0, "byte 0x%02x at %zu: %.*s", c, pos, (int)len,
+                          out);
+            free(out);
+        }
+    }
+}
+END_TEST
+
 START_TEST(json_structure)
 {
     struct jsonw w;
@@ -137,6 +188,7 @@ Suite *text_suite(void)
     tcase_add_test(tc, decode_rules);
     tcase_add_test(tc, sanitize);
     tcase_add_test(tc, json_strings);
+    tcase_add_test(tc, json_every_ascii_byte_at_every_position);
     tcase_add_test(tc, json_structure);
     tcase_add_test(tc, base64_roundtrip);
     suite_add_tcase(s, tc);
