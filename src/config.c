@@ -65,13 +65,24 @@ static const struct opt opts[] = {
      "size is announced)."},
     {"heartbeat-ms", "MS", "SBXD_HEARTBEAT_MS", NULL, 0, "15000", OPT_UINT, OFF(heartbeat_ms), 10,
      3600000,
-     "A streamed /execute sends a heartbeat event after this much silence, so proxies keep "
-     "the stream open."},
+     "A streamed /execute or a followed process output sends a heartbeat event after this "
+     "much silence, so proxies keep the stream open."},
     {"max-running", "N", "SBXD_MAX_RUNNING", NULL, 0, "32", OPT_UINT, OFF(max_running), 1, 4096,
      "Commands running at once; more are refused with 429 and Retry-After."},
+    {"max-processes", "N", "SBXD_MAX_PROCESSES", NULL, 0, "64", OPT_UINT, OFF(max_processes), 1,
+     4096,
+     "Background processes (/processes) running at once; more are refused with 429. As many "
+     "ended ones are kept for their results."},
+    {"process-output-bytes", "SIZE", "SBXD_PROCESS_OUTPUT_BYTES", NULL, 0, "4MiB", OPT_SIZE,
+     OFF(process_output_bytes), 4096, 1 * GIB,
+     "Output kept per background process (a ring: the newest bytes, with absolute offsets)."},
+    {"process-retention-s", "S", "SBXD_PROCESS_RETENTION_S", NULL, 0, "600", OPT_UINT,
+     OFF(process_retention_s), 0, 7 * 24 * 3600,
+     "How long an ended background process keeps its result and output."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
-     "After SIGTERM, how long running commands may finish before they are killed."},
+     "After SIGTERM, how long running commands and background processes may finish before "
+     "they are killed."},
     {"user", "UID:GID", "SBXD_USER", NULL, 0, "1000:1000", OPT_USER, OFF(user), 0, 0,
      "When sbxd runs as root, commands run as this user and group, with no supplementary "
      "groups. Ignored otherwise (commands keep sbxd's own ids)."},
@@ -253,7 +264,9 @@ static void print_usage(FILE *out)
     fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
     fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");
     fprintf(out,
-            "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH.\n"
+            "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH,\n"
+            "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
+            "POST /processes/ID/{stdin,signal,resize}.\n"
             "See docs/api.md.\n"
             "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
             "failure,\n2 on a bad option.\n");

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "sbxd/cgroup.h"
+#include "sbxd/background.h"
 #include "sbxd/config.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
@@ -114,20 +115,27 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
 {
     server_set_draining(srv);
     LOG_EVENT("info", "draining", LOG_I("running", server_running(srv)),
-              LOG_I("grace_ms", cfg->shutdown_grace_ms));
+              LOG_I("processes", bg_running()), LOG_I("grace_ms", cfg->shutdown_grace_ms));
+    /* Background processes run until told: they are told now, as a container runtime
+     * would, and killed with the rest when the grace period is over. */
+    bg_signal_all(SIGTERM);
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
-    while (server_running(srv) > 0 && time_mono_ns() < deadline) {
+    while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
+        job_kill_overdue();
         if (sig == SIGTERM || sig == SIGINT)
             break; /* asked twice: do not wait out the grace period */
     }
-    if (server_running(srv) > 0) {
-        LOG_EVENT("warn", "killing", LOG_I("running", server_running(srv)));
+    if (server_running(srv) > 0 || bg_running() > 0) {
+        LOG_EVENT("warn", "killing", LOG_I("running", server_running(srv)),
+                  LOG_I("processes", bg_running()));
         job_kill_all(JOB_KILL_CANCEL);
     }
-    /* Killed commands end within milliseconds; their responses are still sent. */
+    /* Killed commands end within milliseconds; their responses and the exit events of
+     * background processes' followers are still sent before the server closes. */
     int64_t hard = time_mono_ns() + 5000000000LL;
-    while (server_running(srv) > 0 && time_mono_ns() < hard)
+    while ((server_running(srv) > 0 || bg_running() > 0 || server_streams(srv) > 0) &&
+           time_mono_ns() < hard)
         wait_signal(set, 20);
 }
 
@@ -223,7 +231,12 @@ int main(int argc, char **argv)
     harden.daemon_oom_score_adj = protect_daemon();
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
     if (iso.tree_kill == ISO_KILL_PIDNS)
-        spawn_pool_start(&harden, (unsigned)cfg.max_running, rootfd, workspace);
+        spawn_pool_start(&harden, (unsigned)(cfg.max_running + cfg.max_processes), rootfd,
+                         workspace);
+    struct bg_config bgc = {.max_processes = (unsigned)cfg.max_processes,
+                            .output_bytes = (size_t)cfg.process_output_bytes,
+                            .retention_ms = cfg.process_retention_s * 1000};
+    bg_init(&bgc);
     struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
@@ -238,9 +251,14 @@ int main(int argc, char **argv)
               LOG_I("command_gid", harden.gid), LOG_B("seccomp", harden.seccomp),
               LOG_D("startup_ms", (double)(time_mono_ns() - t0) / 1e6));
 
+    int64_t swept = time_mono_ns();
     for (;;) {
         int sig = wait_signal(&set, SBXD_WATCHDOG_MS);
         job_kill_overdue();
+        if (time_mono_ns() - swept >= 1000000000LL) {
+            bg_sweep(); /* ended background processes past their retention */
+            swept = time_mono_ns();
+        }
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
@@ -248,6 +266,7 @@ int main(int argc, char **argv)
     }
     drain(srv, &cfg, &set);
     server_stop(srv);
+    bg_shutdown();
     spawn_pool_stop();
     reaper_reap();
     harden_free(&harden);

@@ -54,6 +54,8 @@ int cg_leaf_create(const struct cg_root *r, const char *id, const struct cg_limi
 
 /* Kill every process in the leaf. Safe to call repeatedly and from any thread. */
 void cg_leaf_kill(const struct cg_leaf *leaf);
+/* Send sig to every process in the leaf (as cgroup.procs lists them now). */
+void cg_leaf_signal(const struct cg_leaf *leaf, int sig);
 
 struct cg_stats {
     bool has_peak;

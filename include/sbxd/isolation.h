@@ -100,6 +100,8 @@ void uid_slot_put(struct uid_slots *s, uid_t uid);
 /* Kill every process whose real or saved uid is uid, from a helper that becomes it: no
  * escapee survives. Safe from any thread, also under the reaper's lock. */
 void uid_slot_kill(uid_t uid);
+/* The same with any signal (0: none, a probe that the helper can become uid). */
+void uid_slot_signal(uid_t uid, int sig);
 
 /* Hand what uid `slot` owns beneath the workspace root to uid:gid, with group permissions
  * like the owner's (files stay shared between the slots). Fd-based throughout: a command

@@ -80,6 +80,7 @@ struct job_env {
     struct isolation *iso;            /* the backend in force (isolation.h) */
     uint64_t memory_max;              /* default memory limit (--memory-max), 0: none */
     uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
+    bool interactive; /* stdin stays open for job_stdin_write (a background process) */
 };
 
 /*
@@ -93,8 +94,25 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
 /* Wait up to timeout_ms (-1: no limit) for the next event; output goes into buf. */
 void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct job_event *ev);
 
-/* Kill the job's process group for a reason (first reason wins). Safe from any thread. */
+/* Kill the job's process tree for a reason (first reason wins). Safe from any thread; does
+ * nothing once the job's process is reaped (its end kills what is left). */
 void job_kill(struct job *job, enum job_kill_reason why);
+
+/* Send sig to every process of the job's tree, by the backend in force. Safe from any thread.
+ * Returns false when the job's process is gone already. */
+bool job_signal(struct job *job, int sig);
+
+/* Interactive jobs: queue n bytes for the command's stdin and wait until they are in its pipe
+ * (job_step writes them as the command reads); eof then closes stdin (on a terminal: its
+ * end-of-file character). *written says how many went in. -1 with SBXD_E_CONFLICT when stdin
+ * is closed, or closes (the command ended) before all went in. Safe from any thread. */
+int job_stdin_write(struct job *job, const void *data, size_t n, bool eof, uint64_t *written,
+                    struct sbxd_err *err);
+bool job_stdin_open(struct job *job);
+
+/* A job on a terminal (exec_request.pty): set its size (the foreground process group gets
+ * SIGWINCH). -1 with SBXD_E_CONFLICT for a job without one, or ended. */
+int job_resize(struct job *job, unsigned cols, unsigned rows, struct sbxd_err *err);
 
 /* Kill the jobs whose deadline passed while nobody drove them (the watchdog: the main
  * thread calls it a few times a second). */

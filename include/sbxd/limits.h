@@ -35,6 +35,9 @@
 #define SBXD_MAX_ARGS 65536
 #define SBXD_MAX_ENV  4096
 
+/* Largest side of a pseudo-terminal, in columns or rows. */
+#define SBXD_PTY_MAX 1000
+
 /* Command text kept in an audit log line. */
 #define SBXD_AUDIT_COMMAND_MAX 256
 
@@ -69,11 +72,18 @@
 /* Stack of each connection thread. */
 #define SBXD_THREAD_STACK (512 * 1024)
 
+/* Stack of a background process's driver thread (its read buffer is on the heap). */
+#define SBXD_DRIVER_STACK (128 * 1024)
+
 /* The watchdog (main thread) wakes this often and kills a command this much past its
  * deadline when the thread that runs it is not there to (a streamed answer whose client
  * reads nothing). */
 #define SBXD_WATCHDOG_MS       200
 #define SBXD_WATCHDOG_SLACK_MS 100
+
+/* The real-time signal by which sbxd asks a PID namespace's init to signal every process
+ * of its namespace (the value carries which signal). Kernel numbering; glibc keeps 32-34. */
+#define SBXD_NS_SIGNAL 40
 
 /* Seconds a client is told to wait after 429 or 503. */
 #define SBXD_RETRY_AFTER_S 1

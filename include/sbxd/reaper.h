@@ -42,6 +42,11 @@ bool reaper_try(struct reap_target *t);
 /* Send sig to t's process unless it has been reaped (its pid may then be another's). */
 void reaper_kill(struct reap_target *t, int sig);
 
+/* Call fn(t, arg) under the reaper's lock if t is registered and not reaped yet, so that
+ * its pid and everything its owner frees only after removing it are still its own (fn must
+ * not block). Returns whether fn was called. */
+bool reaper_call(struct reap_target *t, void (*fn)(struct reap_target *t, void *arg), void *arg);
+
 /* Copy the reaped status of t (false while not reaped yet). */
 bool reaper_result(struct reap_target *t, int *status, struct rusage *ru);
 

@@ -42,6 +42,8 @@ struct exec_request {
     bool network; /* false: the command may not open AF_INET/AF_INET6 sockets */
     struct exec_limits limits;
     enum exec_encoding encoding;
+    bool pty; /* background processes: on a pseudo-terminal of pty_cols x pty_rows */
+    unsigned pty_cols, pty_rows;
 };
 
 struct request_policy {
@@ -51,6 +53,7 @@ struct request_policy {
     uint64_t max_pids;         /* 0: no maximum */
     double max_cpu_quota;      /* CPUs on this machine */
     const char *workspace;     /* absolute; HOME of commands, and accepted as a cwd prefix */
+    bool allow_pty;            /* "pty" is accepted (background processes only) */
 };
 
 /* Parse and validate a JSON body. On failure err says which field and why (SBXD_E_INVALID,
@@ -59,6 +62,10 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
                        struct exec_request *req, struct sbxd_err *err);
 
 void exec_request_free(struct exec_request *req);
+
+/* The command as text for a log line: the shell text of "command", or argv joined by spaces;
+ * cut to fit out (len bytes with the terminator). */
+void exec_request_text(const struct exec_request *req, char *out, size_t len);
 
 /* Check the raw JSON text for NUL characters inside strings (the \u0000 escape or a raw NUL):
  * C strings cannot carry them, so they would silently cut a command. Returns 0 when clean. */

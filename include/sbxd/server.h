@@ -28,6 +28,9 @@ void server_set_draining(struct server *srv);
 /* Requests that are running commands right now. */
 unsigned server_running(const struct server *srv);
 
+/* Background-process output streams being sent right now. */
+unsigned server_streams(const struct server *srv);
+
 /* Close the listener and every connection, wait for their threads, free. */
 void server_stop(struct server *srv);
 

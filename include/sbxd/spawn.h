@@ -49,6 +49,7 @@ struct spawn_spec {
     int ns_mnt_fd; /* set by spawn_child: -1 from callers */
     bool network;  /* false: no AF_INET/AF_INET6 sockets */
     uid_t uid;     /* uid isolation: the command's own uid; (uid_t)-1: the plan's */
+    bool pty;      /* stdin is a terminal's slave: made the controlling tty after setsid */
 };
 
 /*
@@ -88,6 +89,12 @@ void spawn_pool_stop(void);
 bool spawn_ns_slots(void); /* whether PID-namespace commands run in slots */
 void spawn_ns_end(struct spawn_ns_slot *sl, unsigned use);
 void spawn_ns_put(struct spawn_ns_slot *sl);
+
+/* Send sig to every process of a command's PID namespace, by its init: a slot's, for the
+ * slot's command number `use` (nothing once that one is over), or a one-command init's (its
+ * pid, while it is not reaped). */
+void spawn_ns_signal(struct spawn_ns_slot *sl, unsigned use, int sig);
+void spawn_ns_init_signal(pid_t init, int sig);
 
 /* Note which signals the daemon ignores, so children get them back at their defaults. Call
  * once, after the daemon's own signal dispositions are set. */

@@ -13,6 +13,11 @@
  */
 int utf8_decode(const uint8_t *s, size_t n);
 
+/* How many of the n bytes at s end on a character boundary: n, less a valid start of a
+ * character that the end cuts off (at most 3 bytes, kept back for the rest). Looks at the
+ * last 4 bytes only. */
+size_t utf8_whole(const uint8_t *s, size_t n);
+
 /* Copy src to dst replacing invalid sequences (and a cut-off tail) with U+FFFD. dst must hold
  * 3 * n bytes. Returns the bytes written. */
 size_t utf8_sanitize(const uint8_t *src, size_t n, uint8_t *dst);

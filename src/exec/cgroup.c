@@ -303,6 +303,24 @@ fail:;
     return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot set up cgroup %s", leaf->name);
 }
 
+void cg_leaf_signal(const struct cg_leaf *leaf, int sig)
+{
+    if (leaf->dirfd < 0)
+        return;
+    char buf[8192];
+    if (cg_read(leaf->dirfd, "cgroup.procs", buf, sizeof(buf)) < 0)
+        return;
+    for (char *p = buf; *p;) {
+        pid_t pid = (pid_t)strtol(p, &p, 10);
+        if (pid > 0)
+            kill(pid, sig);
+        while (*p == '\n')
+            p++;
+        if (pid <= 0)
+            break;
+    }
+}
+
 void cg_leaf_kill(const struct cg_leaf *leaf)
 {
     if (leaf->dirfd < 0)
@@ -311,18 +329,7 @@ void cg_leaf_kill(const struct cg_leaf *leaf)
         return;
     /* Before Linux 5.14: signal what is listed (a fork in between is caught by the next
      * call; the job calls this until the leaf is empty). */
-    char buf[8192];
-    if (cg_read(leaf->dirfd, "cgroup.procs", buf, sizeof(buf)) < 0)
-        return;
-    for (char *p = buf; *p;) {
-        pid_t pid = (pid_t)strtol(p, &p, 10);
-        if (pid > 0)
-            kill(pid, SIGKILL);
-        while (*p == '\n')
-            p++;
-        if (pid <= 0)
-            break;
-    }
+    cg_leaf_signal(leaf, SIGKILL);
 }
 
 void cg_leaf_stats(const struct cg_leaf *leaf, struct cg_stats *st)

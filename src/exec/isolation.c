@@ -134,13 +134,19 @@ static pid_t uid_range_user(uid_t first, unsigned count)
     return found;
 }
 
+struct uid_signal {
+    uid_t uid;
+    int sig;
+};
+
 NO_SANITIZE static int uid_killer(void *arg)
 {
-    uid_t uid = *(const uid_t *)arg;
-    if (syscall(SYS_setresuid, uid, uid, uid) < 0)
+    const struct uid_signal *u = arg;
+    if (syscall(SYS_setresuid, u->uid, u->uid, u->uid) < 0)
         syscall(SYS_exit_group, 1);
     /* Every process this uid may signal but ourselves: all that run as it. */
-    syscall(SYS_kill, -1, SIGKILL);
+    if (u->sig)
+        syscall(SYS_kill, -1, u->sig);
     syscall(SYS_exit_group, 0);
     return 0;
 }
@@ -150,11 +156,16 @@ NO_SANITIZE static int uid_killer(void *arg)
  * allocation. setresuid is its own: credentials are per thread in the kernel, and the raw
  * call does not make glibc change every thread of the daemon. It is reaped by the reaper.
  */
-void uid_slot_kill(uid_t uid)
+void uid_slot_signal(uid_t uid, int sig)
 {
     _Alignas(64) char stack[16384];
-    uid_t arg = uid;
+    struct uid_signal arg = {uid, sig};
     clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+}
+
+void uid_slot_kill(uid_t uid)
+{
+    uid_slot_signal(uid, SIGKILL);
 }
 
 static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg)
@@ -179,7 +190,7 @@ static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg)
     }
     /* The helper can become a uid of the range (it exits 1 where setresuid fails). */
     _Alignas(64) char stack[16384];
-    uid_t arg = first;
+    struct uid_signal arg = {first, 0};
     pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
     int st = 0;
     if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {

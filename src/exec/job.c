@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
 #include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -24,8 +27,18 @@ struct job {
     struct reap_target rt; /* first: the reaper's callbacks hand us this pointer */
     char id[25];
     int out_fd, err_fd, in_fd, ev_fd, cancel_fd;
+    /* stdin: bytes queued for the child, written from job_step as it reads. Under in_lock,
+     * with ev_fd and in_fd, because an interactive job (a background process) takes more
+     * from other threads (job_stdin_write) while it runs. */
+    pthread_mutex_t in_lock;
+    pthread_cond_t in_cond; /* the queue moved, or stdin closed */
     uint8_t *stdin_data;
-    size_t stdin_len, stdin_off;
+    size_t stdin_len, stdin_off, stdin_alloc;
+    bool interactive;    /* stdin stays open when the queue is empty */
+    bool in_eof;         /* close stdin once the queue is written */
+    uint64_t in_queued;  /* bytes ever queued ... */
+    uint64_t in_written; /* ... and written to the pipe */
+    int pty_fd;          /* a terminal's master (its window size), or -1 */
     int64_t start_ns, deadline_ns, drain_deadline_ns;
     uint64_t output_limit, output_total;
     int kill_reason;  /* enum job_kill_reason, atomic */
@@ -175,13 +188,61 @@ static int add_rlimit(struct spawn_spec *s, int res, uint64_t soft, uint64_t har
     return 0;
 }
 
+/* stdin closes: nothing more is written; writers waiting learn it. */
+static void close_stdin(struct job *job)
+{
+    pthread_mutex_lock(&job->in_lock);
+    close_fd(&job->in_fd);
+    pthread_cond_broadcast(&job->in_cond);
+    pthread_mutex_unlock(&job->in_lock);
+}
+
 static void job_destroy_fds(struct job *job)
 {
     close_fd(&job->out_fd);
     close_fd(&job->err_fd);
+    pthread_mutex_lock(&job->in_lock);
     close_fd(&job->in_fd);
     close_fd(&job->ev_fd);
+    close_fd(&job->pty_fd);
+    pthread_cond_broadcast(&job->in_cond);
+    pthread_mutex_unlock(&job->in_lock);
     close_fd(&job->status_fd);
+}
+
+/* A pseudo-terminal of cols x rows: its master (*master), and its slave (*slave) for the
+ * command, owned by the command's uid like a login's. 0, or -1 with err. */
+static int open_pty(unsigned cols, unsigned rows, uid_t uid, gid_t gid, bool group_share,
+                    int *master, int *slave, struct sbxd_err *err)
+{
+    *master = *slave = -1;
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    char name[64];
+    if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof(name)) != 0) {
+        int e = errno;
+        if (m >= 0)
+            close(m);
+        return sbxd_fail_errno(
+            err, e == EMFILE || e == ENFILE || e == ENOSPC ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
+            "cannot open a pseudo-terminal");
+    }
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    int sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (sl < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0) {
+        int e = errno;
+        close(m);
+        if (sl >= 0)
+            close(sl);
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open the pseudo-terminal %s", name);
+    }
+    /* Root made it; the command may not reopen its own terminal unless it is its own (with
+     * uid isolation: its group's, the command's own uid being taken later). */
+    if (fchown(sl, uid, gid) < 0 || fchmod(sl, group_share ? 0660 : 0620) < 0) {
+        /* A daemon that is not root keeps its own: it is the command's too. */
+    }
+    *master = m;
+    *slave = sl;
+    return 0;
 }
 
 /* A containment mechanism failed for this command: when it is a required one, the daemon is
@@ -207,7 +268,10 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    job->out_fd = job->err_fd = job->in_fd = job->ev_fd = job->status_fd = -1;
+    job->out_fd = job->err_fd = job->in_fd = job->ev_fd = job->status_fd = job->pty_fd = -1;
+    pthread_mutex_init(&job->in_lock, NULL);
+    pthread_cond_init(&job->in_cond, NULL);
+    job->interactive = env->interactive;
     job->iso = env->iso;
     bool pidns = env->iso->tree_kill == ISO_KILL_PIDNS;
     job->ns = pidns && !spawn_ns_slots();
@@ -223,6 +287,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     make_id(job->id);
 
     int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, in_p[2] = {-1, -1}, st_p[2] = {-1, -1};
+    int slave = -1;
+    bool has_stdin = req->has_stdin || env->interactive;
     int cwd_fd = -1;
     char **candidates = NULL;
 
@@ -237,22 +303,50 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
             goto fail;
         }
     }
-    if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
-        (job->ns && pipe2(st_p, O_CLOEXEC) < 0) || (req->has_stdin && pipe2(in_p, O_CLOEXEC) < 0)) {
+    if (req->pty) {
+        /* One terminal for all three: the master is read for output and written for input
+         * (through a second descriptor, so stdin can close apart from it). */
+        const struct harden_plan *h = env->harden;
+        uid_t tu = h->switch_user ? h->uid : geteuid();
+        gid_t tg = h->switch_user ? h->gid : getegid();
+        if (open_pty(req->pty_cols, req->pty_rows, tu, tg, h->group_share, &out_p[0], &slave, err) <
+            0)
+            goto fail;
+        out_p[1] = slave;
+        in_p[0] = slave;
+        slave = -1;
+        in_p[1] = fcntl(out_p[0], F_DUPFD_CLOEXEC, 3);
+        job->pty_fd = fcntl(out_p[0], F_DUPFD_CLOEXEC, 3);
+        if (in_p[1] < 0 || job->pty_fd < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
+            (job->ns && pipe2(st_p, O_CLOEXEC) < 0)) {
+            sbxd_fail_errno(err, errno == EMFILE || errno == ENFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL,
+                            errno, "cannot create pipes");
+            goto fail;
+        }
+        /* Nothing goes to the separate stderr pipe: its write end closes at once. */
+        has_stdin = true;
+    } else if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
+               (job->ns && pipe2(st_p, O_CLOEXEC) < 0) ||
+               (has_stdin && pipe2(in_p, O_CLOEXEC) < 0)) {
         sbxd_fail_errno(err, errno == EMFILE || errno == ENFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL,
                         errno, "cannot create pipes");
         goto fail;
     }
-    if (req->has_stdin) {
+    if (has_stdin) {
         /* Written from the poll loop: never block on a child that does not read. */
         fcntl(in_p[1], F_SETFL, O_NONBLOCK);
-        job->stdin_data = malloc(req->stdin_len ? req->stdin_len : 1);
+        job->stdin_alloc = req->stdin_len ? req->stdin_len : 1;
+        job->stdin_data = malloc(job->stdin_alloc);
         if (!job->stdin_data) {
             sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
             goto fail;
         }
-        memcpy(job->stdin_data, req->stdin_data, req->stdin_len);
-        job->stdin_len = req->stdin_len;
+        if (req->has_stdin)
+            memcpy(job->stdin_data, req->stdin_data, req->stdin_len);
+        job->stdin_len = req->has_stdin ? req->stdin_len : 0;
+        job->in_queued = job->stdin_len;
+        /* A request's stdin alone: closed once written (EOF, as a file would give). */
+        job->in_eof = !env->interactive;
     } else if (devnull_fd < 0) {
         sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open /dev/null");
         goto fail;
@@ -306,9 +400,10 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .exec_paths = candidates,
         .argv = req->argv,
         .envp = req->envp,
-        .stdin_fd = req->has_stdin ? in_p[0] : devnull_fd,
+        .stdin_fd = has_stdin ? in_p[0] : devnull_fd,
         .stdout_fd = out_p[1],
-        .stderr_fd = err_p[1],
+        .stderr_fd = req->pty ? out_p[1] : err_p[1],
+        .pty = req->pty,
         .cwd_fd = cwd_fd >= 0 ? cwd_fd : env->rootfd,
         .cwd_path = req->cwd,
         .harden = env->harden,
@@ -364,8 +459,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         fcntl(job->status_fd, F_SETFL, O_NONBLOCK); /* read after the init's death too */
         snprintf(job->argv0, sizeof(job->argv0), "%s", req->argv[0]);
     }
-    if (req->has_stdin)
-        close(in_p[0]);
+    if (has_stdin && !req->pty)
+        close(in_p[0]); /* (with a pty it is the slave, out_p[1], closed above) */
     job->out_fd = out_p[0];
     job->err_fd = err_p[0];
     job->in_fd = in_p[1];
@@ -375,12 +470,15 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     return job;
 
 fail:
+    if (req->pty && in_p[0] == out_p[1])
+        in_p[0] = -1; /* the slave, once */
     for (int i = 0; i < 2; i++) {
         close_fd(&out_p[i]);
         close_fd(&err_p[i]);
         close_fd(&in_p[i]);
         close_fd(&st_p[i]);
     }
+    close_fd(&slave);
     if (cwd_fd >= 0)
         close(cwd_fd);
     free_strv(candidates);
@@ -390,6 +488,8 @@ fail:
     if (job->slot_uid != (uid_t)-1)
         uid_slot_put(&job->iso->slots, job->slot_uid);
     free(job->stdin_data);
+    pthread_mutex_destroy(&job->in_lock);
+    pthread_cond_destroy(&job->in_cond);
     free(job);
     return NULL;
 }
@@ -432,10 +532,135 @@ static void set_reason(struct job *job, enum job_kill_reason why)
                                 __ATOMIC_ACQUIRE);
 }
 
-void job_kill(struct job *job, enum job_kill_reason why)
+/* From the thread that drives the job. */
+static void kill_own(struct job *job, enum job_kill_reason why)
 {
     set_reason(job, why);
     kill_group(job);
+}
+
+static void kill_cb(struct reap_target *t, void *arg)
+{
+    (void)arg;
+    kill_tree((struct job *)t, true);
+}
+
+/* From any thread: under the reaper's lock, and only while the job's process is not reaped,
+ * so that nothing the driving thread releases after that (the cgroup leaf, the uid, the
+ * namespace slot) is touched. What is left then dies with the job's end anyway. */
+void job_kill(struct job *job, enum job_kill_reason why)
+{
+    set_reason(job, why);
+    reaper_call(&job->rt, kill_cb, NULL);
+}
+
+/* Under the reaper's lock, the job's process unreaped: sig to every process of the tree. */
+static void signal_cb(struct reap_target *t, void *arg)
+{
+    struct job *job = (struct job *)t;
+    int sig = *(const int *)arg;
+    pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
+    if (job->leaf.dirfd >= 0) {
+        if (sig == SIGKILL)
+            cg_leaf_kill(&job->leaf);
+        else
+            cg_leaf_signal(&job->leaf, sig);
+    } else if (job->slot) {
+        spawn_ns_signal(job->slot, job->ns_seq, sig);
+    } else if (job->ns) {
+        spawn_ns_init_signal(pid, sig);
+    } else if (job->slot_uid != (uid_t)-1) {
+        uid_slot_signal(job->slot_uid, sig);
+    } else {
+        kill(-pid, sig);
+    }
+}
+
+bool job_signal(struct job *job, int sig)
+{
+    return reaper_call(&job->rt, signal_cb, &sig);
+}
+
+int job_stdin_write(struct job *job, const void *data, size_t n, bool eof, uint64_t *written,
+                    struct sbxd_err *err)
+{
+    *written = 0;
+    pthread_mutex_lock(&job->in_lock);
+    if (job->in_fd < 0 || job->in_eof) {
+        pthread_mutex_unlock(&job->in_lock);
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0,
+                         job->exited ? "the process has ended" : "stdin is closed");
+    }
+    /* A terminal takes its end-of-file character, as from a keyboard; a pipe closes. */
+    uint8_t veof = 4;
+    bool tty_eof = eof && job->pty_fd >= 0;
+    if (tty_eof) {
+        struct termios t;
+        if (tcgetattr(job->pty_fd, &t) == 0 && t.c_cc[VEOF])
+            veof = t.c_cc[VEOF];
+    }
+    size_t add = n + (tty_eof ? 1 : 0);
+    if (job->stdin_off > 0) {
+        memmove(job->stdin_data, job->stdin_data + job->stdin_off, job->stdin_len - job->stdin_off);
+        job->stdin_len -= job->stdin_off;
+        job->stdin_off = 0;
+    }
+    if (job->stdin_len + add > job->stdin_alloc) {
+        uint8_t *nb = realloc(job->stdin_data, job->stdin_len + add);
+        if (!nb) {
+            pthread_mutex_unlock(&job->in_lock);
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        }
+        job->stdin_data = nb;
+        job->stdin_alloc = job->stdin_len + add;
+    }
+    memcpy(job->stdin_data + job->stdin_len, data, n);
+    if (tty_eof)
+        job->stdin_data[job->stdin_len + n] = veof;
+    job->stdin_len += add;
+    if (eof && !tty_eof)
+        job->in_eof = true;
+    uint64_t from = job->in_queued;
+    job->in_queued += add;
+    uint64_t target = job->in_queued;
+    /* job_step polls stdin only while there is something to write: wake it. */
+    uint64_t one = 1;
+    if (job->ev_fd >= 0 && write(job->ev_fd, &one, sizeof(one)) < 0) {
+        /* only on counter overflow: it is awake then */
+    }
+    while (job->in_written < target && job->in_fd >= 0)
+        pthread_cond_wait(&job->in_cond, &job->in_lock);
+    uint64_t done = job->in_written > from ? job->in_written - from : 0;
+    *written = done < n ? done : n;
+    pthread_mutex_unlock(&job->in_lock);
+    if (done < add)
+        return sbxd_fail(
+            err, SBXD_E_CONFLICT, 0, "stdin closed after %llu of %zu bytes: the process %s",
+            (unsigned long long)*written, n, job->exited ? "has ended" : "closed its input");
+    return 0;
+}
+
+bool job_stdin_open(struct job *job)
+{
+    pthread_mutex_lock(&job->in_lock);
+    bool open = job->in_fd >= 0 && !job->in_eof;
+    pthread_mutex_unlock(&job->in_lock);
+    return open;
+}
+
+int job_resize(struct job *job, unsigned cols, unsigned rows, struct sbxd_err *err)
+{
+    pthread_mutex_lock(&job->in_lock);
+    int rc = 0;
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    if (job->pty_fd < 0 || job->in_fd < 0)
+        rc = sbxd_fail(err, SBXD_E_CONFLICT, 0,
+                       job->pty_fd < 0 && !job->exited ? "the process has no terminal (pty)"
+                                                       : "the process has ended");
+    else if (ioctl(job->pty_fd, TIOCSWINSZ, &ws) < 0)
+        rc = sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot resize the terminal");
+    pthread_mutex_unlock(&job->in_lock);
+    return rc;
 }
 
 /* Under the reaper's lock (reaper_foreach): must not take it again. */
@@ -478,7 +703,7 @@ static void mark_exited(struct job *job)
 {
     job->exited = true;
     job->drain_deadline_ns = time_mono_ns() + (int64_t)SBXD_DRAIN_WINDOW_MS * 1000000;
-    close_fd(&job->in_fd); /* nobody left to read it */
+    close_stdin(job); /* nobody left to read it */
 }
 
 /* pidns: take what the init has written (the fd is non-blocking). */
@@ -632,7 +857,7 @@ static bool output_event(struct job *job, int stream, ssize_t n, struct job_even
         job->res.stderr_bytes += (uint64_t)n;
     job->output_total += (uint64_t)n;
     if (job->output_limit != EXEC_LIMIT_UNSET && job->output_total > job->output_limit)
-        job_kill(job, JOB_KILL_OUTPUT);
+        kill_own(job, JOB_KILL_OUTPUT);
     ev->type = JOB_EV_OUTPUT;
     ev->stream = stream;
     ev->len = (size_t)n;
@@ -653,7 +878,7 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
         int64_t now = time_mono_ns();
         /* (Atomic: the watchdog moves it too, see kill_overdue.) */
         if (!job->exited && now >= __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE)) {
-            job_kill(job, JOB_KILL_TIMEOUT);
+            kill_own(job, JOB_KILL_TIMEOUT);
             /* Now wait for the reaper; should the kill somehow not take, repeat it. */
             __atomic_store_n(&job->deadline_ns, now + 1000000000LL, __ATOMIC_RELEASE);
         }
@@ -705,10 +930,16 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                 idx[np++] = s;
             }
         }
-        if (job->in_fd >= 0) {
+        pthread_mutex_lock(&job->in_lock);
+        if (job->in_fd >= 0 && job->stdin_off == job->stdin_len && job->in_eof) {
+            close_fd(&job->in_fd); /* all written, and no more to come */
+            pthread_cond_broadcast(&job->in_cond);
+        }
+        if (job->in_fd >= 0 && job->stdin_off < job->stdin_len) {
             pfd[np] = (struct pollfd){.fd = job->in_fd, .events = POLLOUT};
             idx[np++] = 3;
         }
+        pthread_mutex_unlock(&job->in_lock);
         if (job->status_fd >= 0 && !job->exited) {
             pfd[np] = (struct pollfd){.fd = job->status_fd, .events = POLLIN};
             idx[np++] = 5;
@@ -725,7 +956,7 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                                     : __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE));
         int rc = poll(pfd, np, time_ms_until(until));
         if (rc < 0 && errno != EINTR) {
-            job_kill(job, JOB_KILL_CANCEL); /* cannot wait any more: do not leave it running */
+            kill_own(job, JOB_KILL_CANCEL); /* cannot wait any more: do not leave it running */
             continue;
         }
         for (nfds_t i = 0; rc > 0 && i < np; i++) {
@@ -761,17 +992,20 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                 break;
             }
             case 3: {
-                if (pfd[i].revents & (POLLERR | POLLHUP)) {
-                    close_fd(&job->in_fd);
-                    break;
-                }
-                ssize_t n = write(job->in_fd, job->stdin_data + job->stdin_off,
-                                  job->stdin_len - job->stdin_off);
-                if (n > 0)
+                pthread_mutex_lock(&job->in_lock);
+                ssize_t n = -1;
+                if (job->in_fd >= 0 && !(pfd[i].revents & (POLLERR | POLLHUP)))
+                    n = write(job->in_fd, job->stdin_data + job->stdin_off,
+                              job->stdin_len - job->stdin_off);
+                if (n > 0) {
                     job->stdin_off += (size_t)n;
+                    job->in_written += (uint64_t)n;
+                }
                 if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
-                    job->stdin_off == job->stdin_len)
+                    (job->stdin_off == job->stdin_len && job->in_eof))
                     close_fd(&job->in_fd); /* done, or the child closed its end (EPIPE) */
+                pthread_cond_broadcast(&job->in_cond);
+                pthread_mutex_unlock(&job->in_lock);
                 break;
             }
             case 4:
@@ -787,7 +1021,7 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
                     /* k == 0: end of stream; k < 0: the connection is broken. */
                 }
                 /* The client hung up: nobody will read the result. */
-                job_kill(job, JOB_KILL_CANCEL);
+                kill_own(job, JOB_KILL_CANCEL);
                 job->cancel_fd = -1;
                 break;
             }
@@ -827,5 +1061,7 @@ void job_free(struct job *job)
         put_slot(job);
     }
     free(job->stdin_data);
+    pthread_mutex_destroy(&job->in_lock);
+    pthread_cond_destroy(&job->in_cond);
     free(job);
 }

@@ -106,6 +106,22 @@ void reaper_kill(struct reap_target *t, int sig)
     pthread_mutex_unlock(&reaper_lock);
 }
 
+bool reaper_call(struct reap_target *t, void (*fn)(struct reap_target *t, void *arg), void *arg)
+{
+    bool called = false;
+    pthread_mutex_lock(&reaper_lock);
+    for (struct reap_target *c = targets; c; c = c->next)
+        if (c == t) {
+            if (!t->reaped && t->pid > 0) {
+                fn(t, arg);
+                called = true;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&reaper_lock);
+    return called;
+}
+
 bool reaper_result(struct reap_target *t, int *status, struct rusage *ru)
 {
     pthread_mutex_lock(&reaper_lock);

@@ -240,8 +240,39 @@ static int parse_command(const cJSON *cmd, struct exec_request *req, struct sbxd
     return 0;
 }
 
-static const char *const known_fields[] = {"command",    "argv",   "stdin",    "env",     "cwd",
-                                           "timeout_ms", "limits", "encoding", "network", NULL};
+static const char *const known_fields[] = {"command", "argv",       "stdin",  "env",
+                                           "cwd",     "timeout_ms", "limits", "encoding",
+                                           "network", "pty",        NULL};
+
+/* "pty": {"cols": C, "rows": R}, both optional: only where the policy allows it. */
+static int parse_pty(const cJSON *pty, const struct request_policy *pol, struct exec_request *req,
+                     struct sbxd_err *err)
+{
+    if (!pol->allow_pty)
+        return invalid(err, "%s",
+                       "'pty' is for background processes (POST /processes), not for /execute");
+    if (!cJSON_IsObject(pty))
+        return invalid(err, "'%s' must be an object like {\"cols\":80,\"rows\":24}", "pty");
+    if (check_unique_keys(pty, "pty.", err) < 0)
+        return -1;
+    uint64_t cols = 80, rows = 24;
+    for (const cJSON *c = pty->child; c; c = c->next) {
+        if (strcmp(c->string, "cols") == 0) {
+            if (get_uint(c, "pty.cols", 1, SBXD_PTY_MAX, &cols, err) < 0)
+                return -1;
+        } else if (strcmp(c->string, "rows") == 0) {
+            if (get_uint(c, "pty.rows", 1, SBXD_PTY_MAX, &rows, err) < 0)
+                return -1;
+        } else {
+            return sbxd_fail(err, SBXD_E_INVALID, 0,
+                             "unknown field 'pty.%.60s' (known: cols, rows)", c->string);
+        }
+    }
+    req->pty = true;
+    req->pty_cols = (unsigned)cols;
+    req->pty_rows = (unsigned)rows;
+    return 0;
+}
 
 static int parse_fields(const cJSON *root, const struct request_policy *pol,
                         struct exec_request *req, struct sbxd_err *err)
@@ -257,8 +288,8 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
         if (!known)
             return sbxd_fail(err, SBXD_E_INVALID, 0,
                              "unknown field '%.64s' (known: command, argv, stdin, env, cwd, "
-                             "timeout_ms, limits, encoding, network)",
-                             c->string);
+                             "timeout_ms, limits, encoding, network%s)",
+                             c->string, pol->allow_pty ? ", pty" : "");
     }
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(root, "command");
     const cJSON *argv = cJSON_GetObjectItemCaseSensitive(root, "argv");
@@ -321,6 +352,10 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
         else
             return invalid(err, "'%s' must be \"utf8\" or \"base64\"", "encoding");
     }
+
+    const cJSON *pty = cJSON_GetObjectItemCaseSensitive(root, "pty");
+    if (pty && parse_pty(pty, pol, req, err) < 0)
+        return -1;
     return 0;
 }
 
@@ -376,4 +411,17 @@ void exec_request_free(struct exec_request *req)
     free(req->cwd);
     free(req->stdin_data);
     memset(req, 0, sizeof(*req));
+}
+
+void exec_request_text(const struct exec_request *req, char *out, size_t len)
+{
+    if (!len)
+        return;
+    size_t n = 0;
+    size_t from = req->shell ? 2 : 0; /* for "command", the shell text itself */
+    out[0] = '\0';
+    for (size_t i = from; i < req->argc && n + 1 < len; i++) {
+        int w = snprintf(out + n, len - n, "%s%s", i > from ? " " : "", req->argv[i]);
+        n += w > 0 ? (size_t)w : 0;
+    }
 }

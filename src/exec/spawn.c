@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -209,6 +210,12 @@ NO_SANITIZE static int child_main(void *arg)
         c->step = "dup2";
         goto fail;
     }
+    /* A terminal's slave on stdin becomes the session's controlling tty: job control,
+     * /dev/tty and SIGWINCH on resize work as in a login. */
+    if (s->pty && syscall(SYS_ioctl, 0, TIOCSCTTY, 0) < 0) {
+        c->step = "controlling tty";
+        goto fail;
+    }
     if (s->cwd_fd >= 0 && syscall(SYS_fchdir, s->cwd_fd) < 0) {
         c->step = "fchdir";
         goto fail;
@@ -333,6 +340,10 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
 {
     struct spawn_ns_msg m = {.type = SPAWN_NS_FAILED};
     int sfd = s->status_fd;
+    /* Children's ends and the daemon's signal requests are taken with rt_sigtimedwait:
+     * blocked before the command exists, so none is missed. (The command unblocks all.) */
+    uint64_t waitset = (1ULL << (SIGCHLD - 1)) | (1ULL << (SBXD_NS_SIGNAL - 1));
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &waitset, NULL, 8);
     if (ns_prepare(s->harden, &m.step) < 0)
         goto fail;
     struct child_ctx cc = {.spec = s, .err = 0, .step = NULL, .report_fd = -1};
@@ -356,13 +367,18 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
     for (;;) {
         int st;
         struct rusage ru;
-        long pid = syscall(SYS_wait4, -1, &st, 0, &ru);
-        if (pid == main_pid) {
-            struct spawn_ns_msg ex = {.type = SPAWN_NS_EXITED, .status = st, .ru = ru};
-            syscall(SYS_write, sfd, &ex, sizeof(ex));
-        } else if (pid < 0 && errno == ECHILD) {
-            syscall(SYS_exit_group, 0);
-        }
+        long pid;
+        while ((pid = syscall(SYS_wait4, -1, &st, WNOHANG, &ru)) > 0)
+            if (pid == main_pid) {
+                struct spawn_ns_msg ex = {.type = SPAWN_NS_EXITED, .status = st, .ru = ru};
+                syscall(SYS_write, sfd, &ex, sizeof(ex));
+            }
+        if (pid < 0)
+            syscall(SYS_exit_group, 0); /* ECHILD: the namespace is empty */
+        siginfo_t si;
+        if (syscall(SYS_rt_sigtimedwait, &waitset, &si, NULL, 8) == SBXD_NS_SIGNAL &&
+            si.si_code == SI_QUEUE)
+            syscall(SYS_kill, -1, (int)((uintptr_t)si.si_value.sival_ptr & 0xff));
     }
 fail:
     m.err = errno ? errno : EINVAL;
@@ -431,9 +447,18 @@ NO_SANITIZE static int slot_init_main(void *arg)
     }
     __atomic_store_n(&sl->state, SLOT_READY, __ATOMIC_RELEASE);
     syscall(SYS_futex, &sl->state, FUTEX_WAKE, 1, NULL, NULL, 0);
-    uint64_t waitset = (1ULL << (SIGCHLD - 1)) | (1ULL << (SIGUSR1 - 1));
+    uint64_t waitset =
+        (1ULL << (SIGCHLD - 1)) | (1ULL << (SIGUSR1 - 1)) | (1ULL << (SBXD_NS_SIGNAL - 1));
     for (;;) {
-        syscall(SYS_rt_sigtimedwait, &waitset, NULL, NULL, 8);
+        siginfo_t si;
+        if (syscall(SYS_rt_sigtimedwait, &waitset, &si, NULL, 8) == SBXD_NS_SIGNAL &&
+            si.si_code == SI_QUEUE) {
+            /* A signal for every process of command number `use`: unless that one is over
+             * (then the namespace may hold the next command already). */
+            uintptr_t v = (uintptr_t)si.si_value.sival_ptr;
+            if ((unsigned)(v >> 8) > __atomic_load_n(&sl->clean, __ATOMIC_ACQUIRE))
+                syscall(SYS_kill, -1, (int)(v & 0xff));
+        }
         int st;
         while (syscall(SYS_wait4, -1, &st, WNOHANG, NULL) > 0) {
         }
@@ -618,6 +643,7 @@ static void *pool_main(void *arg)
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SBXD_NS_SIGNAL);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     pthread_mutex_lock(&pool.lock);
     while (!pool.stop) {
@@ -735,6 +761,22 @@ void spawn_ns_end(struct spawn_ns_slot *sl, unsigned use)
      * reaper collects it, and then tid is 0 already). */
     if (__atomic_load_n(&sl->tid, __ATOMIC_ACQUIRE) != 0)
         kill(sl->pid, SIGUSR1);
+}
+
+/* The daemon's request travels as a queued real-time signal whose value names the signal
+ * (and, for a slot, the command): the init, pid 1 of the namespace, sends it with kill(-1),
+ * which reaches every process there but itself at once, forks in flight included. */
+void spawn_ns_signal(struct spawn_ns_slot *sl, unsigned use, int sig)
+{
+    union sigval v = {.sival_ptr = (void *)(((uintptr_t)use << 8) | (uintptr_t)(sig & 0xff))};
+    if (__atomic_load_n(&sl->tid, __ATOMIC_ACQUIRE) != 0)
+        sigqueue(sl->pid, SBXD_NS_SIGNAL, v);
+}
+
+void spawn_ns_init_signal(pid_t init, int sig)
+{
+    union sigval v = {.sival_ptr = (void *)(uintptr_t)(sig & 0xff)};
+    sigqueue(init, SBXD_NS_SIGNAL, v);
 }
 
 void spawn_ns_put(struct spawn_ns_slot *sl)

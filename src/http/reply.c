@@ -39,6 +39,17 @@ enum MHD_Result reply_jsonw(struct MHD_Connection *c, unsigned status, struct js
     return queue_json(c, status, body, len, NULL, NULL);
 }
 
+enum MHD_Result reply_jsonw_header(struct MHD_Connection *c, unsigned status, struct jsonw *w,
+                                   const char *hdr, const char *value)
+{
+    jw_newline(w);
+    size_t len;
+    char *body = jw_finish(w, &len);
+    if (!body)
+        return MHD_NO;
+    return queue_json(c, status, body, len, hdr, value);
+}
+
 static enum MHD_Result queue_error(struct MHD_Connection *c, unsigned status, const char *code,
                                    const char *msg, const char *hdr, const char *hdr_value)
 {

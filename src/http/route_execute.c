@@ -14,68 +14,17 @@
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-static void write_stream(struct jsonw *w, const char *key, const struct outbuf *ob,
-                         enum exec_encoding enc)
-{
-    jw_key(w, key);
-    if (enc == EXEC_ENC_BASE64)
-        jw_base64(w, ob->data, ob->len);
-    else
-        jw_str_utf8(w, ob->data, ob->len, outbuf_truncated(ob));
-}
-
 /* The result object of design 3.2, into w; a streamed one (out NULL) has no stdout and
  * stderr: they went out as events. type: the event type to start with, or NULL. */
 static void write_result(struct jsonw *w, const struct job *job, const struct outbuf *out,
                          const struct outbuf *errb, enum exec_encoding enc, const char *type)
 {
-    const struct job_result *r = job_result(job);
     jw_obj_begin(w);
     if (type) {
         jw_key(w, "type");
         jw_str(w, type);
     }
-    jw_key(w, "id");
-    jw_str(w, job_id(job));
-    jw_key(w, "status");
-    jw_str(w, job_status_name(r->status));
-    jw_key(w, "exit_code");
-    jw_int(w, r->exit_code);
-    jw_key(w, "signal");
-    if (r->signal)
-        jw_int(w, r->signal);
-    else
-        jw_null(w);
-    if (out) {
-        write_stream(w, "stdout", out, enc);
-        write_stream(w, "stderr", errb, enc);
-    }
-    jw_key(w, "encoding");
-    jw_str(w, enc == EXEC_ENC_BASE64 ? "base64" : "utf8");
-    if (out) {
-        jw_key(w, "stdout_truncated");
-        jw_bool(w, outbuf_truncated(out));
-        jw_key(w, "stderr_truncated");
-        jw_bool(w, outbuf_truncated(errb));
-    }
-    jw_key(w, "stdout_bytes");
-    jw_uint(w, r->stdout_bytes);
-    jw_key(w, "stderr_bytes");
-    jw_uint(w, r->stderr_bytes);
-    jw_key(w, "timed_out");
-    jw_bool(w, r->timed_out);
-    jw_key(w, "oom_killed");
-    jw_bool(w, r->oom_killed);
-    jw_key(w, "duration_ms");
-    jw_double(w, r->duration_ms, 3);
-    jw_key(w, "cpu_ms");
-    jw_double(w, r->cpu_ms, 3);
-    jw_key(w, "memory_peak_bytes");
-    jw_uint(w, r->memory_peak_bytes);
-    if (r->status == JOB_FAILED_TO_START) {
-        jw_key(w, "error");
-        jw_str(w, r->error);
-    }
+    result_fields(w, job_id(job), job_result(job), out, errb, enc);
     jw_obj_end(w);
 }
 
@@ -83,15 +32,7 @@ static void write_result(struct jsonw *w, const struct job *job, const struct ou
 static void audit(const struct exec_request *req, const struct job *job, const char *client)
 {
     char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
-    size_t n = 0;
-    size_t from = req->shell ? 2 : 0; /* for "command", the shell text itself */
-    for (size_t i = from; i < req->argc && n < SBXD_AUDIT_COMMAND_MAX; i++) {
-        int w = snprintf(cmd + n, sizeof(cmd) - n, "%s%s", i > from ? " " : "", req->argv[i]);
-        n += w > 0 ? (size_t)w : 0;
-    }
-    if (n > SBXD_AUDIT_COMMAND_MAX)
-        n = SBXD_AUDIT_COMMAND_MAX;
-    cmd[n] = '\0';
+    exec_request_text(req, cmd, sizeof(cmd));
     const struct job_result *r = job_result(job);
     LOG_EVENT("info", "exec", LOG_S("id", job_id(job)), LOG_S(req->shell ? "command" : "argv", cmd),
               LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
@@ -111,53 +52,18 @@ static int cancel_fd(struct MHD_Connection *c)
 /* ------------------------------------------------------------------------------------ */
 /* Streamed /execute: NDJSON or SSE events as the command runs.                          */
 
-enum stream_format { STREAM_NONE, STREAM_NDJSON, STREAM_SSE };
-
-static enum stream_format stream_format_of(struct MHD_Connection *c)
-{
-    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
-    if (!a)
-        return STREAM_NONE;
-    if (strstr(a, "application/x-ndjson"))
-        return STREAM_NDJSON;
-    if (strstr(a, "text/event-stream"))
-        return STREAM_SSE;
-    return STREAM_NONE;
-}
-
 struct exec_stream {
     struct server *srv;
     struct job *job;
     struct exec_request req;
     char client[64];
-    enum stream_format fmt;
     bool started, ended;
     uint64_t offset[3];  /* bytes of stdout (1) and stderr (2) sent so far */
     uint8_t carry[3][4]; /* utf8: the start of a character cut off by a read */
     size_t ncarry[3];
-    struct jsonw pending; /* an event not yet (fully) handed to MHD */
-    size_t pending_off;
-    int64_t last_event_ns;
+    struct events ev; /* the event not yet (fully) handed to MHD */
     char buf[SBXD_READ_CHUNK + 8];
 };
-
-/* One event into s->pending: NDJSON, or SSE with the type as the event name. */
-static void event_begin(struct exec_stream *s, const char *type)
-{
-    jw_reset(&s->pending); /* one buffer for every event of the stream */
-    s->pending_off = 0;
-    if (s->fmt == STREAM_SSE) {
-        char head[64];
-        int n = snprintf(head, sizeof(head), "event: %s\ndata: ", type);
-        jw_raw(&s->pending, head, (size_t)n);
-    }
-}
-
-static void event_end(struct exec_stream *s)
-{
-    jw_raw(&s->pending, s->fmt == STREAM_SSE ? "\n\n" : "\n", s->fmt == STREAM_SSE ? 2 : 1);
-    s->last_event_ns = time_mono_ns();
-}
 
 /* Output of one stream as an event. UTF-8 is never split inside a character: the start of
  * one cut off by the read waits for the rest (it is at most 3 bytes). */
@@ -177,13 +83,7 @@ static void output_event(struct exec_stream *s, int stream, const uint8_t *data,
     size_t send = len;
     if (s->req.encoding != EXEC_ENC_BASE64 && !final) {
         /* Up to the last whole character; a cut-off valid prefix is kept back. */
-        size_t i = 0;
-        while (i < len) {
-            int k = utf8_decode(joined + i, len - i);
-            if (k == 0)
-                break;
-            i += (size_t)(k > 0 ? k : -k);
-        }
+        size_t i = utf8_whole(joined, len);
         send = i;
         s->ncarry[stream] = len - i;
         memcpy(s->carry[stream], joined + i, len - i);
@@ -191,19 +91,19 @@ static void output_event(struct exec_stream *s, int stream, const uint8_t *data,
     if (!send)
         return;
     const char *type = stream == 1 ? "stdout" : "stderr";
-    event_begin(s, type);
-    jw_obj_begin(&s->pending);
-    jw_key(&s->pending, "type");
-    jw_str(&s->pending, type);
-    jw_key(&s->pending, "data");
+    event_begin(&s->ev, type);
+    jw_obj_begin(&s->ev.pending);
+    jw_key(&s->ev.pending, "type");
+    jw_str(&s->ev.pending, type);
+    jw_key(&s->ev.pending, "data");
     if (s->req.encoding == EXEC_ENC_BASE64)
-        jw_base64(&s->pending, joined, send);
+        jw_base64(&s->ev.pending, joined, send);
     else
-        jw_str_utf8(&s->pending, joined, send, false);
-    jw_key(&s->pending, "offset");
-    jw_uint(&s->pending, s->offset[stream]);
-    jw_obj_end(&s->pending);
-    event_end(s);
+        jw_str_utf8(&s->ev.pending, joined, send, false);
+    jw_key(&s->ev.pending, "offset");
+    jw_uint(&s->ev.pending, s->offset[stream]);
+    jw_obj_end(&s->ev.pending);
+    event_end(&s->ev);
     s->offset[stream] += send;
 }
 
@@ -212,36 +112,33 @@ static bool next_event(struct exec_stream *s)
 {
     if (!s->started) {
         s->started = true;
-        event_begin(s, "start");
-        jw_obj_begin(&s->pending);
-        jw_key(&s->pending, "type");
-        jw_str(&s->pending, "start");
-        jw_key(&s->pending, "id");
-        jw_str(&s->pending, job_id(s->job));
-        jw_key(&s->pending, "pid");
-        jw_int(&s->pending, job_pid(s->job));
-        jw_obj_end(&s->pending);
-        event_end(s);
+        event_begin(&s->ev, "start");
+        jw_obj_begin(&s->ev.pending);
+        jw_key(&s->ev.pending, "type");
+        jw_str(&s->ev.pending, "start");
+        jw_key(&s->ev.pending, "id");
+        jw_str(&s->ev.pending, job_id(s->job));
+        jw_key(&s->ev.pending, "pid");
+        jw_int(&s->ev.pending, job_pid(s->job));
+        jw_obj_end(&s->ev.pending);
+        event_end(&s->ev);
         return true;
     }
     if (s->ended)
         return false;
     for (;;) {
-        int64_t idle_ns = time_mono_ns() - s->last_event_ns;
-        int64_t left_ms = (int64_t)s->srv->cfg->heartbeat_ms - idle_ns / 1000000;
         struct job_event ev;
-        job_step(s->job, left_ms > 0 ? (int)left_ms : 0, s->buf + 8, sizeof(s->buf) - 8, &ev);
+        job_step(s->job, event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms), s->buf + 8,
+                 sizeof(s->buf) - 8, &ev);
         if (ev.type == JOB_EV_OUTPUT) {
             output_event(s, ev.stream, (uint8_t *)s->buf + 8, ev.len, false);
-            if (s->pending.len)
+            if (events_pending(&s->ev))
                 return true;
             continue;
         }
         if (ev.type == JOB_EV_NONE) {
             /* Silence: a heartbeat keeps proxies from closing the stream. */
-            event_begin(s, "heartbeat");
-            jw_raw(&s->pending, "{\"type\":\"heartbeat\"}", 20);
-            event_end(s);
+            event_heartbeat(&s->ev);
             return true;
         }
         /* The end: a cut-off character left over is flushed (as U+FFFD), then the result. */
@@ -251,14 +148,14 @@ static bool next_event(struct exec_stream *s)
                 size_t k = s->ncarry[st];
                 s->ncarry[st] = 0;
                 output_event(s, st, (uint8_t *)s->buf + 8, k, true);
-                if (s->pending.len) {
+                if (events_pending(&s->ev)) {
                     /* emit this one first; the exit comes on the next call */
                     return true;
                 }
             }
-        event_begin(s, "exit");
-        write_result(&s->pending, s->job, NULL, NULL, s->req.encoding, "exit");
-        event_end(s);
+        event_begin(&s->ev, "exit");
+        write_result(&s->ev.pending, s->job, NULL, NULL, s->req.encoding, "exit");
+        event_end(&s->ev);
         s->ended = true;
         audit(&s->req, s->job, s->client);
         return true;
@@ -269,16 +166,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct exec_stream *s = cls;
-    while (s->pending_off >= s->pending.len) {
+    while (!events_pending(&s->ev)) {
         if (!next_event(s))
             return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    size_t n = s->pending.len - s->pending_off;
-    if (n > max)
-        n = max;
-    memcpy(out, s->pending.buf + s->pending_off, n);
-    s->pending_off += n;
-    return (ssize_t)n;
+    return (ssize_t)events_take(&s->ev, out, max);
 }
 
 static void stream_free(void *cls)
@@ -287,7 +179,7 @@ static void stream_free(void *cls)
     /* The client went away mid-stream, or it is over: job_free kills what still runs. */
     job_free(s->job);
     exec_request_free(&s->req);
-    jw_free(&s->pending);
+    events_free(&s->ev);
     free(s);
 }
 
@@ -304,32 +196,22 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
     s->srv = srv;
     s->job = job;
     s->req = *req;
-    s->fmt = fmt;
-    s->last_event_ns = time_mono_ns();
     snprintf(s->client, sizeof(s->client), "%s", rc->client);
-    jw_init(&s->pending, 256);
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, stream_read, s, stream_free);
+    events_init(&s->ev, fmt);
+    struct MHD_Response *r = events_response(fmt, stream_read, s, stream_free);
     if (!r) {
         stream_free(s);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            fmt == STREAM_SSE ? "text/event-stream" : "application/x-ndjson");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no");
     rc->holds_running = true;
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+void execute_policy(struct server *srv, struct request_policy *pol)
 {
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
-        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
-                           "sbxd is shutting down and takes no new commands");
-    struct request_policy pol = {
+    *pol = (struct request_policy){
         .default_timeout_ms = srv->cfg->timeout_ms,
         .max_timeout_ms = srv->cfg->max_timeout_ms,
         .max_memory_bytes = srv->cfg->memory_max,
@@ -337,6 +219,15 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
         .max_cpu_quota = (double)sysconf(_SC_NPROCESSORS_ONLN),
         .workspace = srv->workspace,
     };
+}
+
+enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                           "sbxd is shutting down and takes no new commands");
+    struct request_policy pol;
+    execute_policy(srv, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)

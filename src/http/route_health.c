@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "sbxd/background.h"
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
@@ -116,6 +117,10 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
     jw_key(&w, "max_running");
     jw_uint(&w, srv->cfg->max_running);
+    jw_key(&w, "processes");
+    jw_uint(&w, bg_running());
+    jw_key(&w, "max_processes");
+    jw_uint(&w, srv->cfg->max_processes);
     write_isolation(&w, srv);
     jw_obj_end(&w);
     return reply_jsonw(c, draining || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);

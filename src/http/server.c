@@ -16,6 +16,8 @@ static const struct route routes[] = {
     {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL},
     {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL},
     {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL},
+    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL},
+    {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
      route_files_begin, route_files_body},
 };
@@ -57,7 +59,7 @@ static unsigned method_bit(const char *m)
 
 /* JSON bodies: application/json (any parameters), none at all, and the form type that
  * `curl -d` sends by default, so the documented one-liner works. */
-static bool json_content_type(const char *ct)
+bool json_content_type(const char *ct)
 {
     if (!ct || !*ct)
         return true;
@@ -282,6 +284,11 @@ void server_set_draining(struct server *srv)
 unsigned server_running(const struct server *srv)
 {
     return __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE);
+}
+
+unsigned server_streams(const struct server *srv)
+{
+    return __atomic_load_n(&srv->streams, __ATOMIC_ACQUIRE);
 }
 
 void server_stop(struct server *srv)

@@ -63,3 +63,17 @@ size_t utf8_sanitize(const uint8_t *src, size_t n, uint8_t *dst)
     }
     return o;
 }
+
+size_t utf8_whole(const uint8_t *s, size_t n)
+{
+    /* A cut character has at most 3 of its bytes here, so its first is among the last 4, and
+     * decoding may start there: a lead byte is never part of an earlier sequence. */
+    size_t i = n > 4 ? n - 4 : 0;
+    while (i < n) {
+        int k = utf8_decode(s + i, n - i);
+        if (k == 0)
+            return i;
+        i += (size_t)(k > 0 ? k : -k);
+    }
+    return n;
+}

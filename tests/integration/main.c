@@ -16,6 +16,7 @@ int main(void)
     srunner_add_suite(sr, isolation_suite());
     srunner_add_suite(sr, files_suite());
     srunner_add_suite(sr, stream_suite());
+    srunner_add_suite(sr, processes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -9,6 +9,7 @@ Suite *lifecycle_suite(void);
 Suite *isolation_suite(void);
 Suite *files_suite(void);
 Suite *stream_suite(void);
+Suite *processes_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

@@ -9,5 +9,6 @@ Suite *text_suite(void);
 Suite *outbuf_suite(void);
 Suite *resolve_suite(void);
 Suite *multipart_suite(void);
+Suite *ring_suite(void);
 
 #endif

@@ -116,6 +116,36 @@ START_TEST(cgroup_kill_takes_setsid_escapees)
 }
 END_TEST
 
+/* A background process's signal goes to every process of its leaf: a setsid escapee, out of
+ * the process group, gets it too; DELETE then leaves no leaf behind. */
+START_TEST(process_signal_reaches_the_whole_leaf)
+{
+    const char *body = "{\"command\":\"setsid sleep 1000.88 & sleep 1000.88; wait\"}";
+    struct http_resp r;
+    http_request(&g_sbxd, "POST", "/processes", NULL, body, strlen(body), 0, &r);
+    ck_assert_int_eq(r.status, 201);
+    char path[128];
+    snprintf(path, sizeof(path), "/processes/%s", jstr(r.json, "id"));
+    http_resp_free(&r);
+    /* The shell (its command line names them too) and the two sleeps. */
+    for (int i = 0; i < 200 && procs_with("sleep 1000.88") < 3; i++)
+        usleep(10000);
+    ck_assert_int_eq(procs_with("sleep 1000.88"), 3);
+    char sig[160];
+    snprintf(sig, sizeof(sig), "%s/signal", path);
+    const char *term = "{\"signal\":\"SIGTERM\"}";
+    http_request(&g_sbxd, "POST", sig, NULL, term, strlen(term), 0, &r);
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+    ck_assert_int_eq(wait_no_procs("sleep 1000.88", 2000), 0);
+    http_request(&g_sbxd, "DELETE", path, NULL, NULL, 0, 0, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "status"), "signaled");
+    ck_assert_int_eq((int)jnum(r.json, "signal"), 15);
+    http_resp_free(&r);
+}
+END_TEST
+
 /* Leaves under sbxd's cgroup other than its own "sbxd" leaf. */
 static int job_leaves(const char *base)
 {
@@ -210,6 +240,7 @@ Suite *cgroup_suite(void)
     tcase_add_test(tc, cpu_quota_limits_cpu_time);
     tcase_add_test(tc, memory_peak_is_the_commands_own);
     tcase_add_test(tc, cgroup_kill_takes_setsid_escapees);
+    tcase_add_test(tc, process_signal_reaches_the_whole_leaf);
     tcase_add_test(tc, no_leaf_remains_and_stale_ones_go);
     tcase_add_test(tc, required_cgroup_failure_degrades_then_recovers);
     suite_add_tcase(s, tc);

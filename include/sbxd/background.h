@@ -1,0 +1,107 @@
+/*
+ * background.h - background processes (/processes): jobs that outlive their request.
+ *
+ * Each runs under the same job model as /execute (job.h), driven by a thread of its own that
+ * moves its output into a ring (ring.h) as it comes, so the process never waits for a
+ * reader and survives every client. Readers replay and follow the ring by absolute offset;
+ * stdin, signals and the terminal size go straight to the job. An ended process keeps its
+ * result and output for the retention period, then is forgotten.
+ *
+ * One table per daemon. Every bg_proc handed out carries a reference: give it back with
+ * bg_put(); the process's memory goes with the last one.
+ */
+#ifndef SBXD_BACKGROUND_H
+#define SBXD_BACKGROUND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sbxd/err.h"
+#include "sbxd/job.h"
+#include "sbxd/request.h"
+
+struct bg_config {
+    unsigned max_processes; /* running at once (429 beyond); as many ended ones are kept */
+    size_t output_bytes;    /* ring size per process */
+    uint64_t retention_ms;  /* how long an ended process is kept */
+};
+
+struct bg_proc;
+
+/* What a process is now (a consistent snapshot). */
+struct bg_info {
+    char id[25];
+    pid_t pid;
+    bool finished;
+    bool stdin_open;
+    int64_t started_real_ns, finished_real_ns;
+    uint64_t out_start, out_end; /* the window of output the ring holds */
+    unsigned pty_cols, pty_rows; /* with a pty: its size now */
+    struct job_result res;       /* final once finished; the byte counts so far before */
+};
+
+void bg_init(const struct bg_config *cfg);
+
+/* Start req's command in the background (req is taken over, also on failure). Returns the
+ * process with a reference, or NULL with err (SBXD_E_BUSY at --max-processes). */
+struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, struct sbxd_err *err);
+
+/* The process of that id, with a reference; NULL when unknown or forgotten. */
+struct bg_proc *bg_get(const char *id);
+void bg_put(struct bg_proc *p);
+
+/* Every process kept, oldest first, each with a reference: an array to free (and each to
+ * bg_put). Returns how many. */
+size_t bg_list(struct bg_proc ***out);
+
+void bg_info(struct bg_proc *p, struct bg_info *out);
+const struct exec_request *bg_request(const struct bg_proc *p);
+
+enum bg_read_result {
+    BG_READ_DATA,    /* *n bytes of *stream at the offset asked for */
+    BG_READ_DROPPED, /* the offset asked for is gone: the ring starts at *n... see bg_read */
+    BG_READ_NONE,    /* nothing within the wait */
+    BG_READ_END,     /* the process has ended and everything up to its end was read */
+};
+
+/*
+ * Output from offset off: waits up to timeout_ms (0: not at all, -1: without limit) for some.
+ * DATA: *n bytes of one stream (1 stdout, 2 stderr, 3 terminal) copied to buf. DROPPED: the
+ * ring no longer holds off; *next is its start. *next is also set with DATA (off + *n),
+ * NONE and END (off). A UTF-8 character cut by the end of what is there so far is held back
+ * while the process runs when utf8 is set.
+ */
+enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t max, bool utf8,
+                            int timeout_ms, size_t *n, int *stream, uint64_t *next);
+
+/* Where the process's output ends now; false when off lies beyond it. */
+bool bg_offset_valid(struct bg_proc *p, uint64_t off);
+
+/* stdin, signals, terminal size: as job.h, refused with SBXD_E_CONFLICT once it ended. */
+int bg_stdin(struct bg_proc *p, const void *data, size_t n, bool eof, uint64_t *written,
+             struct sbxd_err *err);
+int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err);
+int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err);
+
+/* Kill the process's tree (if it runs), wait for its end and forget it; *info is its final
+ * state. */
+void bg_remove(struct bg_proc *p, struct bg_info *info);
+
+/* Forget ended processes past their retention (the main thread calls it now and then). */
+void bg_sweep(void);
+
+/* Send sig to every running process's tree (shutdown: SIGTERM first). */
+void bg_signal_all(int sig);
+
+/* Background processes running now. */
+unsigned bg_running(void);
+
+/* Shutdown, after every job was killed: wait (up to timeout_ms) until every process has
+ * ended, so that followers get their exit events. */
+void bg_wait_ended(int timeout_ms);
+
+/* Forget everything (after the HTTP server stopped). */
+void bg_shutdown(void);
+
+#endif

@@ -1,0 +1,489 @@
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sbxd/background.h"
+#include "sbxd/limits.h"
+#include "sbxd/log.h"
+#include "sbxd/ring.h"
+#include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
+
+struct bg_proc {
+    struct bg_proc *next; /* the table, oldest first (under tab.lock) */
+    bool listed;          /* in the table (under tab.lock) */
+    unsigned refs;        /* under tab.lock */
+    struct job *job;
+    struct exec_request req;
+    char id[25];
+    pid_t pid;
+    int64_t started_real_ns;
+    /* Under lock: */
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* output arrived, or the end */
+    struct ring ring;
+    bool finished;
+    unsigned pty_cols, pty_rows; /* the terminal's size now */
+    int64_t finished_real_ns, finished_mono_ns;
+    struct job_result res;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t ended; /* a driver is done */
+    struct bg_config cfg;
+    struct bg_proc *head;
+    unsigned running; /* drivers alive */
+} tab = {.lock = PTHREAD_MUTEX_INITIALIZER, .ended = PTHREAD_COND_INITIALIZER};
+
+void bg_init(const struct bg_config *cfg)
+{
+    pthread_mutex_lock(&tab.lock);
+    tab.cfg = *cfg;
+    pthread_mutex_unlock(&tab.lock);
+}
+
+static void proc_free(struct bg_proc *p)
+{
+    job_free(p->job);
+    exec_request_free(&p->req);
+    ring_free(&p->ring);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    free(p);
+}
+
+/* Under tab.lock. Returns whether that was the last reference. */
+static bool unref_locked(struct bg_proc *p)
+{
+    return --p->refs == 0;
+}
+
+void bg_put(struct bg_proc *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&tab.lock);
+    bool last = unref_locked(p);
+    pthread_mutex_unlock(&tab.lock);
+    if (last)
+        proc_free(p);
+}
+
+/* Under tab.lock: out of the table; the table's reference is dropped (the caller frees if it
+ * was the last: returned). */
+static struct bg_proc *unlist_locked(struct bg_proc *p)
+{
+    for (struct bg_proc **pp = &tab.head; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            p->next = NULL;
+            p->listed = false;
+            return unref_locked(p) ? p : NULL;
+        }
+    return NULL;
+}
+
+static bool proc_finished(struct bg_proc *p, int64_t *when_mono)
+{
+    pthread_mutex_lock(&p->lock);
+    bool f = p->finished;
+    *when_mono = p->finished_mono_ns;
+    pthread_mutex_unlock(&p->lock);
+    return f;
+}
+
+/* Under tab.lock: the ended processes past retention, and beyond max_processes the oldest
+ * ended ones, leave the table. Those to free go on *dead. */
+static void sweep_locked(struct bg_proc **dead)
+{
+    int64_t now = time_mono_ns();
+    unsigned ended = 0;
+    for (struct bg_proc *p = tab.head; p; p = p->next) {
+        int64_t t;
+        ended += proc_finished(p, &t);
+    }
+    for (struct bg_proc *p = tab.head, *nx; p; p = nx) {
+        nx = p->next;
+        int64_t t;
+        if (!proc_finished(p, &t))
+            continue;
+        bool expired = now - t >= (int64_t)tab.cfg.retention_ms * 1000000;
+        if (expired || ended > tab.cfg.max_processes) {
+            ended--;
+            struct bg_proc *f = unlist_locked(p);
+            if (f) {
+                f->next = *dead;
+                *dead = f;
+            }
+        }
+    }
+}
+
+static void free_dead(struct bg_proc *dead)
+{
+    while (dead) {
+        struct bg_proc *nx = dead->next;
+        proc_free(dead);
+        dead = nx;
+    }
+}
+
+void bg_sweep(void)
+{
+    struct bg_proc *dead = NULL;
+    pthread_mutex_lock(&tab.lock);
+    sweep_locked(&dead);
+    pthread_mutex_unlock(&tab.lock);
+    free_dead(dead);
+}
+
+static void audit(struct bg_proc *p)
+{
+    char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
+    const struct exec_request *req = &p->req;
+    exec_request_text(req, cmd, sizeof(cmd));
+    const struct job_result *r = &p->res;
+    LOG_EVENT("info", "process", LOG_S("id", p->id), LOG_S(req->shell ? "command" : "argv", cmd),
+              LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
+              LOG_S("status", job_status_name(r->status)), LOG_I("exit_code", r->exit_code),
+              r->signal ? LOG_I("signal", r->signal) : LOG_NULL("signal"),
+              LOG_D("duration_ms", r->duration_ms), LOG_I("stdout_bytes", r->stdout_bytes),
+              LOG_I("stderr_bytes", r->stderr_bytes));
+}
+
+/* The process's own thread: output into the ring as it comes, until the end. */
+static void *driver_main(void *arg)
+{
+    struct bg_proc *p = arg;
+    char *buf = malloc(SBXD_READ_CHUNK);
+    struct job_event ev;
+    do {
+        job_step(p->job, -1, buf ? buf : (char[1]){0}, buf ? SBXD_READ_CHUNK : 1, &ev);
+        if (ev.type == JOB_EV_OUTPUT) {
+            pthread_mutex_lock(&p->lock);
+            ring_append(&p->ring, p->req.pty ? 3 : ev.stream, buf, ev.len);
+            p->res.stdout_bytes = job_result(p->job)->stdout_bytes;
+            p->res.stderr_bytes = job_result(p->job)->stderr_bytes;
+            pthread_cond_broadcast(&p->cond);
+            pthread_mutex_unlock(&p->lock);
+        }
+    } while (ev.type != JOB_EV_EXIT);
+    free(buf);
+    pthread_mutex_lock(&p->lock);
+    p->res = *job_result(p->job);
+    p->finished = true;
+    p->finished_real_ns = time_real_ns();
+    p->finished_mono_ns = time_mono_ns();
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    audit(p);
+    pthread_mutex_lock(&tab.lock);
+    tab.running--;
+    pthread_cond_broadcast(&tab.ended);
+    bool last = unref_locked(p); /* the driver's own */
+    pthread_mutex_unlock(&tab.lock);
+    if (last)
+        proc_free(p);
+    return NULL;
+}
+
+struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, struct sbxd_err *err)
+{
+    bg_sweep();
+    struct bg_proc *p = calloc(1, sizeof(*p));
+    if (!p) {
+        exec_request_free(req);
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    p->req = *req;
+    memset(req, 0, sizeof(*req));
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    ring_init(&p->ring, tab.cfg.output_bytes);
+    p->pty_cols = p->req.pty_cols;
+    p->pty_rows = p->req.pty_rows;
+
+    pthread_mutex_lock(&tab.lock);
+    if (tab.running >= tab.cfg.max_processes) {
+        unsigned max = tab.cfg.max_processes;
+        pthread_mutex_unlock(&tab.lock);
+        proc_free(p);
+        sbxd_fail(err, SBXD_E_BUSY, 0,
+                  "%u background processes are running already (--max-processes); end one "
+                  "or retry later",
+                  max);
+        return NULL;
+    }
+    tab.running++; /* held while it starts */
+    pthread_mutex_unlock(&tab.lock);
+
+    struct job_env e = *env;
+    e.cancel_fd = -1; /* no client owns it */
+    e.interactive = true;
+    p->job = job_start(&p->req, &e, err);
+    pthread_t th;
+    pthread_attr_t attr;
+    int rc = -1;
+    if (p->job) {
+        snprintf(p->id, sizeof(p->id), "%s", job_id(p->job));
+        p->pid = job_pid(p->job);
+        p->started_real_ns = time_real_ns();
+        p->refs = 3; /* the table, the driver, the caller */
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, SBXD_DRIVER_STACK);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &attr, driver_main, p);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            sbxd_fail(err, SBXD_E_BUSY, rc, "cannot start a thread for the process");
+    }
+    pthread_mutex_lock(&tab.lock);
+    if (rc != 0) {
+        tab.running--;
+        pthread_mutex_unlock(&tab.lock);
+        proc_free(p); /* job_free kills a job that started */
+        return NULL;
+    }
+    struct bg_proc **pp = &tab.head;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = p;
+    p->listed = true;
+    pthread_mutex_unlock(&tab.lock);
+    return p;
+}
+
+struct bg_proc *bg_get(const char *id)
+{
+    struct bg_proc *found = NULL;
+    pthread_mutex_lock(&tab.lock);
+    for (struct bg_proc *p = tab.head; p && !found; p = p->next)
+        if (strcmp(p->id, id) == 0) {
+            found = p;
+            p->refs++;
+        }
+    pthread_mutex_unlock(&tab.lock);
+    return found;
+}
+
+size_t bg_list(struct bg_proc ***out)
+{
+    bg_sweep();
+    pthread_mutex_lock(&tab.lock);
+    size_t n = 0;
+    for (struct bg_proc *p = tab.head; p; p = p->next)
+        n++;
+    struct bg_proc **v = calloc(n ? n : 1, sizeof(*v));
+    size_t i = 0;
+    for (struct bg_proc *p = tab.head; v && p; p = p->next) {
+        p->refs++;
+        v[i++] = p;
+    }
+    pthread_mutex_unlock(&tab.lock);
+    *out = v;
+    return i;
+}
+
+void bg_info(struct bg_proc *p, struct bg_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->id, sizeof(out->id), "%s", p->id);
+    out->pid = p->pid;
+    out->started_real_ns = p->started_real_ns;
+    pthread_mutex_lock(&p->lock);
+    out->finished = p->finished;
+    out->finished_real_ns = p->finished_real_ns;
+    out->out_start = p->ring.start;
+    out->out_end = p->ring.end;
+    out->res = p->res;
+    out->pty_cols = p->pty_cols;
+    out->pty_rows = p->pty_rows;
+    pthread_mutex_unlock(&p->lock);
+    if (!out->finished)
+        out->res.status = JOB_RUNNING;
+    out->stdin_open = !out->finished && job_stdin_open(p->job);
+}
+
+const struct exec_request *bg_request(const struct bg_proc *p)
+{
+    return &p->req;
+}
+
+bool bg_offset_valid(struct bg_proc *p, uint64_t off)
+{
+    pthread_mutex_lock(&p->lock);
+    bool ok = off <= p->ring.end;
+    pthread_mutex_unlock(&p->lock);
+    return ok;
+}
+
+enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t max, bool utf8,
+                            int timeout_ms, size_t *n, int *stream, uint64_t *next)
+{
+    *n = 0;
+    *next = off;
+    struct timespec until;
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+    }
+    enum bg_read_result rr = BG_READ_NONE;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (off < p->ring.start) {
+            *next = p->ring.start;
+            rr = BG_READ_DROPPED;
+            break;
+        }
+        if (off < p->ring.end) {
+            size_t k = ring_read(&p->ring, off, buf, max, stream);
+            /* A character cut by the end of what is there (or by max) waits for its rest,
+             * unless nothing more of this stream can come after it. */
+            bool more = off + k < p->ring.end || !p->finished;
+            int next_stream = 0;
+            uint8_t peek;
+            if (off + k < p->ring.end)
+                ring_read(&p->ring, off + k, &peek, 1, &next_stream);
+            if (utf8 && more && (off + k == p->ring.end || next_stream == *stream)) {
+                k = utf8_whole((const uint8_t *)buf, k); /* 0: only a cut character so far, wait */
+            }
+            if (k > 0) {
+                *n = k;
+                *next = off + k;
+                rr = BG_READ_DATA;
+                break;
+            }
+        } else if (p->finished) {
+            rr = BG_READ_END;
+            break;
+        }
+        if (timeout_ms == 0)
+            break;
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&p->cond, &p->lock);
+        } else if (pthread_cond_timedwait(&p->cond, &p->lock, &until) == ETIMEDOUT) {
+            timeout_ms = 0; /* one more look, then NONE */
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rr;
+}
+
+static bool ended(struct bg_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    bool f = p->finished;
+    pthread_mutex_unlock(&p->lock);
+    return f;
+}
+
+int bg_stdin(struct bg_proc *p, const void *data, size_t n, bool eof, uint64_t *written,
+             struct sbxd_err *err)
+{
+    *written = 0;
+    if (ended(p))
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
+    return job_stdin_write(p->job, data, n, eof, written, err);
+}
+
+int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)
+{
+    if (ended(p) || !job_signal(p->job, sig))
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
+    return 0;
+}
+
+int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err)
+{
+    if (!p->req.pty)
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0,
+                         "the process has no terminal (start it with "
+                         "\"pty\")");
+    if (ended(p))
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
+    if (job_resize(p->job, cols, rows, err) < 0)
+        return -1;
+    pthread_mutex_lock(&p->lock);
+    p->pty_cols = cols;
+    p->pty_rows = rows;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+void bg_remove(struct bg_proc *p, struct bg_info *info)
+{
+    job_kill(p->job, JOB_KILL_CANCEL);
+    pthread_mutex_lock(&p->lock);
+    while (!p->finished)
+        pthread_cond_wait(&p->cond, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    bg_info(p, info);
+    pthread_mutex_lock(&tab.lock);
+    struct bg_proc *f = p->listed ? unlist_locked(p) : NULL;
+    pthread_mutex_unlock(&tab.lock);
+    if (f)
+        proc_free(f); /* (never: the caller holds a reference) */
+}
+
+void bg_signal_all(int sig)
+{
+    struct bg_proc **v;
+    size_t n = bg_list(&v);
+    for (size_t i = 0; v && i < n; i++) {
+        if (!ended(v[i]))
+            job_signal(v[i]->job, sig);
+        bg_put(v[i]);
+    }
+    free(v);
+}
+
+unsigned bg_running(void)
+{
+    pthread_mutex_lock(&tab.lock);
+    unsigned n = tab.running;
+    pthread_mutex_unlock(&tab.lock);
+    return n;
+}
+
+void bg_wait_ended(int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&tab.lock);
+    while (tab.running > 0)
+        if (pthread_cond_timedwait(&tab.ended, &tab.lock, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&tab.lock);
+}
+
+void bg_shutdown(void)
+{
+    struct bg_proc *dead = NULL;
+    pthread_mutex_lock(&tab.lock);
+    while (tab.head) {
+        struct bg_proc *f = unlist_locked(tab.head);
+        if (f) {
+            f->next = dead;
+            dead = f;
+        }
+    }
+    pthread_mutex_unlock(&tab.lock);
+    free_dead(dead);
+}

@@ -1,0 +1,141 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "sbxd/http.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/timeutil.h"
+
+enum stream_format stream_format_of(struct MHD_Connection *c)
+{
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+    if (!a)
+        return STREAM_NONE;
+    if (strstr(a, "application/x-ndjson"))
+        return STREAM_NDJSON;
+    if (strstr(a, "text/event-stream"))
+        return STREAM_SSE;
+    return STREAM_NONE;
+}
+
+void events_init(struct events *e, enum stream_format fmt)
+{
+    e->fmt = fmt;
+    e->off = 0;
+    e->last_ns = time_mono_ns();
+    jw_init(&e->pending, 256);
+}
+
+void events_free(struct events *e)
+{
+    jw_free(&e->pending);
+}
+
+void event_begin(struct events *e, const char *type)
+{
+    jw_reset(&e->pending); /* one buffer for every event of the stream */
+    e->off = 0;
+    if (e->fmt == STREAM_SSE) {
+        char head[64];
+        int n = snprintf(head, sizeof(head), "event: %s\ndata: ", type);
+        jw_raw(&e->pending, head, (size_t)n);
+    }
+}
+
+void event_end(struct events *e)
+{
+    jw_raw(&e->pending, e->fmt == STREAM_SSE ? "\n\n" : "\n", e->fmt == STREAM_SSE ? 2 : 1);
+    e->last_ns = time_mono_ns();
+}
+
+void event_heartbeat(struct events *e)
+{
+    event_begin(e, "heartbeat");
+    jw_raw(&e->pending, "{\"type\":\"heartbeat\"}", 20);
+    event_end(e);
+}
+
+int event_wait_ms(const struct events *e, uint64_t heartbeat_ms)
+{
+    int64_t left = (int64_t)heartbeat_ms - (time_mono_ns() - e->last_ns) / 1000000;
+    return left > 0 ? (int)left : 0;
+}
+
+size_t events_take(struct events *e, char *out, size_t max)
+{
+    size_t n = e->pending.len - e->off;
+    if (n > max)
+        n = max;
+    memcpy(out, e->pending.buf + e->off, n);
+    e->off += n;
+    return n;
+}
+
+struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
+                                     void *cls, MHD_ContentReaderFreeCallback done)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 65536, read, cls, done);
+    if (!r)
+        return NULL;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            fmt == STREAM_SSE ? "text/event-stream" : "application/x-ndjson");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return r;
+}
+
+static void write_stream(struct jsonw *w, const char *key, const struct outbuf *ob,
+                         enum exec_encoding enc)
+{
+    jw_key(w, key);
+    if (enc == EXEC_ENC_BASE64)
+        jw_base64(w, ob->data, ob->len);
+    else
+        jw_str_utf8(w, ob->data, ob->len, outbuf_truncated(ob));
+}
+
+void result_fields(struct jsonw *w, const char *id, const struct job_result *r,
+                   const struct outbuf *out, const struct outbuf *errb, enum exec_encoding enc)
+{
+    jw_key(w, "id");
+    jw_str(w, id);
+    jw_key(w, "status");
+    jw_str(w, job_status_name(r->status));
+    jw_key(w, "exit_code");
+    jw_int(w, r->exit_code);
+    jw_key(w, "signal");
+    if (r->signal)
+        jw_int(w, r->signal);
+    else
+        jw_null(w);
+    if (out) {
+        write_stream(w, "stdout", out, enc);
+        write_stream(w, "stderr", errb, enc);
+    }
+    jw_key(w, "encoding");
+    jw_str(w, enc == EXEC_ENC_BASE64 ? "base64" : "utf8");
+    if (out) {
+        jw_key(w, "stdout_truncated");
+        jw_bool(w, outbuf_truncated(out));
+        jw_key(w, "stderr_truncated");
+        jw_bool(w, outbuf_truncated(errb));
+    }
+    jw_key(w, "stdout_bytes");
+    jw_uint(w, r->stdout_bytes);
+    jw_key(w, "stderr_bytes");
+    jw_uint(w, r->stderr_bytes);
+    jw_key(w, "timed_out");
+    jw_bool(w, r->timed_out);
+    jw_key(w, "oom_killed");
+    jw_bool(w, r->oom_killed);
+    jw_key(w, "duration_ms");
+    jw_double(w, r->duration_ms, 3);
+    jw_key(w, "cpu_ms");
+    jw_double(w, r->cpu_ms, 3);
+    jw_key(w, "memory_peak_bytes");
+    jw_uint(w, r->memory_peak_bytes);
+    if (r->status == JOB_FAILED_TO_START) {
+        jw_key(w, "error");
+        jw_str(w, r->error);
+    }
+}
