@@ -79,6 +79,10 @@ static const struct opt opts[] = {
     {"process-retention-s", "S", "SBXD_PROCESS_RETENTION_S", NULL, 0, "600", OPT_UINT,
      OFF(process_retention_s), 0, 7 * 24 * 3600,
      "How long an ended background process keeps its result and output."},
+    {"metadata-prefix", "PREFIX", "SBXD_METADATA_PREFIX", NULL, 0, "SANDBOX_", OPT_LIST,
+     OFF(metadata_prefix), 0, 0,
+     "GET /v1/metadata serves sbxd's environment variables whose names begin with this, "
+     "read once at start; names containing TOKEN, SECRET, PASSWORD, CREDENTIAL or KEY never."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
      "After SIGTERM, how long running commands and background processes may finish before "
@@ -266,7 +270,9 @@ static void print_usage(FILE *out)
     fprintf(out,
             "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH,\n"
             "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
-            "POST /processes/ID/{stdin,signal,resize}.\n"
+            "POST /processes/ID/{stdin,signal,resize}, GET/HEAD/PUT/DELETE /v1/files/PATH,\n"
+            "GET /v1/health, GET /v1/metadata; legacy: POST /upload, GET /download/PATH,\n"
+            "GET /list/PATH, GET /exists/PATH.\n"
             "See docs/api.md.\n"
             "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
             "failure,\n2 on a bad option.\n");

@@ -6,6 +6,10 @@ SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Debian packages the build, the tests and the benchmark need.
 SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
     libcap-ng-dev check libcurl4-openssl-dev clang-format)
+# What tools/test needs on top: the conformance tier (tests/conformance) is Python with
+# Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them).
+# shellcheck disable=SC2034 # used by tools/test
+SBXD_TEST_DEPS=(python3 python3-yaml python3-jsonschema)
 
 sbxd_install_deps() {
     local missing=()

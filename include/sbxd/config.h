@@ -35,6 +35,7 @@ struct sbxd_config {
     char isolation[16];          /* auto | cgroup | pidns | uid | pgid */
     char uid_range[32];          /* "FIRST:COUNT" as given */
     char require_isolation[128]; /* comma-separated ISO_REQ_* words (isolation.h) */
+    char metadata_prefix[128];   /* /v1/metadata: the environment variables it serves */
     uint64_t memory_max;         /* per command, default and maximum; 0: none */
     uint64_t pids_max;           /* per command, default and maximum; 0: none */
     uid_t user_uid;

@@ -32,6 +32,7 @@ struct server {
     uint16_t port;
     unsigned running; /* atomic */
     unsigned streams; /* atomic: process output streams being sent (a drain waits for them) */
+    char **metadata;  /* /v1/metadata: "NAME=value" taken from the environment at start */
     bool draining;    /* atomic */
 };
 
@@ -83,6 +84,11 @@ enum MHD_Result reply_jsonw_header(struct MHD_Connection *c, unsigned status, st
 enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err);
+/* The legacy python-runtime error body: {"message": ...}. */
+enum MHD_Result reply_message(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The HTTP status of an error kind. */
+unsigned err_status(enum sbxd_errkind kind);
 enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allowed);
 
 /* Streamed answers (events.c): NDJSON, or SSE with the type as the event name, picked by the
@@ -129,6 +135,8 @@ bool json_content_type(const char *ct);
 /* Routes. */
 enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_v1_metadata(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_processes(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

@@ -78,12 +78,14 @@ enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const cha
     return queue_error(c, status, code, msg, NULL, NULL);
 }
 
-enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
+struct errmap {
+    unsigned status;
+    const char *code;
+};
+
+static const struct errmap *err_map(enum sbxd_errkind kind)
 {
-    static const struct {
-        unsigned status;
-        const char *code;
-    } map[] = {
+    static const struct errmap map[] = {
         [SBXD_E_NONE] = {500, "INTERNAL"},
         [SBXD_E_INVALID] = {400, "INVALID_ARGUMENT"},
         [SBXD_E_DENIED] = {403, "PERMISSION_DENIED"},
@@ -96,8 +98,38 @@ enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
         [SBXD_E_NO_SPACE] = {507, "INSUFFICIENT_STORAGE"},
         [SBXD_E_INTERNAL] = {500, "INTERNAL"},
     };
-    unsigned k = (unsigned)err->kind < sizeof(map) / sizeof(map[0]) ? (unsigned)err->kind : 0;
-    return queue_error(c, map[k].status, map[k].code, err->msg, NULL, NULL);
+    unsigned k = (unsigned)kind < sizeof(map) / sizeof(map[0]) ? (unsigned)kind : 0;
+    return &map[k];
+}
+
+enum MHD_Result reply_message(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct jsonw w;
+    jw_init(&w, 64 + strlen(msg));
+    jw_obj_begin(&w);
+    jw_key(&w, "message");
+    jw_str(&w, msg);
+    jw_obj_end(&w);
+    jw_newline(&w);
+    size_t len;
+    char *body = jw_finish(&w, &len);
+    return body ? queue_json(c, status, body, len, NULL, NULL) : MHD_NO;
+}
+
+unsigned err_status(enum sbxd_errkind kind)
+{
+    return err_map(kind)->status;
+}
+
+enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
+{
+    const struct errmap *m = err_map(err->kind);
+    return queue_error(c, m->status, m->code, err->msg, NULL, NULL);
 }
 
 enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allowed)

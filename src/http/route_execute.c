@@ -1,3 +1,4 @@
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,54 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
     return ret;
 }
 
+/* A body of "command" alone is the legacy python-runtime shape (every agent-sandbox SDK
+ * sends it). Only asked once something went wrong: the usual answer is the same. */
+static bool legacy_shape(struct MHD_Connection *c, const struct req_ctx *rc)
+{
+    if (!rc->body || stream_format_of(c) != STREAM_NONE)
+        return false;
+    cJSON *o = cJSON_ParseWithLength(rc->body, rc->body_len);
+    bool legacy = cJSON_IsObject(o) && o->child && !o->child->next && o->child->string &&
+                  strcmp(o->child->string, "command") == 0 && cJSON_IsString(o->child);
+    cJSON_Delete(o);
+    return legacy;
+}
+
+/* What the python runtime answers for a command it could not run: 200, exit_code 1 and the
+ * reason in stderr. The result's other fields say the same in sbxd's terms. */
+static enum MHD_Result reply_legacy_failure(struct MHD_Connection *c, const char *why)
+{
+    char msg[600];
+    snprintf(msg, sizeof(msg), "Failed to execute command: %s", why);
+    struct jsonw w;
+    jw_init(&w, 256 + strlen(msg));
+    jw_obj_begin(&w);
+    jw_key(&w, "status");
+    jw_str(&w, job_status_name(JOB_FAILED_TO_START));
+    jw_key(&w, "exit_code");
+    jw_int(&w, 1);
+    jw_key(&w, "signal");
+    jw_null(&w);
+    jw_key(&w, "stdout");
+    jw_str(&w, "");
+    jw_key(&w, "stderr");
+    jw_str(&w, msg);
+    jw_key(&w, "error");
+    jw_str(&w, why);
+    jw_obj_end(&w);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* A request that cannot run: its error, or for the legacy shape the python runtime's 200.
+ * Busy and shutting down stay errors, to be retried rather than read as the command's. */
+static enum MHD_Result reply_cannot_run(struct MHD_Connection *c, const struct req_ctx *rc,
+                                        const struct sbxd_err *err)
+{
+    if ((err->kind == SBXD_E_INVALID || err->kind == SBXD_E_INTERNAL) && legacy_shape(c, rc))
+        return reply_legacy_failure(c, err->msg);
+    return reply_err(c, err);
+}
+
 void execute_policy(struct server *srv, struct request_policy *pol)
 {
     *pol = (struct request_policy){
@@ -231,7 +280,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
-        return reply_err(c, &err);
+        return reply_cannot_run(c, rc, &err);
 
     unsigned running = __atomic_add_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
     if (running > srv->cfg->max_running) {
@@ -252,7 +301,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (!job) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
         exec_request_free(&req);
-        return reply_err(c, &err);
+        return reply_cannot_run(c, rc, &err);
     }
     enum stream_format fmt = stream_format_of(c);
     if (fmt != STREAM_NONE)
@@ -274,13 +323,22 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
 
     struct jsonw w;
     jw_init(&w, 512 + out.len + errb.len);
-    write_result(&w, job, &out, &errb, req.encoding, NULL);
+    bool legacy_failed = job_result(job)->status == JOB_FAILED_TO_START && legacy_shape(c, rc);
+    if (!legacy_failed)
+        write_result(&w, job, &out, &errb, req.encoding, NULL);
     spawn_note_daemon_peak(out.alloc + errb.alloc + w.cap + rc->body_cap);
     audit(&req, job, rc->client);
     outbuf_free(&out);
     outbuf_free(&errb);
+    rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */
+    if (legacy_failed) {
+        jw_free(&w);
+        enum MHD_Result r = reply_legacy_failure(c, job_result(job)->error);
+        job_free(job);
+        exec_request_free(&req);
+        return r;
+    }
     job_free(job);
     exec_request_free(&req);
-    rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }

@@ -19,11 +19,49 @@
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/multipart.h"
+#include "sbxd/resolve.h"
 #include "sbxd/timeutil.h"
+
+/* The faces of one implementation: /files, the standardized /v1/files, and the legacy
+ * python-runtime routes (/upload, /download, /list, /exists), which differ only in paths,
+ * statuses and error bodies. */
+enum face { FACE_FILES, FACE_V1, FACE_LEGACY };
+
+static const struct {
+    const char *prefix;
+    enum face face;
+} faces[] = {{"/v1/files", FACE_V1}, {"/files", FACE_FILES},   {"/download", FACE_LEGACY},
+             {"/list", FACE_LEGACY}, {"/exists", FACE_LEGACY}, {"/upload", FACE_LEGACY}};
+
+static enum face face_of(const char *url, size_t *prefix_len)
+{
+    for (size_t i = 0; i < sizeof(faces) / sizeof(faces[0]); i++) {
+        size_t n = strlen(faces[i].prefix);
+        if (strncmp(url, faces[i].prefix, n) == 0 && (url[n] == '/' || url[n] == '\0')) {
+            *prefix_len = n;
+            return faces[i].face;
+        }
+    }
+    *prefix_len = 0;
+    return FACE_FILES;
+}
+
+/* Legacy errors are {"message": ...} as the python runtime sends them: escapes are "Access
+ * denied", a missing file `missing`; the rest keeps its status with sbxd's sentence. */
+static enum MHD_Result reply_legacy_err(struct MHD_Connection *c, const struct sbxd_err *err,
+                                        const char *missing, const char *prefix)
+{
+    if (err->kind == SBXD_E_DENIED)
+        return reply_message(c, MHD_HTTP_FORBIDDEN, "Access denied");
+    if (err->kind == SBXD_E_NOT_FOUND && missing)
+        return reply_message(c, MHD_HTTP_NOT_FOUND, "%s", missing);
+    return reply_message(c, err_status(err->kind), "%s%s", prefix ? prefix : "", err->msg);
+}
 
 /* One PUT in progress: its target, its temporary file, and how its body is read. */
 struct files_put {
     struct server *srv;
+    enum face face;
     char *path;
     bool directory; /* ?type=directory */
     mode_t mode;
@@ -45,10 +83,14 @@ static void fs_user_of(const struct server *srv, struct fs_user *u)
     u->dir_mode = h->group_share ? 0775 : 0755;
 }
 
-/* The path part after /files, decoded (malloc'd), or NULL with err. */
+/* The path part after the route's prefix, decoded (malloc'd), or NULL with err. Leading
+ * slashes, also encoded ones, are dropped: the path is relative to the workspace root
+ * whatever it starts with (the legacy routes re-root "/etc/x" as "etc/x"). */
 static char *files_path(const char *url, struct sbxd_err *err)
 {
-    const char *p = url + strlen("/files");
+    size_t skip;
+    face_of(url, &skip);
+    const char *p = url + skip;
     while (*p == '/')
         p++;
     char *s = strdup(p);
@@ -60,6 +102,8 @@ static char *files_path(const char *url, struct sbxd_err *err)
         free(s);
         return NULL;
     }
+    size_t lead = strspn(s, "/");
+    memmove(s, s + lead, strlen(s + lead) + 1);
     if (strlen(s) >= PATH_MAX) {
         sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes", PATH_MAX - 1);
         free(s);
@@ -84,7 +128,15 @@ static bool query_arg(struct MHD_Connection *c, const char *key, char *out, size
     return true;
 }
 
-static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *path)
+/* /v1 knows two types: what is not a directory is listed as a file. */
+static const char *entry_type(const struct fs_entry *e, enum face face)
+{
+    if (face == FACE_V1 && strcmp(e->type, "directory") != 0)
+        return "file";
+    return e->type;
+}
+
+static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *path, enum face face)
 {
     char mode[8], when[40];
     snprintf(mode, sizeof(mode), "%04o", (unsigned)e->mode);
@@ -97,7 +149,7 @@ static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *p
     jw_key(w, "name");
     jw_str(w, e->name);
     jw_key(w, "type");
-    jw_str(w, e->type);
+    jw_str(w, entry_type(e, face));
     jw_key(w, "size");
     jw_uint(w, e->size);
     jw_key(w, "mode");
@@ -156,7 +208,8 @@ static int parse_range(const char *h, uint64_t size, uint64_t *first, uint64_t *
     return 1;
 }
 
-static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const char *path)
+static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const char *path,
+                                     enum face face)
 {
     struct sbxd_err err = {0};
     char v[32];
@@ -194,14 +247,16 @@ static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const cha
     jw_key(&w, "entries");
     jw_arr_begin(&w);
     for (uint64_t i = offset, k = 0; i < n && k < limit; i++, k++)
-        write_entry(&w, &v_entries[i], NULL);
+        write_entry(&w, &v_entries[i], NULL, face);
     jw_arr_end(&w);
     jw_obj_end(&w);
     free(v_entries);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
 
-static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct stat *st)
+/* attachment: the legacy download's Content-Disposition filename, or NULL. */
+static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct stat *st,
+                                const char *attachment)
 {
     struct fs_entry e;
     fs_entry_from_stat(&e, "", st);
@@ -261,6 +316,19 @@ static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct s
     MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, etag);
     MHD_add_response_header(r, MHD_HTTP_HEADER_LAST_MODIFIED, lm);
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    if (attachment) {
+        /* The name as a quoted-string: quotes, backslashes and controls cannot break out. */
+        char cd[PATH_MAX + 64];
+        size_t n = (size_t)snprintf(cd, sizeof(cd), "attachment; filename=\"");
+        for (const char *q = attachment; *q && n + 4 < sizeof(cd); q++)
+            if ((unsigned char)*q >= 0x20 && *q != 0x7f) {
+                if (*q == '"' || *q == '\\')
+                    cd[n++] = '\\';
+                cd[n++] = *q;
+            }
+        snprintf(cd + n, sizeof(cd) - n, "\"");
+        MHD_add_response_header(r, "Content-Disposition", cd);
+    }
     unsigned status = MHD_HTTP_OK;
     if (rr == 1) {
         snprintf(cr, sizeof(cr), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first, last, size);
@@ -272,12 +340,108 @@ static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct s
     return ret;
 }
 
+/* The legacy list: [{name,size,type,mod_time}] with the time in seconds since the epoch. */
+static enum MHD_Result legacy_list(struct server *srv, struct MHD_Connection *c, int fd,
+                                   const char *dir)
+{
+    struct sbxd_err err = {0};
+    size_t n;
+    struct fs_entry *v = fs_list(fd, &n, &err);
+    if (!v)
+        return reply_legacy_err(c, &err, "Path is not a directory", "List files failed: ");
+    /* As the python runtime (os.scandir) lists them, a symlink is described by what it points
+     * to, when that is inside the workspace; one that leaves it or dangles stays a file. */
+    struct fs_user u;
+    fs_user_of(srv, &u);
+    fs_user_enter(&u);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(v[i].type, "symlink") != 0)
+            continue;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof(path), "%s%s%s", dir, *dir ? "/" : "", v[i].name);
+        struct sbxd_err e2 = {0};
+        int tfd = fs_resolve_beneath(srv->rootfd, path, 0, &e2);
+        struct stat st;
+        char name[sizeof(v[i].name)];
+        memcpy(name, v[i].name, sizeof(name));
+        if (tfd >= 0 && fstat(tfd, &st) == 0)
+            fs_entry_from_stat(&v[i], name, &st);
+        if (tfd >= 0)
+            close(tfd);
+    }
+    fs_user_leave(&u);
+    struct jsonw w;
+    jw_init(&w, 64 + n * 96);
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < n; i++) {
+        jw_obj_begin(&w);
+        jw_key(&w, "name");
+        jw_str(&w, v[i].name);
+        jw_key(&w, "size");
+        jw_uint(&w, v[i].size);
+        jw_key(&w, "type");
+        jw_str(&w, strcmp(v[i].type, "directory") == 0 ? "directory" : "file");
+        jw_key(&w, "mod_time");
+        jw_double(&w, (double)v[i].mtime_ns / 1e9, 6);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    free(v);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* GET /exists/{path}: {"path": the decoded path as sent, "exists": bool}. */
+static enum MHD_Result legacy_exists(struct server *srv, struct MHD_Connection *c, const char *url)
+{
+    struct sbxd_err err = {0};
+    size_t skip;
+    face_of(url, &skip);
+    const char *p = url + skip + (url[skip] == '/');
+    char *sent = strdup(p); /* as the client meant it: decoded, its leading slash kept */
+    char *path = files_path(url, &err);
+    if (!sent || !path || fs_url_decode(sent, &err) < 0) {
+        free(sent);
+        free(path);
+        return reply_legacy_err(c, &err, NULL, NULL);
+    }
+    struct fs_user u;
+    fs_user_of(srv, &u);
+    fs_user_enter(&u);
+    int fd = fs_resolve_beneath(srv->rootfd, path, 0, &err);
+    fs_user_leave(&u);
+    free(path);
+    if (fd >= 0)
+        close(fd);
+    enum MHD_Result r;
+    if (fd < 0 && err.kind != SBXD_E_NOT_FOUND) {
+        r = reply_legacy_err(c, &err, NULL, NULL);
+    } else {
+        struct jsonw w;
+        jw_init(&w, 64 + strlen(sent));
+        jw_obj_begin(&w);
+        jw_key(&w, "path");
+        jw_str(&w, sent);
+        jw_key(&w, "exists");
+        jw_bool(&w, fd >= 0);
+        jw_obj_end(&w);
+        r = reply_jsonw(c, MHD_HTTP_OK, &w);
+    }
+    free(sent);
+    return r;
+}
+
 static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, const char *url)
 {
     struct sbxd_err err = {0};
+    size_t skip;
+    enum face face = face_of(url, &skip);
+    bool list = face == FACE_LEGACY && strncmp(url, "/list", 5) == 0;
+    if (face == FACE_LEGACY && strncmp(url, "/exists", 7) == 0)
+        return legacy_exists(srv, c, url);
+    const char *missing = list ? "Path is not a directory" : "File not found";
     char *path = files_path(url, &err);
     if (!path)
-        return reply_err(c, &err);
+        return face == FACE_LEGACY ? reply_legacy_err(c, &err, missing, NULL) : reply_err(c, &err);
     struct fs_user u;
     fs_user_of(srv, &u);
     struct stat st;
@@ -285,12 +449,35 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
     int fd = fs_open_read(srv->rootfd, path, &st, &err);
     fs_user_leave(&u);
     enum MHD_Result r;
-    if (fd < 0)
+    if (face == FACE_LEGACY) {
+        /* A directory is not a file to download, a file not a directory to list. */
+        if (fd >= 0 && S_ISDIR(st.st_mode) != list) {
+            close(fd);
+            fd = -1;
+            sbxd_fail(&err, SBXD_E_NOT_FOUND, 0, "%s", missing);
+        }
+        if (fd < 0 && err.kind == SBXD_E_INVALID && strstr(err.msg, "neither"))
+            err.kind = SBXD_E_NOT_FOUND; /* a fifo or socket: nothing to serve either */
+        if (fd < 0)
+            r = reply_legacy_err(c, &err, missing, NULL);
+        else if (list)
+            r = legacy_list(srv, c, fd, path);
+        else {
+            /* The name the client asked for, decoded, as the python runtime gives it. */
+            char *name = strdup(url + skip + (url[skip] == '/'));
+            struct sbxd_err e2;
+            if (name && fs_url_decode(name, &e2) < 0)
+                name[0] = '\0';
+            r = get_file(c, fd, &st, name ? name : "");
+            free(name);
+        }
+    } else if (fd < 0) {
         r = reply_err(c, &err);
-    else if (S_ISDIR(st.st_mode))
-        r = get_directory(c, fd, path);
-    else
-        r = get_file(c, fd, &st);
+    } else if (S_ISDIR(st.st_mode)) {
+        r = get_directory(c, fd, path, face);
+    } else {
+        r = get_file(c, fd, &st, NULL);
+    }
     free(path);
     return r;
 }
@@ -350,10 +537,70 @@ static int put_data(void *arg, const char *data, size_t n)
     return fs_upload_write(&p->up, data, n, &p->error);
 }
 
+/* POST /upload: the destination is the part's filename, known only once its headers are
+ * parsed; the temporary file is made then. A leading '/' is re-rooted (as in the python
+ * runtime, which does not percent-decode a filename either). */
+static int legacy_begin(struct files_put *p)
+{
+    const char *f = p->mp.filename;
+    while (*f == '/')
+        f++;
+    if (!*f)
+        return sbxd_fail(&p->error, SBXD_E_INVALID, EINVAL,
+                         "the part \"file\" has no filename to save it as (or one over 255 "
+                         "bytes)");
+    p->path = strdup(f);
+    if (!p->path)
+        return sbxd_fail(&p->error, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct fs_user u;
+    fs_user_of(p->srv, &u);
+    fs_user_enter(&u);
+    int r = fs_upload_begin(&p->up, p->srv->rootfd, p->path, &u, &p->error);
+    fs_user_leave(&u);
+    if (r < 0)
+        return -1;
+    p->began = true;
+    return 0;
+}
+
+static int legacy_data(void *arg, const char *data, size_t n)
+{
+    struct files_put *p = arg;
+    if (!p->began && (p->error.kind != SBXD_E_NONE || legacy_begin(p) < 0))
+        return -1;
+    return put_data(p, data, n);
+}
+
+static enum MHD_Result upload_begin(struct server *srv, struct MHD_Connection *c,
+                                    struct files_put *p, struct req_ctx *rc)
+{
+    p->face = FACE_LEGACY;
+    struct fs_user u;
+    fs_user_of(srv, &u);
+    p->mode = u.file_mode;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char *end;
+    errno = 0;
+    if (cl && (strtoull(cl, &end, 10) > srv->cfg->max_upload_bytes || errno || *end))
+        return reply_message(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                             "File upload failed: the upload is larger than %llu bytes",
+                             (unsigned long long)srv->cfg->max_upload_bytes);
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!mp_is_multipart(ct))
+        return reply_message(c, MHD_HTTP_BAD_REQUEST,
+                             "File upload failed: send multipart/form-data with a part \"file\"");
+    p->multipart = true;
+    if (mp_init(&p->mp, ct, "file", legacy_data, p) < 0)
+        return reply_message(c, MHD_HTTP_BAD_REQUEST, "File upload failed: %s", p->mp.error);
+    rc->replied = false;
+    return MHD_YES;
+}
+
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const char *url, const char *method)
 {
-    if (strcmp(method, "PUT") != 0)
+    bool upload = strcmp(method, "POST") == 0;
+    if (strcmp(method, "PUT") != 0 && !upload)
         return MHD_YES; /* the rest has no body: all at the end */
     struct sbxd_err err = {0};
     rc->replied = true;
@@ -364,6 +611,10 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
     p->up.fd = p->up.dirfd = -1;
     rc->state = p;
     rc->state_free = put_free;
+    if (upload)
+        return upload_begin(srv, c, p, rc);
+    size_t skip;
+    p->face = face_of(url, &skip);
     p->path = files_path(url, &err);
     if (!p->path)
         return reply_err(c, &err);
@@ -460,6 +711,17 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
     struct sbxd_err err = {0};
     struct stat st;
     unsigned status;
+    if (p->face == FACE_LEGACY) {
+        if (p->error.kind == SBXD_E_NONE && mp_finish(&p->mp) < 0)
+            sbxd_fail(&p->error, SBXD_E_INVALID, EINVAL, "%s", p->mp.error);
+        if (p->error.kind == SBXD_E_NONE && !p->mp.found)
+            sbxd_fail(&p->error, SBXD_E_INVALID, EINVAL,
+                      "the multipart body has no part named \"file\"");
+        if (p->error.kind == SBXD_E_NONE && !p->began)
+            legacy_begin(p); /* an empty file: no data came to begin it */
+        if (p->error.kind != SBXD_E_NONE)
+            return reply_legacy_err(c, &p->error, NULL, "File upload failed: ");
+    }
     if (p->error.kind != SBXD_E_NONE)
         return reply_err(c, &p->error);
     if (p->directory) {
@@ -475,7 +737,7 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
             memset(&st, 0, sizeof(st));
         status = created ? MHD_HTTP_CREATED : MHD_HTTP_OK;
     } else {
-        if (p->multipart && mp_finish(&p->mp) < 0)
+        if (p->multipart && p->face != FACE_LEGACY && mp_finish(&p->mp) < 0)
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", p->mp.error);
         if (p->multipart && !p->mp.found)
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
@@ -483,23 +745,37 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
         fs_user_enter(&u);
         int r = fs_upload_commit(&p->up, p->mode, &st, &err);
         fs_user_leave(&u);
+        if (r < 0 && p->face == FACE_LEGACY)
+            return reply_legacy_err(c, &err, NULL, "File upload failed: ");
         if (r < 0)
             return reply_err(c, &err);
         p->began = false;
         status = p->up.existed ? MHD_HTTP_OK : MHD_HTTP_CREATED;
     }
+    if (p->face == FACE_V1) {
+        /* The standardized API answers a write with 204 and no body. */
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (p->face == FACE_LEGACY)
+        return reply_message(c, MHD_HTTP_OK, "File '%s' uploaded successfully.", p->mp.filename);
     struct fs_entry e;
     const char *slash = strrchr(p->path, '/');
     fs_entry_from_stat(&e, slash ? slash + 1 : p->path, &st);
     struct jsonw w;
     jw_init(&w, 256);
-    write_entry(&w, &e, p->path);
+    write_entry(&w, &e, p->path, p->face);
     return reply_jsonw(c, status, &w);
 }
 
 enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    if (strcmp(rc->method, "PUT") == 0)
+    if (strcmp(rc->method, "PUT") == 0 || strcmp(rc->method, "POST") == 0)
         return files_put_end(srv, c, rc);
     if (strcmp(rc->method, "DELETE") == 0)
         return files_delete(srv, c, rc->url);

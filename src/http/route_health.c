@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "sbxd/background.h"
@@ -140,4 +141,46 @@ enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct 
     jw_str(&w, draining ? "sbxd is shutting down" : "sbxd is running");
     jw_obj_end(&w);
     return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+}
+
+/* GET /v1/health: the standardized API's probe (HealthResponse, or Error when not ready). */
+enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)rc;
+    char why[256];
+    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
+    if (isolation_degraded(srv->iso, why, sizeof(why)))
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                           "required isolation failed: %s", why);
+    struct jsonw w;
+    jw_init(&w, 64);
+    jw_obj_begin(&w);
+    jw_key(&w, "status");
+    jw_str(&w, "ok");
+    jw_key(&w, "uptime_seconds");
+    jw_uint(&w, (uint64_t)((time_mono_ns() - srv->start_ns) / 1000000000));
+    jw_obj_end(&w);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* GET /v1/metadata: {"env": {...}} of what server_start took from the environment. */
+enum MHD_Result route_v1_metadata(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)rc;
+    struct jsonw w;
+    jw_init(&w, 256);
+    jw_obj_begin(&w);
+    jw_key(&w, "env");
+    jw_obj_begin(&w);
+    for (char **e = srv->metadata; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
+        jw_key(&w, name);
+        jw_str(&w, eq + 1);
+    }
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
 }

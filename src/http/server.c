@@ -1,10 +1,12 @@
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "sbxd/http.h"
 #include "sbxd/limits.h"
@@ -20,7 +22,57 @@ static const struct route routes[] = {
     {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
      route_files_begin, route_files_body},
+    /* The standardized REST file API (KEP-539.2): the same implementation, another face. */
+    {"/v1/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
+     route_files_begin, route_files_body},
+    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL},
+    {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL},
+    /* The legacy python-runtime file routes (GET / and POST /execute are above). */
+    {"/upload", HTTP_POST, false, route_files, false, route_files_begin, route_files_body},
+    {"/download", HTTP_GET | HTTP_HEAD, false, route_files, true, NULL, NULL},
+    {"/list", HTTP_GET, false, route_files, true, NULL, NULL},
+    {"/exists", HTTP_GET, false, route_files, true, NULL, NULL},
 };
+
+/* What /v1/metadata may serve: the variables with the prefix, never one whose name looks
+ * like a credential (untrusted code in the sandbox can ask for it). */
+static bool metadata_allowed(const char *entry, const char *prefix)
+{
+    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY"};
+    const char *eq = strchr(entry, '=');
+    size_t pl = strlen(prefix);
+    if (!eq || (size_t)(eq - entry) < pl || strncmp(entry, prefix, pl) != 0 || eq - entry >= 255)
+        return false;
+    char name[256];
+    size_t n = (size_t)(eq - entry);
+    for (size_t i = 0; i < n; i++)
+        name[i] = (char)toupper((unsigned char)entry[i]);
+    name[n] = '\0';
+    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
+        if (strstr(name, secret[i]))
+            return false;
+    return true;
+}
+
+static char **metadata_snapshot(const char *prefix)
+{
+    size_t n = 0;
+    for (char **e = environ; *e; e++)
+        n += metadata_allowed(*e, prefix);
+    char **v = calloc(n + 1, sizeof(char *));
+    size_t i = 0;
+    for (char **e = environ; v && *e; e++)
+        if (metadata_allowed(*e, prefix) && (v[i] = strdup(*e)))
+            i++;
+    return v;
+}
+
+static void free_strv(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
 
 static const struct route *find_route(const char *url)
 {
@@ -247,6 +299,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->iso = iso;
     snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
     srv->start_ns = time_mono_ns();
+    srv->metadata = metadata_snapshot(cfg->metadata_prefix);
 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -262,6 +315,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         NULL, MHD_OPTION_END);
     if (!srv->mhd) {
         int e = errno;
+        free_strv(srv->metadata);
         free(srv);
         sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot listen on %s", cfg->listen);
         return NULL;
@@ -296,5 +350,6 @@ void server_stop(struct server *srv)
     if (!srv)
         return;
     MHD_stop_daemon(srv->mhd);
+    free_strv(srv->metadata);
     free(srv);
 }

@@ -17,6 +17,7 @@ int main(void)
     srunner_add_suite(sr, files_suite());
     srunner_add_suite(sr, stream_suite());
     srunner_add_suite(sr, processes_suite());
+    srunner_add_suite(sr, sbx_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -10,6 +10,7 @@ Suite *isolation_suite(void);
 Suite *files_suite(void);
 Suite *stream_suite(void);
 Suite *processes_suite(void);
+Suite *sbx_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

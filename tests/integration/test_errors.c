@@ -33,11 +33,32 @@ START_TEST(bad_json_is_400)
            "INVALID_ARGUMENT");
     expect("POST", "/execute", NULL, "{\"cwd\":\".\"}", 400, "INVALID_ARGUMENT");
     expect("POST", "/execute", NULL, "{\"argv\":[]}", 400, "INVALID_ARGUMENT");
-    expect("POST", "/execute", NULL, "{\"command\":\"echo a\\u0000; rm -rf x\"}", 400,
+    expect("POST", "/execute", NULL,
+           "{\"command\":\"echo a\\u0000; rm -rf x\",\"timeout_ms\":1000}", 400,
            "INVALID_ARGUMENT");
     expect("POST", "/execute", NULL, "{\"command\":\"ls\",\"timeout\":5}", 400, "INVALID_ARGUMENT");
     expect("POST", "/execute", NULL, "{\"command\":\"ls\",\"timeout_ms\":999999999999}", 400,
            "INVALID_ARGUMENT");
+}
+END_TEST
+
+/* A NUL would cut the command short ("echo a", then "; rm -rf x" never seen): it is never
+ * run. The legacy shape ("command" alone) is answered as the python runtime answers a command
+ * it could not run: 200, exit_code 1, the reason in stderr. */
+START_TEST(nul_in_a_legacy_command_is_not_run)
+{
+    struct http_resp r;
+    const char *b = "{\"command\":\"echo a\\u0000; touch nul-ran\"}";
+    ck_assert_int_eq(http_request(&g_sbxd, "POST", "/execute", NULL, b, strlen(b), 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq((int)jnum(r.json, "exit_code"), 1);
+    ck_assert_str_eq(jstr(r.json, "stdout"), "");
+    ck_assert_ptr_nonnull(strstr(jstr(r.json, "stderr"), "Failed to execute command: "));
+    ck_assert_str_eq(jstr(r.json, "status"), "failed_to_start");
+    http_resp_free(&r);
+    cJSON *ls = execute(&g_sbxd, "{\"command\":\"test -e nul-ran && echo ran || echo absent\"}");
+    ck_assert_str_eq(jstr(ls, "stdout"), "absent\n");
+    cJSON_Delete(ls);
 }
 END_TEST
 
@@ -194,6 +215,7 @@ Suite *errors_suite(void)
     TCase *tc = tcase_create("4xx");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bad_json_is_400);
+    tcase_add_test(tc, nul_in_a_legacy_command_is_not_run);
     tcase_add_test(tc, unknown_field_message_names_it);
     tcase_add_test(tc, oversize_body_is_413);
     tcase_add_test(tc, oversize_chunked_body_is_413);

@@ -1,0 +1,319 @@
+/*
+ * sbx.c - sbx, the command-line client of sbxd: main, the global options, the command table
+ * (which also makes the help) and --version.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sbx.h"
+
+#define EXIT_STATUS_HELP                                                                           \
+    "Exit status: 0 on success; 1 when sbxd refused (its message is printed) or the\n"             \
+    "operation failed, or sbxd cannot be reached; 2 for a usage error.\n"
+
+static const struct sbx_cmd commands[] = {
+    {"exec", "[OPTIONS] [--] CMD [ARG]...", "Run a program with its arguments, without a shell",
+     "CMD runs with its arguments exactly as given (no shell: * $ | ; mean nothing special), in\n"
+     "the sandbox's workspace. Its stdout and stderr come out on sbx's own, byte for byte, and\n"
+     "sbx exits with its exit status. Options go before CMD; '--' ends them.\n"
+     "\n"
+     "Options:\n"
+     "  -t, --timeout DURATION  wall-clock limit in milliseconds, or with s or m (10s, 2m);\n"
+     "                          default: sbxd's (--timeout-ms); then the command is killed\n"
+     "  -e, --env NAME=VALUE    set an environment variable (repeatable); commands start\n"
+     "                          with PATH, HOME and LANG only\n"
+     "  -C, --cwd DIR           run in DIR, relative to the workspace (default: its root)\n"
+     "  -s, --stream            write the output as it is printed, not when the command has\n"
+     "                          ended; and all of it (sbxd keeps the first 1 MiB of each\n"
+     "                          stream otherwise, and sbx says when it was cut)\n"
+     "  -i, --stdin             send sbx's stdin to the command (text, no NUL bytes; read to\n"
+     "                          its end first); without it the command's stdin is empty\n"
+     "      --no-network        the command cannot open IPv4 or IPv6 sockets\n"
+     "  -h, --help              show this help\n"
+     "\n"
+     "A command that does not simply exit gets one line on stderr: 'sbx: command timed out\n"
+     "after N ms', 'sbx: command killed by SIGKILL', '... out of memory', '... failed to\n"
+     "start: ...'.\n"
+     "\n"
+     "Exit status: the command's (128+N after signal N, so 137 after a timeout; 127 when it\n"
+     "could not start); 1 when sbxd refused the request or cannot be reached; 2 for a usage\n"
+     "error. sbx's own errors are the stderr lines that start with 'sbx:'.\n"
+     "\n"
+     "Examples:\n"
+     "  sbx exec -- ls -la\n"
+     "  sbx exec --cwd src --env DEBUG=1 -- make -j4\n"
+     "  sbx exec --stream --timeout 30m -- ./build.sh\n"
+     "  printf 'a\\nb\\n' | sbx exec --stdin -- wc -l\n",
+     cmd_exec},
+    {"run", "[OPTIONS] [--] 'SHELL COMMAND'", "Run a shell command line (/bin/sh -c)",
+     "The one argument is a shell command line: pipes, redirections, variables and globs work,\n"
+     "as in 'sh -c'. Quote it so that your own shell passes it on unchanged. Everything else\n"
+     "is as for 'sbx exec': the output byte for byte, the command's exit status.\n"
+     "\n"
+     "Options:\n"
+     "  -t, --timeout DURATION  wall-clock limit in milliseconds, or with s or m (10s, 2m)\n"
+     "  -e, --env NAME=VALUE    set an environment variable (repeatable)\n"
+     "  -C, --cwd DIR           run in DIR, relative to the workspace\n"
+     "  -s, --stream            write the output as it is printed (and all of it)\n"
+     "  -i, --stdin             send sbx's stdin to the command (text, no NUL bytes)\n"
+     "      --no-network        the command cannot open IPv4 or IPv6 sockets\n"
+     "  -h, --help              show this help\n"
+     "\n"
+     "Exit status: the command's; 1 when sbxd refused the request or cannot be reached; 2 for\n"
+     "a usage error.\n"
+     "\n"
+     "Examples:\n"
+     "  sbx run 'echo $HOME; ls | wc -l'\n"
+     "  sbx run --stream 'make 2>&1 | tee build.log'\n"
+     "  sbx run --timeout 5s 'sleep 10' || echo \"ended with $?\"\n",
+     cmd_run},
+    {"put", "[--mode MODE] LOCAL [REMOTE]", "Upload a file into the workspace",
+     "Streams LOCAL to REMOTE in the workspace: never read whole into memory, written by sbxd\n"
+     "to a temporary file and renamed, so readers see the old content or the new. Missing\n"
+     "parent directories are created. LOCAL '-' reads stdin (then REMOTE is needed). REMOTE\n"
+     "omitted: LOCAL's name in the workspace root; REMOTE ending in '/': LOCAL's name in that\n"
+     "directory. A progress bar shows on stderr for files of 1 MiB or more when stderr is a\n"
+     "terminal.\n"
+     "\n"
+     "Options:\n"
+     "  -m, --mode MODE  the file's permissions in octal, like 0755 (default: sbxd's, 0644)\n"
+     "  -h, --help       show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx put data.csv in/data.csv\n"
+     "  sbx put build.sh scripts/ --mode 0755\n"
+     "  tar c src | sbx put - src.tar\n",
+     cmd_put},
+    {"get", "REMOTE [LOCAL]", "Download a file from the workspace",
+     "Writes REMOTE to LOCAL: by default REMOTE's name in the current directory; into it when\n"
+     "LOCAL is a directory; to stdout when LOCAL is '-'. The download goes to a file without a\n"
+     "name that gets LOCAL's only once complete: a failed or interrupted download leaves no\n"
+     "partial file, and an existing LOCAL is replaced in one step. A progress bar shows on\n"
+     "stderr for files of 1 MiB or more when stderr is a terminal.\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx get out/report.pdf\n"
+     "  sbx get logs/build.log /tmp/\n"
+     "  sbx get results.json - | jq .\n",
+     cmd_get},
+    {"ls", "[PATH]", "List a directory of the workspace, or show a file",
+     "One line per entry, sorted by name: permissions (octal), size in bytes, modification\n"
+     "time (UTC), name, with '/' after a directory and '@' after a symbolic link. A file\n"
+     "gives its own line. PATH defaults to the workspace root; names with control characters\n"
+     "are shown escaped (\\n, \\t, \\xNN).\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx ls\n"
+     "  sbx ls src/lib\n"
+     "  sbx ls out/report.pdf\n",
+     cmd_ls},
+    {"rm", "[-r] [-f] PATH...", "Delete files or directories of the workspace",
+     "Deletes each PATH: a file, a symbolic link (never its target) or an empty directory;\n"
+     "a directory with its content with -r. Every PATH is tried; the exit status says whether\n"
+     "all were deleted.\n"
+     "\n"
+     "Options:\n"
+     "  -r, -R, --recursive  delete directories and everything in them\n"
+     "  -f, --force          a PATH that does not exist is not an error\n"
+     "  -h, --help           show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx rm old.log\n"
+     "  sbx rm -r build\n"
+     "  sbx rm -rf cache tmp\n",
+     cmd_rm},
+    {"mkdir", "PATH...", "Create directories, with their parents",
+     "Creates each PATH and any missing parent (as 'mkdir -p' does; -p is accepted). A\n"
+     "directory that exists already is fine; a file in the way is an error.\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx mkdir in out/logs\n",
+     cmd_mkdir},
+    {"ps", "", "List background processes",
+     "One line per background process (started with POST /processes), running and recently\n"
+     "ended, oldest first: its id, pid, status (running, exited, signaled, timeout, ...), exit\n"
+     "status once ended, start time (UTC) and command.\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx ps\n",
+     cmd_ps},
+    {"logs", "[-f] ID", "Print the output of a background process",
+     "Writes what process ID printed, byte for byte, from the start of what sbxd still holds\n"
+     "(the last 4 MiB by default; sbx says on stderr when older output was dropped): stdout\n"
+     "and terminal output to stdout, stderr to stderr. Without -f it ends with what is there\n"
+     "now; with -f it goes on as the process prints and ends when the process ends.\n"
+     "\n"
+     "Options:\n"
+     "  -f, --follow  keep printing output as it comes, until the process ends\n"
+     "  -h, --help    show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx logs 5f0c1e2d3c4b5a69788796a5\n"
+     "  sbx logs -f 5f0c1e2d3c4b5a69788796a5 | grep -m1 'listening'\n",
+     cmd_logs},
+    {"kill", "[-s SIGNAL] ID...", "Send a signal to a background process",
+     "Sends SIGNAL (default TERM) to the whole process tree of each process ID. sbxd sends\n"
+     "HUP, INT, QUIT, KILL, USR1, USR2, TERM, CONT and STOP; SIGNAL is a name, with or without\n"
+     "SIG, in any case, or its number (1 2 3 9 10 12 15 18 19 on x86 and arm). kill(1)'s\n"
+     "forms '-9' and '-KILL' work too.\n"
+     "\n"
+     "Options:\n"
+     "  -s, --signal SIGNAL  the signal to send (default: TERM)\n"
+     "  -h, --help           show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx kill 5f0c1e2d3c4b5a69788796a5\n"
+     "  sbx kill -s INT 5f0c1e2d3c4b5a69788796a5\n"
+     "  sbx kill -9 5f0c1e2d3c4b5a69788796a5\n",
+     cmd_kill},
+    {"health", "", "Show whether sbxd is healthy, and its isolation",
+     "A summary of GET /healthz: status (ok, draining, degraded with its reason), version,\n"
+     "uptime, commands running out of the most allowed, background processes, and the\n"
+     "isolation every command gets (tree_kill, cgroup, seccomp, memory, pids, cpu, user,\n"
+     "capabilities, no_new_privs).\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n"
+     "Exit status: 0 when sbxd says ok; 1 when it is draining, degraded, or cannot be\n"
+     "reached; 2 for a usage error.\n"
+     "\n"
+     "Examples:\n"
+     "  sbx health\n"
+     "  until sbx health >/dev/null 2>&1; do sleep 0.2; done\n",
+     cmd_health},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const struct sbx_cmd *command_find(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+/* `sbx --help`: generated from the table, so that no command is ever left out. */
+static int print_overview(void)
+{
+    printf("Usage: sbx [--url URL] COMMAND [ARGS]...\n"
+           "\n"
+           "sbx is the command-line client of sbxd, the sandbox daemon: it runs commands in the\n"
+           "sandbox, moves files in and out of its workspace and watches background processes.\n"
+           "\n"
+           "Commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        char head[64];
+        snprintf(head, sizeof(head), "%s %s", commands[i].name, commands[i].synopsis);
+        printf("  %-36s %s\n", head, commands[i].summary);
+    }
+    printf("\n"
+           "Options (before COMMAND):\n"
+           "  -u, --url URL  sbxd's address (default: $SBX_URL, else " SBX_DEFAULT_URL ")\n"
+           "  -h, --help     show this help; 'sbx COMMAND --help' or 'sbx help COMMAND' shows a\n"
+           "                 command's options and examples\n"
+           "  -V, --version  print sbx's version\n"
+           "\n"
+           "Remote paths are relative to the sandbox's workspace (its root is '' or '/').\n"
+           "\n"
+           "Exit status:\n"
+           "  exec, run  the command's own (128+N after signal N, 127 when it could not start)\n"
+           "  others     0 on success, 1 when sbxd refused or the operation failed\n"
+           "  all        1 when sbxd cannot be reached, 2 for a usage error\n"
+           "sbx's own errors are one line on stderr: 'sbx: COMMAND: message (HTTP status)'.\n"
+           "\n"
+           "Environment:\n"
+           "  SBX_URL    sbxd's address when --url is not given\n"
+           "\n"
+           "Examples:\n"
+           "  sbx exec -- python3 -c 'print(6 * 7)'\n"
+           "  sbx run 'make test 2>&1 | tail -n 20'\n"
+           "  sbx --url http://10.0.0.7:8888 exec --stream --timeout 10m -- make\n"
+           "  sbx put model.bin models/ && sbx ls models\n"
+           "  sbx get results/out.csv -\n"
+           "  sbx ps; sbx logs ID; sbx kill -s INT ID\n");
+    return fflush(stdout) == 0 ? SBX_OK : SBX_FAIL;
+}
+
+/* The base URL: a scheme added when missing ("localhost:8888"), trailing slashes dropped so
+ * that paths can be appended. SBX_OK or SBX_USAGE. */
+static int url_set(struct sbx *s, const char *url)
+{
+    const char *scheme = strstr(url, "://") ? "" : "http://";
+    if (!*url)
+        return usage_error(NULL, "the URL of sbxd is empty");
+    if (*scheme == '\0' && strncasecmp(url, "http://", 7) != 0 &&
+        strncasecmp(url, "https://", 8) != 0)
+        return usage_error(NULL, "'%s' is not an http:// URL", url);
+    if ((size_t)snprintf(s->url, sizeof(s->url), "%s%s", scheme, url) >= sizeof(s->url))
+        return usage_error(NULL, "the URL of sbxd is too long");
+    size_t n = strlen(s->url);
+    while (n > 0 && s->url[n - 1] == '/')
+        s->url[--n] = '\0';
+    return SBX_OK;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longs[] = {{"url", required_argument, NULL, 'u'},
+                                          {"version", no_argument, NULL, 'V'},
+                                          {NULL, 0, NULL, 0}};
+    const char *url = getenv("SBX_URL");
+    if (!url || !*url)
+        url = SBX_DEFAULT_URL;
+    int c;
+    opt_reset();
+    while ((c = opt_next(NULL, argc, argv, "u:V", longs)) != -1) {
+        switch (c) {
+        case 'u':
+            url = optarg;
+            break;
+        case 'V':
+            printf("sbx %s\n", SBXD_VERSION);
+            return fflush(stdout) == 0 ? SBX_OK : SBX_FAIL;
+        case 'h':
+            return print_overview();
+        default:
+            return SBX_USAGE;
+        }
+    }
+    if (optind >= argc)
+        return usage_error(NULL, "no command given");
+    const char *name = argv[optind];
+    if (strcmp(name, "help") == 0) {
+        /* `sbx help [COMMAND]`, as git and go have it. */
+        if (optind + 1 >= argc)
+            return print_overview();
+        const struct sbx_cmd *cmd = command_find(argv[optind + 1]);
+        return cmd ? cmd_print_help(cmd)
+                   : usage_error(NULL, "unknown command '%s'", argv[optind + 1]);
+    }
+    const struct sbx_cmd *cmd = command_find(name);
+    if (!cmd)
+        return usage_error(NULL, "unknown command '%s'", name);
+
+    struct sbx s;
+    int r = url_set(&s, url);
+    if (r != SBX_OK)
+        return r;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return fail(NULL, "cannot initialise libcurl");
+    r = cmd->run(&s, cmd, argc - optind, argv + optind);
+    curl_global_cleanup();
+    return r;
+}
