@@ -52,3 +52,38 @@ sbxd_build() {
     cmake -S "$SBXD_ROOT" -B "$dir" -DSBXD_MHD_PREFIX="$SBXD_MHD_PREFIX" "$@" >/dev/null
     cmake --build "$dir" -j"$(nproc)"
 }
+
+# The container image and its tiers (tools/build-image, tests/container/run, tests/k8s/run).
+# podman builds and runs the image (rootful, chroot isolation, no registry needed);
+# debootstrap makes the Debian base from the machine's own apt mirror; runsc runs the image
+# under gVisor; python3 with YAML and JSON Schema checks the Kubernetes manifests.
+# shellcheck disable=SC2034 # used by the image tools
+SBXD_IMAGE_DEPS=(podman debootstrap debian-archive-keyring)
+# shellcheck disable=SC2034
+SBXD_CONTAINER_TEST_DEPS=(runsc curl python3 python3-yaml)
+# shellcheck disable=SC2034
+SBXD_K8S_TEST_DEPS=(python3 python3-yaml python3-jsonschema)
+
+# sbxd_install_pkgs PKG...: install those of PKG... that are missing (and nothing else).
+sbxd_install_pkgs() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "== installing: ${missing[*]}" >&2
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "tools: need root to install ${missing[*]} (or install them yourself)" >&2
+        return 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+}
+
+# sbxd_install_image_deps [PKG...]: SBXD_IMAGE_DEPS and PKG..., where missing (not the build
+# dependencies: the image builds inside itself).
+sbxd_install_image_deps() {
+    sbxd_install_pkgs "${SBXD_IMAGE_DEPS[@]}" "$@"
+}

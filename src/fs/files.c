@@ -250,13 +250,24 @@ int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct 
             }
             memcpy(comp, path + s, cl);
             comp[cl] = '\0';
-            if (mkdirat(fd, comp, mode) < 0 && errno != EEXIST) {
+            int mk = mkdirat(fd, comp, mode);
+            if (mk < 0 && errno != EEXIST) {
                 int e = errno;
                 sbxd_fail_errno(err, kind_of(e), e, "cannot create directory '%.200s'", prefix);
                 goto fail;
             }
+            bool made = mk == 0;
             *created = i >= len || strspn(path + i, "/") == len - i;
             nfd = fs_resolve_beneath(rootfd, prefix, FS_RESOLVE_DIRECTORY, &e2);
+            if (made && nfd >= 0) {
+                /* The mode asked for, not what sbxd's umask left of it (group write, under
+                 * uid isolation), set on the directory just resolved, not by name. */
+                char self[64];
+                snprintf(self, sizeof(self), "/proc/self/fd/%d", nfd);
+                if (chmod(self, mode) < 0) {
+                    /* best effort: the directory exists either way */
+                }
+            }
         }
         if (nfd < 0) {
             *err = e2;

@@ -61,10 +61,7 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, unsigned status, co
     jw_key(&w, "message");
     jw_str(&w, msg);
     jw_obj_end(&w);
-    jw_newline(&w);
-    size_t len;
-    char *body = jw_finish(&w, &len);
-    return body ? queue_json(c, status, body, len, hdr, hdr_value) : MHD_NO;
+    return reply_jsonw_header(c, status, &w, hdr, hdr_value);
 }
 
 enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code,
@@ -115,10 +112,7 @@ enum MHD_Result reply_message(struct MHD_Connection *c, unsigned status, const c
     jw_key(&w, "message");
     jw_str(&w, msg);
     jw_obj_end(&w);
-    jw_newline(&w);
-    size_t len;
-    char *body = jw_finish(&w, &len);
-    return body ? queue_json(c, status, body, len, NULL, NULL) : MHD_NO;
+    return reply_jsonw(c, status, &w);
 }
 
 unsigned err_status(enum sbxd_errkind kind)

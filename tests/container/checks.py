@@ -1,0 +1,654 @@
+#!/usr/bin/python3
+"""The container tier's checks: sbxd's image under podman + gVisor (runsc), over HTTP.
+
+    tests/container/checks.py IMAGE      (tests/container/run builds IMAGE and calls this)
+
+Runs, one after another, each as a podman container under runsc with host networking and
+sbxd on an ephemeral loopback port (--listen 127.0.0.1:0, read back from its log):
+
+  plain    the image as `podman run IMAGE` runs it (podman's default capabilities)
+  pod      the pod of k8s/sandboxtemplate.yaml: read-only root, /workspace a root-owned
+           0777 host directory (as an emptyDir is) and /tmp a tmpfs, only the template's
+           capabilities, no_new_privs, podman's default seccomp profile enforced inside
+           gVisor (--oci-seccomp, as RuntimeDefault), the template's environment
+  pidns    the pod plus SYS_ADMIN and SBXD_ISOLATION=pidns (k8s/components/pidns)
+  caps     the pod and pidns configurations each without one of the template's
+           capabilities: every capability must be needed by at least one of them
+
+Prints PASS/FAIL per check, the /healthz isolation blocks and the capability table; exits
+1 on any failure. Containers carry a label of this run and are removed on every path;
+afterwards no host process may still name one of them.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TEMPLATE = os.path.join(ROOT, "k8s", "sandboxtemplate.yaml")
+RUNSC = shutil.which("runsc") or "/usr/bin/runsc"
+RUN_ID = "ctest-%d" % os.getpid()
+LABEL = "sbxd-test=" + RUN_ID
+# How runsc runs here (docs/testing-gvisor.md): the host's network stack, so that sbxd's
+# 127.0.0.1 is the host's; the ptrace platform (kvm hangs on these machines).
+RUNSC_ARGS = ["--runtime", RUNSC, "--runtime-flag", "network=host",
+              "--runtime-flag", "platform=ptrace", "--network", "host"]
+GRACE_MS = 3000  # SBXD_SHUTDOWN_GRACE_MS in the pod runs: the drain test waits it out
+TREE_KILLS = ("cgroup", "pidns", "uid", "pgid")
+
+passed = 0
+failed = 0
+container_ids = []
+tmpdirs = []
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        say("PASS %s" % name)
+    else:
+        failed += 1
+        say("FAIL %s%s" % (name, ": " + detail if detail else ""))
+    return ok
+
+
+def podman(*args, timeout=120, check_rc=True):
+    p = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    if check_rc and p.returncode != 0:
+        raise RuntimeError("podman %s: %s" % (" ".join(args[:3]), p.stderr.strip()[-400:]))
+    return p
+
+
+class Sbxd:
+    """One sbxd container."""
+
+    def __init__(self, image, name, args, env=None):
+        self.name = "sbxd-%s-%s" % (RUN_ID, name)
+        self.port = None
+        self.error = None
+        cmd = ["run", "-d", "--name", self.name, "--label", LABEL, *RUNSC_ARGS, *args]
+        for k, v in (env or {}).items():
+            cmd += ["-e", "%s=%s" % (k, v)]
+        cmd += [image, "--listen", "127.0.0.1:0"]
+        p = podman(*cmd, check_rc=False)
+        if p.returncode != 0:
+            self.error = "podman run failed: " + p.stderr.strip()[-300:]
+            return
+        self.id = p.stdout.strip()
+        container_ids.append(self.id)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = re.search(r'"event":"listening".*?"port":(\d+)', self.logs())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if not self.running():
+                self.error = "exited at start: " + self.last_error()
+                return
+            time.sleep(0.1)
+        self.error = "no 'listening' line within 30 s: " + self.logs()[-300:]
+
+    def logs(self):
+        p = podman("logs", self.name, check_rc=False)
+        return p.stdout + p.stderr
+
+    def last_error(self):
+        for line in reversed(self.logs().splitlines()):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                if line.strip():
+                    return line.strip()
+                continue
+            if ev.get("level") == "error":
+                return "%s%s" % (ev.get("message"), ": " + ev["error"] if ev.get("error") else "")
+        return self.logs().strip()[-200:]
+
+    def running(self):
+        p = podman("inspect", "-f", "{{.State.Running}}", self.name, check_rc=False)
+        return p.stdout.strip() == "true"
+
+    def exit_code(self):
+        p = podman("inspect", "-f", "{{.State.ExitCode}}", self.name, check_rc=False)
+        return int(p.stdout.strip() or -1)
+
+    def http(self, method, path, body=None, headers=None, timeout=30):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=body,
+                                     method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def json(self, method, path, body=None, timeout=30):
+        status, data = self.http(method, path, body, {"Content-Type": "application/json"},
+                                 timeout)
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            return status, {"_raw": data.decode(errors="replace")}
+
+    def execute(self, req, timeout=60):
+        if isinstance(req, str):
+            req = {"command": req}
+        return self.json("POST", "/execute", req, timeout)[1]
+
+    def healthz(self):
+        return self.json("GET", "/healthz")
+
+    def stop(self, timeout):
+        """podman stop -t timeout: SIGTERM, SIGKILL after timeout. Returns (exit, seconds)."""
+        t0 = time.monotonic()
+        podman("stop", "-t", str(timeout), self.name, timeout=timeout + 60, check_rc=False)
+        return self.exit_code(), time.monotonic() - t0
+
+    def sandbox_rss_kib(self):
+        """VmRSS of the host processes of this container's sandbox (sentry, gofer)."""
+        total = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().split(b"\0")
+                with open("/proc/%s/status" % pid) as f:
+                    rss = [int(l.split()[1]) for l in f if l.startswith("VmRSS:")]
+            except OSError:
+                continue
+            if rss and cmd and cmd[0].startswith(b"runsc-") and self.id.encode() in b" ".join(cmd):
+                total[cmd[0].decode()] = total.get(cmd[0].decode(), 0) + rss[0]
+        return total
+
+    def remove(self):
+        podman("rm", "-f", "-v", "-t", "0", self.name, check_rc=False)
+
+
+def cleanup():
+    """Remove every container of this run, then look for sandbox processes left behind."""
+    p = podman("ps", "-a", "-q", "--filter", "label=" + LABEL, check_rc=False)
+    ids = p.stdout.split()
+    if ids:
+        podman("rm", "-f", "-v", "-t", "0", *ids, check_rc=False)
+    for d in tmpdirs:
+        shutil.rmtree(d, ignore_errors=True)
+    tmpdirs.clear()
+    time.sleep(0.5)
+    strays = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if any(cid.encode() in cmd for cid in container_ids):
+            strays.append((int(pid), cmd.replace(b"\0", b" ")[:120].decode(errors="replace")))
+    for pid, _ in strays:  # processes of containers this run started, by their pid
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return strays
+
+
+# ---- the pod's configuration, from the template -------------------------------------------
+
+def pod_config():
+    """podman arguments and environment equivalent to the template's pod."""
+    with open(TEMPLATE) as f:
+        t = yaml.safe_load(f)
+    spec = t["spec"]["podTemplate"]["spec"]
+    c = spec["containers"][0]
+    sc = c["securityContext"]
+    caps = list(sc["capabilities"]["add"])
+    assert sc["capabilities"]["drop"] == ["ALL"], "the template must drop ALL"
+    env = {e["name"]: e["value"] for e in c.get("env", [])}
+    args = ["--user", "%d:%d" % (sc.get("runAsUser", 0), sc.get("runAsGroup", 0))]
+    if sc.get("readOnlyRootFilesystem"):
+        args += ["--read-only", "--read-only-tmpfs=false"]
+    if sc.get("allowPrivilegeEscalation") is False:
+        args += ["--security-opt", "no-new-privileges"]
+    if (spec.get("securityContext", {}).get("seccompProfile", {}).get("type") ==
+            "RuntimeDefault" or sc.get("seccompProfile", {}).get("type") == "RuntimeDefault"):
+        args += ["--runtime-flag", "oci-seccomp"]  # podman's default profile, in gVisor
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    assert set(mounts) == {"/workspace", "/tmp"}, "volumes other than /workspace and /tmp"
+    return args, caps, env
+
+
+def pod_args(base_args, caps):
+    a = list(base_args) + ["--cap-drop", "ALL"]
+    for cap in caps:
+        a += ["--cap-add", cap]
+    ws = tempfile.mkdtemp(prefix="sbxd-ctest-ws-")
+    os.chmod(ws, 0o777)  # an emptyDir: root's, world-writable
+    tmpdirs.append(ws)
+    a += ["-v", "%s:/workspace" % ws, "--tmpfs", "/tmp:rw,mode=1777,size=64m"]
+    return a, ws
+
+
+# ---- checks --------------------------------------------------------------------------------
+
+def check_healthz(s, label):
+    status, h = s.healthz()
+    if not check("%s: GET /healthz answers 200 ok" % label, status == 200 and h.get("status") == "ok",
+                 "%s %s" % (status, h)):
+        return {}
+    iso = h.get("isolation", {})
+    fields = ["cgroup", "memory", "pids", "cpu", "tree_kill", "seccomp", "capabilities",
+              "no_new_privs", "user", "groups", "fds", "environment", "core_dumps", "detected"]
+    missing = [f for f in fields if f not in iso]
+    check("%s: isolation reports every mechanism" % label, not missing, "missing %s" % missing)
+    tk = iso.get("tree_kill")
+    check("%s: tree_kill is a known mode (%s)" % (label, tk), tk in TREE_KILLS)
+    det = iso.get("detected", {})
+    # Honest: a cgroup is claimed only where one was found delegated, and with none nothing
+    # is said to be enforced by one.
+    if iso.get("cgroup") == "none":
+        check("%s: cgroup none: nothing claims a cgroup" % label,
+              tk != "cgroup" and iso.get("memory") in ("none", "rlimit-as") and
+              iso.get("pids") == "none" and iso.get("cpu") == "rlimit-cpu",
+              json.dumps(iso))
+    else:
+        check("%s: cgroup v2 only where delegated" % label,
+              iso.get("cgroup") == "v2" and det.get("cgroup2") == "delegated", json.dumps(iso))
+    if tk == "pidns":
+        check("%s: pidns: detected by the probe" % label,
+              det.get("pidns") in ("direct", "via user namespace") and "proc" in iso,
+              json.dumps(det))
+    if tk == "uid":
+        check("%s: uid: the range is usable and commands get its uids" % label,
+              det.get("uid_range") == "usable" and
+              re.match(r"^\d+-\d+:\d+$", iso.get("user", "")) is not None, json.dumps(iso))
+    check("%s: seccomp deny-list, no_new_privs, fds closed, minimal environment" % label,
+          iso.get("seccomp") == "deny-list" and iso.get("no_new_privs") is True and
+          iso.get("fds") == "closed" and iso.get("environment") == "minimal" and
+          iso.get("core_dumps") is False, json.dumps(iso))
+    return iso
+
+
+def expected_uids(iso):
+    """The uids and gid /healthz says commands run as."""
+    m = re.match(r"^(\d+)(?:-(\d+))?:(\d+)$", iso.get("user", ""))
+    if not m:
+        return None, None
+    lo = int(m.group(1))
+    hi = int(m.group(2) or lo)
+    return range(lo, hi + 1), int(m.group(3))
+
+
+def check_identity(s, iso, label):
+    r = s.execute("id -u; id -g; id -G; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status")
+    out = r.get("stdout", "").split("\n")
+    uids, gid = expected_uids(iso)
+    ok = r.get("status") == "exited" and r.get("exit_code") == 0 and len(out) >= 3
+    if not check("%s: a command runs (id)" % label, ok, json.dumps(r)[:300]):
+        return
+    uid, g, groups = int(out[0]), int(out[1]), out[2].split()
+    check("%s: commands run as /healthz's user (%s): uid %d gid %d groups %s" %
+          (label, iso.get("user"), uid, g, " ".join(groups)),
+          uids is not None and uid in uids and g == gid and groups == [str(gid)])
+    caps = dict(l.split(":\t") for l in out[3:] if ":\t" in l)
+    zero = "0000000000000000"
+    check("%s: no capabilities (CapEff %s)" % (label, caps.get("CapEff")),
+          all(caps.get(k) == zero for k in ("CapInh", "CapPrm", "CapEff")) and
+          caps.get("CapAmb", zero) == zero, json.dumps(caps))
+    if iso.get("capabilities") == "none":
+        check("%s: the bounding set is empty too" % label, caps.get("CapBnd") == zero,
+              json.dumps(caps))
+    return uid
+
+
+def check_python(s, label):
+    r = s.execute("python3 -c 'print(6*7)'")
+    check("%s: python3 -c 'print(6*7)' prints 42" % label,
+          r.get("status") == "exited" and r.get("exit_code") == 0 and r.get("stdout") == "42\n",
+          json.dumps(r)[:300])
+    r = s.execute({"argv": ["python3", "-c", "print(6*7)"]})
+    check("%s: the same as argv, without a shell" % label, r.get("stdout") == "42\n",
+          json.dumps(r)[:300])
+
+
+def check_tools(s, label):
+    tools = ["sh", "bash", "cat", "cp", "find", "xargs", "grep", "sed", "tar", "gzip", "ps",
+             "python3", "sbx", "sbxd"]
+    r = s.execute("for t in %s; do command -v $t >/dev/null || echo missing $t; done; "
+                  "test -s /etc/ssl/certs/ca-certificates.crt || echo missing ca-certificates; "
+                  "sbx --version >/dev/null || echo sbx fails" % " ".join(tools))
+    check("%s: everyday tools, CA certificates and sbx are there" % label,
+          r.get("exit_code") == 0 and r.get("stdout") == "", json.dumps(r)[:300])
+
+
+def check_files(s, label):
+    data = os.urandom(65536) + b"\x00\xff end"
+    status, _ = s.http("PUT", "/files/rt/data.bin", data,
+                       {"Content-Type": "application/octet-stream"})
+    check("%s: PUT /files/rt/data.bin (%d bytes)" % (label, len(data)), status in (200, 201, 204),
+          str(status))
+    status, got = s.http("GET", "/files/rt/data.bin")
+    check("%s: GET returns the same bytes" % label, status == 200 and got == data,
+          "%s, %d bytes" % (status, len(got)))
+    r = s.execute("sha256sum rt/data.bin")
+    check("%s: a command reads the uploaded file" % label,
+          r.get("stdout", "").split(" ")[0] == hashlib.sha256(data).hexdigest(),
+          json.dumps(r)[:300])
+    r = s.execute("printf 'made by a command\\n' > made.txt")
+    status, got = s.http("GET", "/files/made.txt")
+    check("%s: GET returns a file a command wrote" % label,
+          r.get("exit_code") == 0 and status == 200 and got == b"made by a command\n",
+          "%s %r %s" % (status, got[:80], json.dumps(r)[:200]))
+    # PUT made rt/ for the command user; commands must be able to write in it (under uid
+    # isolation they run as other uids of the command group).
+    # (find -printf, not stat: this gVisor's statx refuses coreutils' flags.)
+    r = s.execute("printf x > rt/made.txt")
+    check("%s: a command writes into a directory PUT /files made" % label,
+          r.get("exit_code") == 0, "%s (the directory: %s)" % (
+              r.get("stderr", "").strip(),
+              s.execute("find rt -maxdepth 0 -printf '%m %U:%G'").get("stdout", "").strip()))
+
+
+def check_handover(s, label):
+    """A file one command made private stays the next command's: under uid isolation sbxd
+    hands what a command created back to the command user, group-writable."""
+    a = s.execute("umask 077; mkdir -p hand/dir && echo a > hand/priv.txt && "
+                  "echo a > hand/dir/f && id -u")
+    b = s.execute("echo b >> hand/priv.txt && echo b >> hand/dir/f && touch hand/dir/g && "
+                  "cat hand/priv.txt && id -u")
+    return check("%s: the next command (uid %s, then %s) may write what the last one made "
+                 "private" % (label, a.get("stdout", "").strip(),
+                              b.get("stdout", "").strip().split("\n")[-1]),
+                 a.get("exit_code") == 0 and b.get("exit_code") == 0 and
+                 b.get("stdout", "").startswith("a\nb\n"),
+                 "%s | %s" % (json.dumps(a)[:200], json.dumps(b)[:200]))
+
+
+def count_zombies(s):
+    r = s.execute({"argv": ["python3", "-c",
+                            "import os\n"
+                            "z = []\n"
+                            "for p in os.listdir('/proc'):\n"
+                            "    try:\n"
+                            "        st = open('/proc/%s/stat' % p).read()\n"
+                            "    except (OSError, ValueError):\n"
+                            "        continue\n"
+                            "    if st.rsplit(')', 1)[1].split()[0] == 'Z':\n"
+                            "        z.append(st[:60])\n"
+                            "print(len(z)); print(z)\n"]})
+    try:
+        return int(r["stdout"].split("\n")[0]), r["stdout"]
+    except (KeyError, ValueError, IndexError):
+        return -1, json.dumps(r)[:300]
+
+
+def check_pid1(s, label):
+    r = s.execute("tr '\\0' ' ' </proc/1/cmdline")
+    check("%s: PID 1 is sbxd (%s)" % (label, r.get("stdout", "").strip()),
+          r.get("stdout", "").startswith("/usr/local/bin/sbxd"), json.dumps(r)[:300])
+    # A background process whose child is orphaned while it runs: the orphan is re-parented
+    # to PID 1 (or to its namespace's init), exits, and must be reaped, not left a zombie.
+    status, p = s.json("POST", "/processes",
+                       {"command": "for i in 1 2 3 4 5; do (sleep 0.2 &); done; sleep 3"})
+    for _ in range(3):
+        s.execute("for i in 1 2 3; do (sleep 0.1 &); done; sh -c 'sleep 0.1 &'")
+    time.sleep(1.0)
+    n, detail = count_zombies(s)
+    check("%s: orphans are reaped (zombies: %d)" % (label, n), n == 0, detail)
+    if status in (200, 201) and "id" in p:
+        s.http("DELETE", "/processes/" + p["id"])
+
+
+def check_readonly(s, ws, label, command_uid):
+    r = s.execute("echo w > /workspace/rw.txt && echo t > /tmp/rw.txt && "
+                  "cat /workspace/rw.txt /tmp/rw.txt")
+    check("%s: a command writes to /workspace and /tmp" % label,
+          r.get("exit_code") == 0 and r.get("stdout") == "w\nt\n", json.dumps(r)[:300])
+    r = s.execute("touch /var/tmp/x")
+    check("%s: the root filesystem is read-only (/var/tmp: %s)" %
+          (label, r.get("stderr", "").strip()),
+          r.get("exit_code") != 0 and "Read-only file system" in r.get("stderr", ""),
+          json.dumps(r)[:300])
+    r = s.execute("touch /usr/x")
+    check("%s: /usr cannot be written" % label, r.get("exit_code") != 0, json.dumps(r)[:300])
+    try:
+        st = os.stat(os.path.join(ws, "rw.txt"))
+        check("%s: the file is the command user's on the volume (uid %d)" % (label, st.st_uid),
+              st.st_uid == 1000 or st.st_uid == command_uid)
+    except OSError as e:
+        check("%s: the file is on the volume" % label, False, str(e))
+
+
+def start_escapee(s):
+    """A command that leaves a setsid'ed child meant to write a file 2 s later."""
+    r = s.execute("setsid sh -c 'sleep 2; echo alive > /workspace/escapee' "
+                  "</dev/null >/dev/null 2>&1 & echo started")
+    return r.get("stdout") == "started\n", time.monotonic()
+
+
+def check_escapee(s, ws, started, label):
+    ok, t0 = started
+    time.sleep(max(0, 3.0 - (time.monotonic() - t0)))
+    alive = os.path.exists(os.path.join(ws, "escapee"))
+    return check("%s: a setsid escapee dies with its command" % label, ok and not alive,
+                 "started=%s, escapee wrote its file: %s" % (ok, alive))
+
+
+def check_timeout(s, label):
+    r = s.execute({"command": "sleep 30", "timeout_ms": 1000})
+    return check("%s: a timeout kills the command (%s ms)" % (label, r.get("duration_ms")),
+                 r.get("status") == "timeout" and (r.get("duration_ms") or 1e9) < 5000,
+                 json.dumps(r)[:300])
+
+
+def check_signal(s, label):
+    status, p = s.json("POST", "/processes", {
+        "command": "trap 'echo got-term; exit 3' TERM; while :; do sleep 0.1; done"})
+    if not check("%s: a background process starts" % label, status in (200, 201) and "id" in p,
+                 json.dumps(p)[:300]):
+        return False
+    time.sleep(0.5)
+    s.json("POST", "/processes/%s/signal" % p["id"], {"signal": "SIGTERM"})
+    deadline = time.monotonic() + 5
+    st = {}
+    while time.monotonic() < deadline:
+        st = s.json("GET", "/processes/" + p["id"])[1]
+        if st.get("status") != "running":
+            break
+        time.sleep(0.1)
+    ok = check("%s: SIGTERM reaches a background process (exit %s)" %
+               (label, st.get("exit_code")),
+               st.get("status") == "exited" and st.get("exit_code") == 3, json.dumps(st)[:300])
+    s.http("DELETE", "/processes/" + p["id"])
+    return ok
+
+
+def check_drain(s, label):
+    """SIGTERM with a background process that ignores it: sbxd waits out its grace period,
+    kills it, and exits 0, well before podman's SIGKILL."""
+    status, p = s.json("POST", "/processes", {
+        "command": "trap '' TERM; while :; do sleep 0.2; done"})
+    time.sleep(0.3)
+    code, secs = s.stop(GRACE_MS // 1000 + 15)
+    logs = s.logs()
+    check("%s: SIGTERM: exit 0 in %.1f s (grace %d ms, podman's limit %d s)" %
+          (label, secs, GRACE_MS, GRACE_MS // 1000 + 15),
+          code == 0 and GRACE_MS / 1000 - 0.5 <= secs < GRACE_MS / 1000 + 10 and
+          '"event":"killing"' in logs and '"event":"stopped"' in logs,
+          "exit %s after %.1f s; %s" % (code, secs, logs[-300:]))
+
+
+# ---- scenarios -----------------------------------------------------------------------------
+
+def scenario_plain(image):
+    say("\n== plain: podman run %s (podman's default capabilities, root filesystem writable)"
+        % image)
+    s = Sbxd(image, "plain", [])
+    if not check("plain: sbxd starts under runsc", s.port is not None, s.error or ""):
+        return
+    iso = check_healthz(s, "plain")
+    say("plain: isolation %s" % json.dumps(iso, sort_keys=True))
+    check_pid1(s, "plain")
+    check_python(s, "plain")
+    check_tools(s, "plain")
+    check_files(s, "plain")
+    check_identity(s, iso, "plain")
+    t0 = time.monotonic()
+    podman("kill", "-s", "TERM", s.name, check_rc=False)
+    podman("wait", s.name, timeout=30, check_rc=False)
+    secs = time.monotonic() - t0
+    code = s.exit_code()
+    check("plain: podman kill -s TERM: exit %s in %.1f s" % (code, secs),
+          code == 0 and secs < 10, s.logs()[-300:])
+    s.remove()
+
+
+def scenario_pod(image, base_args, caps, env, label, extra_caps=(), extra_env=None):
+    e = dict(env, SBXD_SHUTDOWN_GRACE_MS=str(GRACE_MS), **(extra_env or {}))
+    args, ws = pod_args(base_args, list(caps) + list(extra_caps))
+    say("\n== %s: the template's pod: capabilities %s; env %s" %
+        (label, " ".join(list(caps) + list(extra_caps)),
+         " ".join("%s=%s" % kv for kv in sorted(e.items()))))
+    s = Sbxd(image, label, args, e)
+    if not check("%s: sbxd starts under runsc" % label, s.port is not None, s.error or ""):
+        return None
+    iso = check_healthz(s, label)
+    say("%s: isolation %s" % (label, json.dumps(iso, sort_keys=True)))
+    rss = s.sandbox_rss_kib()
+    say("%s: gVisor sandbox, idle: %s" %
+        (label, ", ".join("%s %.1f MiB RSS" % (k, v / 1024) for k, v in sorted(rss.items()))))
+    check("%s: the capability bounding set is emptied (capabilities: %s)" %
+          (label, iso.get("capabilities")), iso.get("capabilities") == "none")
+    check("%s: tree_kill contains setsid escapees (%s)" % (label, iso.get("tree_kill")),
+          iso.get("tree_kill") in ("cgroup", "pidns", "uid"))
+    esc = start_escapee(s)
+    uid = check_identity(s, iso, label)
+    check_readonly(s, ws, label, uid)
+    check_python(s, label)
+    check_files(s, label)
+    check_handover(s, label)
+    check_timeout(s, label)
+    check_signal(s, label)
+    check_escapee(s, ws, esc, label)
+    check_pid1(s, label)
+    check_drain(s, label)
+    s.remove()
+    return iso
+
+
+def probe(image, base_args, caps, env, label):
+    """The capability matrix's run: which checks fail. Returns a list of failures."""
+    args, ws = pod_args(base_args, caps)
+    s = Sbxd(image, label, args, dict(env, SBXD_SHUTDOWN_GRACE_MS=str(GRACE_MS)))
+    fails = []
+    try:
+        if s.port is None:
+            return ["does not start (%s)" % s.error.replace("exited at start: ", "")]
+        iso = s.healthz()[1].get("isolation", {})
+        if iso.get("capabilities") != "none":
+            fails.append("bounding set kept (capabilities: %s)" % iso.get("capabilities"))
+        esc = start_escapee(s)
+        if not esc[0]:
+            fails.append("commands fail (%s)" % s.execute("true").get("error", "?"))
+        status, _ = s.http("PUT", "/files/p.txt", b"p")
+        if status not in (200, 201, 204):
+            fails.append("PUT /files: %d" % status)
+        a = s.execute("umask 077; mkdir -p hand && echo a > hand/priv.txt")
+        b = s.execute("echo b >> hand/priv.txt")
+        if a.get("exit_code") == 0 and b.get("exit_code") != 0:
+            fails.append("a command's private file is not handed back (%s)" %
+                         b.get("stderr", "").strip())
+        r = s.execute({"command": "sleep 30", "timeout_ms": 1000})
+        if r.get("status") != "timeout" or (r.get("duration_ms") or 1e9) >= 5000:
+            fails.append("timeout: %s" % r.get("status"))
+        status, p = s.json("POST", "/processes", {
+            "command": "trap 'exit 3' TERM; while :; do sleep 0.1; done"})
+        if "id" in p:
+            time.sleep(0.3)
+            s.json("POST", "/processes/%s/signal" % p["id"], {"signal": "SIGTERM"})
+            time.sleep(1.5)
+            if s.json("GET", "/processes/" + p["id"])[1].get("status") == "running":
+                fails.append("SIGTERM does not reach a background process")
+            s.http("DELETE", "/processes/" + p["id"])
+        time.sleep(max(0, 3.0 - (time.monotonic() - esc[1])))
+        if esc[0] and os.path.exists(os.path.join(ws, "escapee")):
+            fails.append("a setsid escapee survives")
+        code, secs = s.stop(GRACE_MS // 1000 + 15)
+        if code != 0:
+            fails.append("SIGTERM: exit %d" % code)
+        return fails
+    finally:
+        s.remove()
+
+
+def scenario_caps(image, base_args, caps, env):
+    say("\n== caps: the pod without one capability at a time, without and with SYS_ADMIN")
+    pidns_env = dict(env, SBXD_ISOLATION="pidns")
+    rows = []
+    for cap in caps:
+        rest = [c for c in caps if c != cap]
+        f_uid = probe(image, base_args, rest, env, "no-%s" % cap.lower())
+        f_pid = probe(image, base_args, rest + ["SYS_ADMIN"], pidns_env,
+                      "no-%s-pidns" % cap.lower())
+        rows.append((cap, f_uid, f_pid))
+        say("  without %-12s default: %s" % (cap, "; ".join(f_uid) or "all checks pass"))
+        say("  %-20s +SYS_ADMIN: %s" % ("", "; ".join(f_pid) or "all checks pass"))
+    for cap, f_uid, f_pid in rows:
+        check("caps: %s is needed" % cap, f_uid or f_pid,
+              "every check passes without it, with and without SYS_ADMIN: drop it from %s"
+              % os.path.relpath(TEMPLATE, ROOT))
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
+        return 2
+    image = sys.argv[1]
+    if os.geteuid() != 0:
+        print("container: run as root", file=sys.stderr)
+        return 2
+
+    def on_signal(sig, _frame):
+        raise KeyboardInterrupt("signal %d" % sig)
+    signal.signal(signal.SIGTERM, on_signal)
+    t0 = time.monotonic()
+    strays = []
+    try:
+        base_args, caps, env = pod_config()
+        scenario_plain(image)
+        scenario_pod(image, base_args, caps, env, "pod")
+        scenario_pod(image, base_args, caps, env, "pidns", extra_caps=["SYS_ADMIN"],
+                     extra_env={"SBXD_ISOLATION": "pidns"})
+        scenario_caps(image, base_args, caps, env)
+    except KeyboardInterrupt as e:
+        check("interrupted", False, str(e))
+    except Exception as e:  # a broken harness is a failure, reported, with cleanup
+        check("harness", False, "%s: %s" % (type(e).__name__, e))
+    finally:
+        strays = cleanup()
+    check("no sandbox process outlives its container", not strays,
+          "; ".join("%d %s" % s for s in strays))
+    say("\ncontainer: %d passed, %d failed (%.0f s)" % (passed, failed, time.monotonic() - t0))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
