@@ -204,7 +204,14 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
     p->req = *req;
     memset(req, 0, sizeof(*req));
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
+    /* bg_read's deadlines are on the monotonic clock: so must the condition's be (with the
+     * default, realtime, clock every wait would time out at once, and a follower of a
+     * quiet process would get heartbeats as fast as it can take them). */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cond, &ca);
+    pthread_condattr_destroy(&ca);
     ring_init(&p->ring, tab.cfg.output_bytes);
     p->pty_cols = p->req.pty_cols;
     p->pty_rows = p->req.pty_rows;

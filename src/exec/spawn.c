@@ -626,6 +626,19 @@ static void slots_trim(void)
         }
 }
 
+/* A slot whose init has ended holds its namespaces open through its descriptors until the
+ * memory serves again: close them now, so an ended slot keeps neither descriptors nor the
+ * kernel's namespace objects. Under the pool's lock. */
+static void slots_release(void)
+{
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        if (!c->held && __atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) == 0) {
+            close_fd_if(&c->pidns_fd);
+            close_fd_if(&c->mntns_fd);
+            close_fd_if(&c->wsfd);
+        }
+}
+
 static void *pool_main(void *arg)
 {
     (void)arg;
@@ -659,6 +672,7 @@ static void *pool_main(void *arg)
         if (pool.stop)
             break;
         slots_trim();
+        slots_release();
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += failed ? 1 : 0;

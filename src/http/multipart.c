@@ -11,10 +11,27 @@ bool mp_is_multipart(const char *ct)
 }
 
 /* The value of parameter `name` in a header value ("a; name=v" or name="v"), into out. */
+/* The next ';' that separates parameters: one inside a quoted string is part of a value. */
+static const char *next_semicolon(const char *p)
+{
+    bool quoted = false;
+    for (; *p; p++) {
+        if (*p == '"')
+            quoted = !quoted;
+        else if (*p == '\\' && quoted && p[1])
+            p++;
+        else if (*p == ';' && !quoted)
+            return p;
+    }
+    return NULL;
+}
+
+/* A parameter's value. Separators are found outside quoted strings only, so a filename such
+ * as "x;name=file;" cannot pass itself off as another parameter. */
 static bool param(const char *v, const char *name, char *out, size_t outlen)
 {
     size_t nl = strlen(name);
-    for (const char *p = strchr(v, ';'); p; p = strchr(p + 1, ';')) {
+    for (const char *p = next_semicolon(v); p; p = next_semicolon(p + 1)) {
         const char *q = p + 1;
         while (*q == ' ' || *q == '\t')
             q++;

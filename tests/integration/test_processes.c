@@ -1365,6 +1365,22 @@ START_TEST(bad_requests)
 }
 END_TEST
 
+/* A quiet process's follower gets a heartbeat every --heartbeat-ms, not a flood of them (the
+ * wait for output once timed out at once, and a second of silence came as ~20 000 events). */
+START_TEST(quiet_follow_sends_no_heartbeat_flood)
+{
+    struct bg p = bg_start(&g_sbxd, "{\"command\":\"sleep 1\"}");
+    cJSON *evs = bg_output(&g_sbxd, p.id, "follow=true");
+    int heartbeats = 0, n = cJSON_GetArraySize(evs);
+    for (int i = 0; i < n; i++)
+        heartbeats += strcmp(jstr(cJSON_GetArrayItem(evs, i), "type"), "heartbeat") == 0;
+    ck_assert_msg(heartbeats == 0, "%d heartbeats in a second of silence", heartbeats);
+    ck_assert_str_eq(jstr(cJSON_GetArrayItem(evs, n - 1), "type"), "exit");
+    cJSON_Delete(evs);
+    bg_delete_expect(&g_sbxd, p.id, "exited");
+}
+END_TEST
+
 Suite *processes_suite(void)
 {
     Suite *s = suite_create("processes");
@@ -1372,6 +1388,7 @@ Suite *processes_suite(void)
     tcase_add_test(api, start_status_list_and_delete);
     tcase_add_test(api, replay_is_exact_and_resumes_anywhere);
     tcase_add_test(api, follow_streams_output_as_it_comes);
+    tcase_add_test(api, quiet_follow_sends_no_heartbeat_flood);
     tcase_add_test(api, disconnects_do_not_end_a_process);
     tcase_add_test(api, stdin_is_interactive);
     tcase_add_test(api, delete_kills_a_setsid_escapee);

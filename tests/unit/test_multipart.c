@@ -89,6 +89,26 @@ START_TEST(malformed_bodies_and_headers)
 }
 END_TEST
 
+/* Attack: a filename whose quoted value holds ";name=file;" must not make its part the
+ * "file" part (parameters are split outside quoted strings only). */
+START_TEST(quoted_semicolons_are_not_separators)
+{
+    static const char tricky[] =
+        "--b\r\nContent-Disposition: form-data; filename=\"x;name=file;\"; name=\"other\"\r\n\r\n"
+        "wrong\r\n"
+        "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\\\";b\"\r\n\r\n"
+        "right\r\n--b--\r\n";
+    struct sink s = {0};
+    struct multipart mp;
+    ck_assert_int_eq(mp_init(&mp, "multipart/form-data; boundary=b", "file", collect, &s), 0);
+    ck_assert_int_eq(mp_feed(&mp, tricky, sizeof(tricky) - 1), 0);
+    ck_assert_int_eq(mp_finish(&mp), 0);
+    ck_assert(mp.found);
+    ck_assert_uint_eq(s.len, 5);
+    ck_assert_int_eq(memcmp(s.buf, "right", 5), 0);
+}
+END_TEST
+
 START_TEST(url_decoding)
 {
     char s[64];
@@ -111,6 +131,7 @@ Suite *multipart_suite(void)
     TCase *tc = tcase_create("parse");
     tcase_add_test(tc, whole_and_split_at_every_point);
     tcase_add_test(tc, malformed_bodies_and_headers);
+    tcase_add_test(tc, quoted_semicolons_are_not_separators);
     tcase_add_test(tc, url_decoding);
     suite_add_tcase(s, tc);
     return s;
