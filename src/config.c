@@ -14,6 +14,7 @@
 enum opt_type {
     OPT_LISTEN,
     OPT_PATH,
+    OPT_FILE,   /* a path, or empty for none */
     OPT_UINT,   /* a whole number */
     OPT_SIZE,   /* bytes, with optional suffix */
     OPT_LOGFMT, /* json | text */
@@ -98,8 +99,8 @@ static const struct opt opts[] = {
      "escapes. auto takes the first of these that works here."},
     {"uid-range", "FIRST:COUNT", "SBXD_UID_RANGE", NULL, 0, "100000:1024", OPT_RANGE,
      OFF(uid_range), 0, 0,
-     "uid isolation: the uids commands run as, one per running command. No other process may "
-     "use them (checked at start)."},
+     "uid isolation: the uids commands run as, one per running command. They are sbxd's "
+     "alone: processes left in them by a killed sbxd are killed at start."},
     {"require-isolation", "LIST", "SBXD_REQUIRE_ISOLATION", NULL, 0, "", OPT_LIST,
      OFF(require_isolation), 0, 0,
      "Refuse to start unless each of these is in force, and answer /healthz with 503 "
@@ -112,6 +113,33 @@ static const struct opt opts[] = {
     {"pids-max", "N", "SBXD_PIDS_MAX", NULL, 0, "1024", OPT_UINT, OFF(pids_max), 0, 4194304,
      "Processes of a command (cgroup pids.max): the default and the most limits.pids may ask. "
      "0: no limit."},
+    {"token-file", "PATH", "SBXD_TOKEN_FILE", NULL, 0, "", OPT_FILE, OFF(token_file), 0, 0,
+     "Require 'Authorization: Bearer TOKEN' on every route but GET /healthz, /v1/health and "
+     "GET / (401 without it), the token read once from this file (a trailing newline is "
+     "dropped). Or set SBXD_TOKEN: it is read once and wiped from sbxd's environment. Not "
+     "both. Empty: no token is required."},
+    {"max-connections", "N", "SBXD_MAX_CONNECTIONS", NULL, 0, "256", OPT_UINT, OFF(max_connections),
+     1, 65536,
+     "Open connections at once. Requests on connections beyond it get 503 and are closed; "
+     "the health checks are still answered. A kept-alive connection holds about 260 KiB."},
+    {"max-client-connections", "N", "SBXD_MAX_CLIENT_CONNECTIONS", NULL, 0, "128", OPT_UINT,
+     OFF(max_client_connections), 1, 65536,
+     "Open connections from one client address at once; beyond it, 429 and closed. Behind a "
+     "proxy every request shares the proxy's address."},
+    {"idle-timeout-ms", "MS", "SBXD_IDLE_TIMEOUT_MS", NULL, 0, "60000", OPT_UINT,
+     OFF(idle_timeout_ms), 1000, 3600000,
+     "A connection that sends nothing for this long while sbxd waits for it is closed "
+     "(rounded up to whole seconds). A streamed answer or a running command is not idle."},
+    {"request-timeout-ms", "MS", "SBXD_REQUEST_TIMEOUT_MS", NULL, 0, "10000", OPT_UINT,
+     OFF(request_timeout_ms), 100, 3600000,
+     "A request's head, and a body sbxd reads whole (JSON, stdin writes), must arrive within "
+     "this of the connection opening "
+     "(on a kept-alive connection: of the idle timeout's end); else 408 and closed. Stops "
+     "clients that trickle bytes to hold connections (slowloris). File uploads' bodies have "
+     "the idle timeout only."},
+    {"max-header-bytes", "SIZE", "SBXD_MAX_HEADER_BYTES", NULL, 0, "32KiB", OPT_SIZE,
+     OFF(max_header_bytes), 1024, 96 * 1024,
+     "Largest request head (request line and headers); 431 beyond."},
     {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
      "Log lines on stderr: json (one object per line) or text."},
 };
@@ -263,7 +291,7 @@ static void print_usage(FILE *out)
         snprintf(left, sizeof(left), "--%s %s", o->flag, o->metavar);
         print_wrapped(out, left, o->help);
         fprintf(out, "  %-26s env %s%s%s, default %s\n", "", o->env, o->alt_env ? " or " : "",
-                o->alt_env ? o->alt_env : "", o->def);
+                o->alt_env ? o->alt_env : "", *o->def ? o->def : "none");
     }
     fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
     fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");
@@ -271,8 +299,8 @@ static void print_usage(FILE *out)
             "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH,\n"
             "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
             "POST /processes/ID/{stdin,signal,resize}, GET/HEAD/PUT/DELETE /v1/files/PATH,\n"
-            "GET /v1/health, GET /v1/metadata; legacy: POST /upload, GET /download/PATH,\n"
-            "GET /list/PATH, GET /exists/PATH.\n"
+            "GET /v1/health, GET /v1/metadata, GET /metrics; legacy: POST /upload,\n"
+            "GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
             "See docs/api.md.\n"
             "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
             "failure,\n2 on a bad option.\n");
@@ -295,8 +323,9 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         }
         snprintf(cfg->listen, sizeof(cfg->listen), "%s", val);
         return 0;
+    case OPT_FILE:
     case OPT_PATH:
-        if (!*val || strlen(val) >= PATH_MAX) {
+        if ((o->type == OPT_PATH && !*val) || strlen(val) >= PATH_MAX) {
             snprintf(errbuf, errlen, "--%s: '%s'%s is not a usable path", o->flag, val, src);
             return -1;
         }

@@ -7,9 +7,11 @@ SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
     libcap-ng-dev check libcurl4-openssl-dev clang-format)
 # What tools/test needs on top: the conformance tier (tests/conformance) is Python with
-# Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them).
+# Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them);
+# the fuzz tier (tests/fuzz) is clang with its libFuzzer runtime; the soak tier (tools/soak)
+# runs sbxd under valgrind's memcheck.
 # shellcheck disable=SC2034 # used by tools/test
-SBXD_TEST_DEPS=(python3 python3-yaml python3-jsonschema)
+SBXD_TEST_DEPS=(python3 python3-yaml python3-jsonschema clang libclang-rt-14-dev valgrind)
 
 sbxd_install_deps() {
     local missing=()

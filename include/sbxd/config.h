@@ -36,8 +36,16 @@ struct sbxd_config {
     char uid_range[32];          /* "FIRST:COUNT" as given */
     char require_isolation[128]; /* comma-separated ISO_REQ_* words (isolation.h) */
     char metadata_prefix[128];   /* /v1/metadata: the environment variables it serves */
-    uint64_t memory_max;         /* per command, default and maximum; 0: none */
-    uint64_t pids_max;           /* per command, default and maximum; 0: none */
+    char token_file[PATH_MAX];   /* --token-file; empty: none */
+    uint64_t max_connections;
+    uint64_t max_client_connections;
+    uint64_t idle_timeout_ms;
+    uint64_t request_timeout_ms;
+    uint64_t max_header_bytes;
+    /* Not an option: the bearer token in force (main loads it), NULL or "" for none. */
+    const char *token;
+    uint64_t memory_max; /* per command, default and maximum; 0: none */
+    uint64_t pids_max;   /* per command, default and maximum; 0: none */
     uid_t user_uid;
     gid_t user_gid;
     uid_t uid_first; /* --uid-range */

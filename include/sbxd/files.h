@@ -82,6 +82,29 @@ int fs_upload_commit(struct fs_upload *up, mode_t mode, struct stat *st, struct 
 /* Remove the temporary file (after a failure, or an abort); safe to call twice. */
 void fs_upload_abort(struct fs_upload *up, const struct fs_user *u);
 
+/*
+ * Upload temporary files that a killed sbxd left behind (SIGKILL, a crash, the pod's end):
+ * regular files named ".sbxd-upload-" and 16 lowercase hex digits, anywhere beneath the
+ * root, last written before before_ns (wall clock, ns): a temporary file of an upload begun
+ * since was created, so stamped, later, and is never touched. File times come from the
+ * kernel's coarse clock, up to a tick behind, so a file must be older than before_ns by
+ * FS_SWEEP_CLOCK_SLACK_NS (one left in the last moment before a restart goes at the next).
+ * The walk opens each directory relative to its parent, never following a symlink, and
+ * stops after max_entries entries or FS_SWEEP_MAX_DEPTH levels. Returns how many were
+ * removed; *visited (may be NULL) gets the number of entries seen.
+ */
+#define FS_SWEEP_MAX_DEPTH      64
+#define FS_SWEEP_MAX_ENTRIES    1000000u
+#define FS_SWEEP_CLOCK_SLACK_NS 20000000LL
+unsigned fs_sweep_stale_uploads(int rootfd, int64_t before_ns, unsigned max_entries,
+                                unsigned *visited);
+
+/* The same in a detached thread of its own with the rights of u (what it removes, u could
+ * remove through /files), logging one line, event "upload_sweep", with what it removed:
+ * start-up does not wait for a large workspace. rootfd is duplicated; 0, or -1 if the
+ * thread could not start (nothing is swept then; logged). */
+int fs_sweep_stale_uploads_async(int rootfd, int64_t before_ns, const struct fs_user *u);
+
 /* Delete path: a file, a symlink (not what it points to) or an empty directory; a whole
  * tree when recursive. The root itself is refused. */
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err);

@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,15 +31,28 @@ struct server {
     struct isolation *iso;
     int64_t start_ns;
     uint16_t port;
-    unsigned running; /* atomic */
-    unsigned streams; /* atomic: process output streams being sent (a drain waits for them) */
-    char **metadata;  /* /v1/metadata: "NAME=value" taken from the environment at start */
-    bool draining;    /* atomic */
+    unsigned running;   /* atomic */
+    unsigned streams;   /* atomic: process output streams being sent (a drain waits for them) */
+    unsigned starting;  /* atomic: commands admitted whose process is not started yet */
+    uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
+    char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
+    bool draining;      /* atomic */
+    size_t token_len;   /* of cfg->token; 0: no token is required */
+    /* guard.c: the open connections, their caps and deadlines */
+    pthread_mutex_t guard_lock;
+    struct conn *conns;
+    unsigned conns_open;
+    int64_t guard_tick_ns;
 };
 
 /* One request's state, kept by MHD between calls of the access handler. */
 struct req_ctx {
+    struct server *srv;
+    struct conn *conn; /* guard.c's entry of the connection, or NULL */
     const struct route *route;
+    unsigned route_id; /* the route's number for /metrics */
+    unsigned status;   /* of the response queued (0: none) */
+    uint64_t bytes_in, bytes_out;
     char *body;
     size_t body_len, body_cap;
     bool replied;     /* a response is queued already (an early error) */
@@ -74,7 +88,40 @@ struct route {
     bool prefix; /* path and everything below it ("/files" and "/files/...") */
     route_begin_fn begin;
     route_body_fn body;
+    const char *label; /* its name in /metrics */
 };
+
+/* The route serving url (as sent, escapes kept), or NULL. */
+const struct route *http_route_find(const char *url);
+
+/* The workspace path a file route's URL names: the part after its prefix, percent-decoded,
+ * leading slashes dropped (malloc'd), or NULL with err (a bad escape, a NUL, too long). */
+char *http_files_path(const char *url, struct sbxd_err *err);
+
+/* Queue r with status for c, as every answer is queued: the status and body size are kept
+ * for /metrics, and the connection stops waiting for a request (guard.c). body_len is the
+ * body's size when known (0 for a stream, whose reader calls http_count_out). */
+enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r,
+                           uint64_t body_len);
+/* Count n more bytes of the current request's streamed response. */
+void http_count_out(size_t n);
+/* Whether the request being answered on this thread is a HEAD. */
+bool http_is_head(void);
+
+/* guard.c: connection caps, request deadlines, head size and the bearer token. */
+enum guard_verdict { GUARD_PASS, GUARD_STOP };
+void guard_init(struct server *srv);
+void guard_destroy(struct server *srv);
+void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                  enum MHD_ConnectionNotificationCode code);
+/* The checks on a request's head, before any route sees it. GUARD_STOP: *ret is the answer
+ * (a refusal was queued, or the connection is to be dropped). */
+enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                              const char *url, const char *method, enum MHD_Result *ret);
+/* The request is in (or its body is streamed to a route): no more deadline. */
+void guard_wait_over(struct req_ctx *rc);
+/* Its answer is out: the connection waits for the next request. */
+void guard_request_done(struct server *srv, struct req_ctx *rc);
 
 /* Replies. Each queues the response and returns MHD's result. */
 /* Finish w's document (a newline is added) and queue it; w is left empty. */
@@ -83,6 +130,9 @@ enum MHD_Result reply_jsonw_header(struct MHD_Connection *c, unsigned status, st
                                    const char *hdr, const char *value);
 enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result reply_error_header(struct MHD_Connection *c, unsigned status, const char *code,
+                                   const char *hdr, const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err);
 /* The legacy python-runtime error body: {"message": ...}. */
 enum MHD_Result reply_message(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
@@ -132,10 +182,14 @@ void execute_policy(struct server *srv, struct request_policy *pol);
 /* Whether a request's Content-Type is one a JSON body may come with. */
 bool json_content_type(const char *ct);
 
+/* Every counter of metrics.h, with the routes' labels (server.c). */
+void server_render_route_metrics(struct jsonw *w);
+
 /* Routes. */
 enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_v1_metadata(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_processes(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

@@ -70,6 +70,13 @@
 #define SBXD_CONN_MEMORY (256 * 1024)
 
 /* Stack of each connection thread. */
+/* Connections accepted past --max-connections, to be answered 503 (or served, for a health
+ * check) rather than dropped unanswered; libmicrohttpd closes any beyond at once. */
+#define SBXD_CONN_SPARE 64
+
+/* libmicrohttpd warnings logged per second at most (the rest are counted). */
+#define SBXD_HTTP_LOG_BURST 20
+
 #define SBXD_THREAD_STACK (512 * 1024)
 
 /* Stack of a background process's driver thread (its read buffer is on the heap). */

@@ -32,6 +32,16 @@ unsigned server_running(const struct server *srv);
 unsigned server_streams(const struct server *srv);
 
 /* Close the listener and every connection, wait for their threads, free. */
+/* Enforce the connection deadlines (request timeout, refusals over the caps); called
+ * often from the main loop, it does work at most every 100 ms. */
+void server_tick(struct server *srv);
+
+/* Requests completed since start. */
+uint64_t server_completed(const struct server *srv);
+
+/* Connections open now. */
+unsigned server_connections(struct server *srv);
+
 void server_stop(struct server *srv);
 
 #endif

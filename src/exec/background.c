@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "sbxd/background.h"
+#include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/ring.h"
@@ -144,6 +145,7 @@ void bg_sweep(void)
 
 static void audit(struct bg_proc *p)
 {
+    metrics_execution(MX_BACKGROUND, &p->res);
     char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
     const struct exec_request *req = &p->req;
     exec_request_text(req, cmd, sizeof(cmd));

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sbxd/isolation.h"
@@ -103,35 +104,54 @@ static bool uid_range_mapped(uid_t first, unsigned count)
     return ok;
 }
 
-/* A process using a uid of the range, if any (its pid), else 0. */
-static pid_t uid_range_user(uid_t first, unsigned count)
+/* What uid_range_users found. */
+struct range_user {
+    pid_t pid;
+    uid_t uid; /* its real uid, else the first of its ids in the range */
+    char comm[32];
+};
+
+/* Live processes (zombies are dead already: they cannot run, nor be killed) that use a uid
+ * of the range as any of their ids: up to max of them in v; returns how many there are. */
+static unsigned uid_range_users(uid_t first, unsigned count, struct range_user *v, unsigned max)
 {
     DIR *d = opendir("/proc");
     if (!d)
         return 0;
-    pid_t found = 0;
+    unsigned n = 0;
     struct dirent *e;
-    while (!found && (e = readdir(d))) {
+    while ((e = readdir(d))) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9')
             continue;
-        char path[300], line[256];
+        char path[300], line[256], comm[32] = "", state = '?';
         snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
         FILE *f = fopen(path, "re");
         if (!f)
             continue;
         while (fgets(line, sizeof(line), f)) {
+            if (sscanf(line, "Name: %31s", comm) == 1 || sscanf(line, "State: %c", &state) == 1)
+                continue;
             unsigned long u[4];
             if (sscanf(line, "Uid: %lu %lu %lu %lu", &u[0], &u[1], &u[2], &u[3]) != 4)
                 continue;
-            for (int i = 0; i < 4; i++)
-                if (u[i] >= first && u[i] < (unsigned long)first + count)
-                    found = (pid_t)atoi(e->d_name);
+            for (int i = 0; i < 4 && state != 'Z'; i++) {
+                if (u[i] < first || u[i] >= (unsigned long)first + count)
+                    continue;
+                if (n < max) {
+                    v[n].pid = (pid_t)atoi(e->d_name);
+                    v[n].uid =
+                        (uid_t)(u[0] >= first && u[0] < (unsigned long)first + count ? u[0] : u[i]);
+                    snprintf(v[n].comm, sizeof(v[n].comm), "%s", comm);
+                }
+                n++;
+                break;
+            }
             break;
         }
         fclose(f);
     }
     closedir(d);
-    return found;
+    return n;
 }
 
 struct uid_signal {
@@ -168,7 +188,66 @@ void uid_slot_kill(uid_t uid)
     uid_slot_signal(uid, SIGKILL);
 }
 
-static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg)
+/* One SIGKILL to every process of uid, from a helper that becomes it (kill(-1) is atomic
+ * with respect to fork: a leftover that forks cannot outrun it); reaped here. */
+static void uid_kill_all(uid_t uid)
+{
+    _Alignas(64) char stack[16384];
+    struct uid_signal arg = {uid, SIGKILL};
+    pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+}
+
+/* Leftovers logged one by one (then only counted), and how long start-up keeps killing. */
+#define STALE_SHOWN   64
+#define STALE_KILL_MS 1000
+
+/*
+ * The range is sbxd's alone (documented so), so a process that runs as one of its uids at
+ * start is a command left by an sbxd that was killed (SIGKILL, a crash: nothing ties a
+ * command to its daemon under uid isolation). Left running, it would share its uid with
+ * the next command given that uid, which could signal it and read what it owns in /proc.
+ * Each uid found gets a kill(-1) as that uid, until no process is left (at most
+ * STALE_KILL_MS); each process is logged. Returns 0 when none is left, else the pid of one
+ * still there.
+ */
+static pid_t uid_range_clear(uid_t first, unsigned count)
+{
+    struct range_user v[STALE_SHOWN];
+    pid_t logged[STALE_SHOWN];
+    unsigned nlogged = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        unsigned n = uid_range_users(first, count, v, STALE_SHOWN);
+        if (n == 0) {
+            if (nlogged)
+                LOG_EVENT("warn", "stale_processes", LOG_I("killed", nlogged),
+                          LOG_S("message", "processes of a killed sbxd (uids of --uid-range) "
+                                           "were killed at start"));
+            return 0;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= STALE_KILL_MS)
+            return v[0].pid;
+        for (unsigned i = 0; i < n && i < STALE_SHOWN; i++) {
+            bool seen = false;
+            for (unsigned k = 0; k < nlogged && !seen; k++)
+                seen = logged[k] == v[i].pid;
+            if (!seen && nlogged < STALE_SHOWN) {
+                logged[nlogged++] = v[i].pid;
+                LOG_EVENT("warn", "stale_process", LOG_I("pid", v[i].pid), LOG_I("uid", v[i].uid),
+                          LOG_S("name", v[i].comm), LOG_S("action", "SIGKILL"));
+            }
+            /* By uid, not by pid: a pid may be reused meanwhile, a uid of the range not. */
+            uid_kill_all(v[i].uid);
+        }
+        usleep(10000); /* the kernel completes the kills */
+    }
+}
+
+static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg, bool may_use)
 {
     uid_t first = cfg->uid_first;
     unsigned count = cfg->uid_count;
@@ -182,10 +261,16 @@ static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg)
                  (unsigned)(first + count - 1));
         return false;
     }
-    pid_t user = uid_range_user(first, count);
+    struct range_user u;
+    pid_t user = 0;
+    if (may_use)
+        user = uid_range_clear(first, count);
+    else if (uid_range_users(first, count, &u, 1) > 0)
+        user = u.pid;
     if (user) {
-        snprintf(iso->uid_why, sizeof(iso->uid_why), "process %d already runs as a uid of %u-%u",
-                 (int)user, (unsigned)first, (unsigned)(first + count - 1));
+        snprintf(iso->uid_why, sizeof(iso->uid_why), "process %d %s a uid of %u-%u", (int)user,
+                 may_use ? "runs as (and could not be killed)" : "already runs as", (unsigned)first,
+                 (unsigned)(first + count - 1));
         return false;
     }
     /* The helper can become a uid of the range (it exits 1 where setresuid fails). */
@@ -233,7 +318,10 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         snprintf(iso->cg.why, sizeof(iso->cg.why), "--isolation %s", mode);
     iso->pidns_ok = spawn_pidns_probe(&iso->pidns_own_proc, &iso->pidns_userns, iso->pidns_why,
                                       sizeof(iso->pidns_why));
-    iso->uid_ok = uid_probe(iso, cfg);
+    /* Leftovers of a killed sbxd in the uid range are killed only when this start will use
+     * the range; otherwise they are reported, and left alone. */
+    bool uid_may_use = strcmp(mode, "uid") == 0 || (any && !iso->cg.available && !iso->pidns_ok);
+    iso->uid_ok = uid_probe(iso, cfg, uid_may_use);
 
     if (iso->cg.available)
         iso->tree_kill = ISO_KILL_CGROUP;

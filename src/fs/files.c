@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,15 @@
 #include <unistd.h>
 
 #include "sbxd/files.h"
+#include "sbxd/log.h"
 #include "sbxd/resolve.h"
+#include "sbxd/timeutil.h"
 
 /* Entries visited and depth of a recursive delete: bounds on a hostile tree. */
 #define DELETE_MAX_DEPTH 256
+
+/* The stack of the stale-upload sweep's thread: FS_SWEEP_MAX_DEPTH small frames. */
+#define SWEEP_STACK (256 * 1024)
 
 /*
  * The thread's effective ids become the user's, its supplementary groups none; real and saved
@@ -401,6 +407,124 @@ void fs_upload_abort(struct fs_upload *up, const struct fs_user *u)
     if (up->dirfd >= 0)
         close(up->dirfd);
     up->fd = up->dirfd = -1;
+}
+
+/* ".sbxd-upload-" and 16 lowercase hex digits: the names fs_upload_begin gives. */
+static bool is_upload_temp(const char *name)
+{
+    static const char prefix[] = ".sbxd-upload-";
+    if (strncmp(name, prefix, sizeof(prefix) - 1) != 0)
+        return false;
+    const char *hex = name + sizeof(prefix) - 1;
+    return strlen(hex) == 16 && strspn(hex, "0123456789abcdef") == 16;
+}
+
+struct sweep {
+    int64_t before_ns;
+    unsigned max_entries, visited, removed;
+};
+
+/* The directory dfd (consumed), depth-first. */
+static void sweep_dir(int dfd, int depth, struct sweep *sw)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return;
+    }
+    struct dirent *de;
+    while (sw->visited < sw->max_entries && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        sw->visited++;
+        bool maybe_dir = de->d_type == DT_DIR || de->d_type == DT_UNKNOWN;
+        bool temp = is_upload_temp(de->d_name);
+        if (!temp && !(maybe_dir && depth < FS_SWEEP_MAX_DEPTH))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue; /* gone meanwhile */
+        if (temp && S_ISREG(st.st_mode)) {
+            int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+            if (mtime < sw->before_ns - FS_SWEEP_CLOCK_SLACK_NS &&
+                unlinkat(dirfd(d), de->d_name, 0) == 0)
+                sw->removed++;
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode) || depth >= FS_SWEEP_MAX_DEPTH)
+            continue;
+        /* O_NOFOLLOW: a directory swapped for a symlink since the stat is not entered. */
+        int sub = openat(dirfd(d), de->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (sub >= 0)
+            sweep_dir(sub, depth + 1, sw);
+    }
+    closedir(d);
+}
+
+unsigned fs_sweep_stale_uploads(int rootfd, int64_t before_ns, unsigned max_entries,
+                                unsigned *visited)
+{
+    struct sweep sw = {.before_ns = before_ns, .max_entries = max_entries};
+    int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0)
+        sweep_dir(fd, 0, &sw);
+    if (visited)
+        *visited = sw.visited;
+    return sw.removed;
+}
+
+struct sweep_job {
+    int rootfd;
+    int64_t before_ns;
+    struct fs_user user;
+};
+
+static void *sweep_thread(void *arg)
+{
+    struct sweep_job *job = arg;
+    int64_t t0 = time_mono_ns();
+    unsigned visited;
+    fs_user_enter(&job->user);
+    unsigned removed =
+        fs_sweep_stale_uploads(job->rootfd, job->before_ns, FS_SWEEP_MAX_ENTRIES, &visited);
+    fs_user_leave(&job->user);
+    LOG_EVENT("info", "upload_sweep", LOG_I("removed", removed), LOG_I("visited", visited),
+              LOG_B("complete", visited < FS_SWEEP_MAX_ENTRIES),
+              LOG_D("ms", (double)(time_mono_ns() - t0) / 1e6));
+    close(job->rootfd);
+    free(job);
+    return NULL;
+}
+
+int fs_sweep_stale_uploads_async(int rootfd, int64_t before_ns, const struct fs_user *u)
+{
+    struct sweep_job *job = malloc(sizeof(*job));
+    int err = ENOMEM;
+    if (job) {
+        job->before_ns = before_ns;
+        job->user = *u;
+        /* Its own descriptor: the thread may outlive main's use of rootfd at shutdown. */
+        job->rootfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
+        err = job->rootfd < 0 ? errno : 0;
+    }
+    pthread_attr_t attr;
+    pthread_t th;
+    if (err == 0) {
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, SWEEP_STACK);
+        err = pthread_create(&th, &attr, sweep_thread, job);
+        pthread_attr_destroy(&attr);
+    }
+    if (err == 0)
+        return 0;
+    if (job && job->rootfd >= 0)
+        close(job->rootfd);
+    free(job);
+    LOG_EVENT("warn", "upload_sweep", LOG_S("message", "cannot start the sweep of stale uploads"),
+              LOG_S("error", strerror(err)));
+    return -1;
 }
 
 /* Everything inside the directory dfd (consumed), depth-first, never following a link. */

@@ -67,6 +67,7 @@ size_t events_take(struct events *e, char *out, size_t max)
         n = max;
     memcpy(out, e->pending.buf + e->off, n);
     e->off += n;
+    http_count_out(n);
     return n;
 }
 

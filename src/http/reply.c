@@ -24,7 +24,7 @@ static enum MHD_Result queue_json(struct MHD_Connection *c, unsigned status, cha
     }
     if (hdr)
         MHD_add_response_header(r, hdr, hdr_value);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    enum MHD_Result ret = http_queue(c, status, r, len);
     MHD_destroy_response(r);
     return ret;
 }
@@ -73,6 +73,17 @@ enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const cha
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     return queue_error(c, status, code, msg, NULL, NULL);
+}
+
+enum MHD_Result reply_error_header(struct MHD_Connection *c, unsigned status, const char *code,
+                                   const char *hdr, const char *value, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return queue_error(c, status, code, msg, hdr, value);
 }
 
 struct errmap {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "sbxd/http.h"
+#include "sbxd/metrics.h"
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
@@ -30,11 +31,13 @@ static void write_result(struct jsonw *w, const struct job *job, const struct ou
 }
 
 /* The audit line: who ran what, where, and how it ended. */
-static void audit(const struct exec_request *req, const struct job *job, const char *client)
+static void audit(const struct exec_request *req, const struct job *job, const char *client,
+                  enum metrics_mode mode)
 {
     char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
     exec_request_text(req, cmd, sizeof(cmd));
     const struct job_result *r = job_result(job);
+    metrics_execution(mode, r);
     LOG_EVENT("info", "exec", LOG_S("id", job_id(job)), LOG_S(req->shell ? "command" : "argv", cmd),
               LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
               LOG_S("status", job_status_name(r->status)), LOG_I("exit_code", r->exit_code),
@@ -158,7 +161,7 @@ static bool next_event(struct exec_stream *s)
         write_result(&s->ev.pending, s->job, NULL, NULL, s->req.encoding, "exit");
         event_end(&s->ev);
         s->ended = true;
-        audit(&s->req, s->job, s->client);
+        audit(&s->req, s->job, s->client, MX_STREAM);
         return true;
     }
 }
@@ -205,7 +208,7 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
         return MHD_NO;
     }
     rc->holds_running = true;
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
     MHD_destroy_response(r);
     return ret;
 }
@@ -286,6 +289,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (running > srv->cfg->max_running) {
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
         exec_request_free(&req);
+        metrics_limit(LIM_MAX_RUNNING);
         return reply_error(c, MHD_HTTP_TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED",
                            "%llu commands are running already (--max-running); retry later",
                            (unsigned long long)srv->cfg->max_running);
@@ -297,8 +301,11 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                           .iso = srv->iso,
                           .memory_max = srv->cfg->memory_max,
                           .pids_max = srv->cfg->pids_max};
+    __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     struct job *job = job_start(&req, &env, &err);
+    __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     if (!job) {
+        metrics_start_failed(stream_format_of(c) != STREAM_NONE ? MX_STREAM : MX_SYNC);
         __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
         exec_request_free(&req);
         return reply_cannot_run(c, rc, &err);
@@ -327,7 +334,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (!legacy_failed)
         write_result(&w, job, &out, &errb, req.encoding, NULL);
     spawn_note_daemon_peak(out.alloc + errb.alloc + w.cap + rc->body_cap);
-    audit(&req, job, rc->client);
+    audit(&req, job, rc->client, MX_SYNC);
     outbuf_free(&out);
     outbuf_free(&errb);
     rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */

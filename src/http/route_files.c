@@ -15,6 +15,7 @@
 
 #include "sbxd/files.h"
 #include "sbxd/http.h"
+#include "sbxd/metrics.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -86,7 +87,7 @@ static void fs_user_of(const struct server *srv, struct fs_user *u)
 /* The path part after the route's prefix, decoded (malloc'd), or NULL with err. Leading
  * slashes, also encoded ones, are dropped: the path is relative to the workspace root
  * whatever it starts with (the legacy routes re-root "/etc/x" as "etc/x"). */
-static char *files_path(const char *url, struct sbxd_err *err)
+char *http_files_path(const char *url, struct sbxd_err *err)
 {
     size_t skip;
     face_of(url, &skip);
@@ -294,7 +295,7 @@ static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct s
             return MHD_NO;
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_RANGE_NOT_SATISFIABLE, r);
+        enum MHD_Result ret = http_queue(c, MHD_HTTP_RANGE_NOT_SATISFIABLE, r, (uint64_t)bl);
         MHD_destroy_response(r);
         return ret;
     }
@@ -335,7 +336,9 @@ static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct s
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_RANGE, cr);
         status = MHD_HTTP_PARTIAL_CONTENT;
     }
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    if (!http_is_head())
+        metrics_file(false, len);
+    enum MHD_Result ret = http_queue(c, status, r, len);
     MHD_destroy_response(r);
     return ret;
 }
@@ -398,7 +401,7 @@ static enum MHD_Result legacy_exists(struct server *srv, struct MHD_Connection *
     face_of(url, &skip);
     const char *p = url + skip + (url[skip] == '/');
     char *sent = strdup(p); /* as the client meant it: decoded, its leading slash kept */
-    char *path = files_path(url, &err);
+    char *path = http_files_path(url, &err);
     if (!sent || !path || fs_url_decode(sent, &err) < 0) {
         free(sent);
         free(path);
@@ -439,7 +442,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
     if (face == FACE_LEGACY && strncmp(url, "/exists", 7) == 0)
         return legacy_exists(srv, c, url);
     const char *missing = list ? "Path is not a directory" : "File not found";
-    char *path = files_path(url, &err);
+    char *path = http_files_path(url, &err);
     if (!path)
         return face == FACE_LEGACY ? reply_legacy_err(c, &err, missing, NULL) : reply_err(c, &err);
     struct fs_user u;
@@ -485,7 +488,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
 static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c, const char *url)
 {
     struct sbxd_err err = {0};
-    char *path = files_path(url, &err);
+    char *path = http_files_path(url, &err);
     if (!path)
         return reply_err(c, &err);
     char v[16];
@@ -509,7 +512,7 @@ static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r)
         return MHD_NO;
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_NO_CONTENT, r, 0);
     MHD_destroy_response(r);
     return ret;
 }
@@ -615,7 +618,7 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
         return upload_begin(srv, c, p, rc);
     size_t skip;
     p->face = face_of(url, &skip);
-    p->path = files_path(url, &err);
+    p->path = http_files_path(url, &err);
     if (!p->path)
         return reply_err(c, &err);
     char v[16];
@@ -750,6 +753,7 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
         if (r < 0)
             return reply_err(c, &err);
         p->began = false;
+        metrics_file(true, (uint64_t)st.st_size);
         status = p->up.existed ? MHD_HTTP_OK : MHD_HTTP_CREATED;
     }
     if (p->face == FACE_V1) {
@@ -758,7 +762,7 @@ static enum MHD_Result files_put_end(struct server *srv, struct MHD_Connection *
             MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!r)
             return MHD_NO;
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+        enum MHD_Result ret = http_queue(c, MHD_HTTP_NO_CONTENT, r, 0);
         MHD_destroy_response(r);
         return ret;
     }

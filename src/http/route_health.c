@@ -1,4 +1,6 @@
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -6,7 +8,39 @@
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
+#include "sbxd/metrics.h"
+#include "sbxd/server.h"
 #include "sbxd/timeutil.h"
+
+/* The effective mode of each resource, as /healthz and /metrics state it. */
+struct iso_modes {
+    const char *cgroup, *memory, *pids, *cpu, *tree_kill, *seccomp, *capabilities;
+    char user[48];
+};
+
+static void iso_modes(const struct server *srv, struct iso_modes *m)
+{
+    const struct harden_plan *h = srv->harden;
+    const struct isolation *iso = srv->iso;
+    const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
+    if (iso->tree_kill == ISO_KILL_UID)
+        snprintf(m->user, sizeof(m->user), "%u-%u:%u", (unsigned)iso->slots.first,
+                 (unsigned)(iso->slots.first + iso->slots.count - 1), (unsigned)h->gid);
+    else
+        snprintf(m->user, sizeof(m->user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
+    bool mem_limit = srv->cfg->memory_max > 0;
+    m->cgroup = cg ? "v2" : "none";
+    /* enforced: a self-test saw the limit bite; accounting: set but not enforced (gVisor);
+     * rlimit-as: address-space limit instead; none: nothing limits it. */
+    m->memory = cg && cg->memory ? (cg->memory_enforced ? "enforced" : "accounting")
+                                 : (mem_limit ? "rlimit-as" : "none");
+    m->pids = cg && cg->pids ? (cg->pids_enforced ? "enforced" : "accounting") : "none";
+    m->cpu = cg && cg->cpu ? "cpu.max" : "rlimit-cpu";
+    /* pgid misses processes that leave the group: the one degraded mode */
+    m->tree_kill = iso_tree_kill_name(iso->tree_kill);
+    m->seccomp = h->seccomp ? "deny-list" : "none";
+    m->capabilities = h->drop_bounding ? "none" : "none-bounding-kept";
+}
 
 /* What every command gets, stated as it is, not as it is hoped; then what the start-up
  * probe found, used or not. */
@@ -15,33 +49,24 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     const struct harden_plan *h = srv->harden;
     const struct isolation *iso = srv->iso;
     const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
-    char user[48];
-    if (iso->tree_kill == ISO_KILL_UID)
-        snprintf(user, sizeof(user), "%u-%u:%u", (unsigned)iso->slots.first,
-                 (unsigned)(iso->slots.first + iso->slots.count - 1), (unsigned)h->gid);
-    else
-        snprintf(user, sizeof(user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
-    bool mem_limit = srv->cfg->memory_max > 0;
+    struct iso_modes m;
+    iso_modes(srv, &m);
     jw_key(w, "isolation");
     jw_obj_begin(w);
     jw_key(w, "cgroup");
-    jw_str(w, cg ? "v2" : "none");
+    jw_str(w, m.cgroup);
     if (cg) {
         jw_key(w, "cgroup_base");
         jw_str(w, cg->base);
     }
-    /* enforced: a self-test saw the limit bite; accounting: set but not enforced (gVisor);
-     * rlimit-as: address-space limit instead; none: nothing limits it. */
     jw_key(w, "memory");
-    jw_str(w, cg && cg->memory ? (cg->memory_enforced ? "enforced" : "accounting")
-                               : (mem_limit ? "rlimit-as" : "none"));
+    jw_str(w, m.memory);
     jw_key(w, "pids");
-    jw_str(w, cg && cg->pids ? (cg->pids_enforced ? "enforced" : "accounting") : "none");
+    jw_str(w, m.pids);
     jw_key(w, "cpu");
-    jw_str(w, cg && cg->cpu ? "cpu.max" : "rlimit-cpu");
+    jw_str(w, m.cpu);
     jw_key(w, "tree_kill");
-    /* pgid misses processes that leave the group: the one degraded mode */
-    jw_str(w, iso_tree_kill_name(iso->tree_kill));
+    jw_str(w, m.tree_kill);
     if (iso->tree_kill == ISO_KILL_PIDNS) {
         jw_key(w, "proc");
         jw_str(w, iso->pidns_own_proc ? "own" : "shared"); /* the namespace's /proc, or not */
@@ -49,13 +74,13 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
         jw_bool(w, iso->pidns_userns);
     }
     jw_key(w, "seccomp");
-    jw_str(w, h->seccomp ? "deny-list" : "none");
+    jw_str(w, m.seccomp);
     jw_key(w, "capabilities");
-    jw_str(w, h->drop_bounding ? "none" : "none-bounding-kept");
+    jw_str(w, m.capabilities);
     jw_key(w, "no_new_privs");
     jw_bool(w, true);
     jw_key(w, "user");
-    jw_str(w, user);
+    jw_str(w, m.user);
     jw_key(w, "groups");
     jw_str(w, h->switch_user ? "none" : "inherited");
     jw_key(w, "nice");
@@ -183,4 +208,115 @@ enum MHD_Result route_v1_metadata(struct server *srv, struct MHD_Connection *c, 
     jw_obj_end(&w);
     jw_obj_end(&w);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* Escape a label value for the text format: backslash, quote and newline. */
+static void label_value(char *out, size_t len, const char *v)
+{
+    size_t n = 0;
+    for (; v && *v && n + 3 < len; v++) {
+        if (*v == '\\' || *v == '"') {
+            out[n++] = '\\';
+            out[n++] = *v;
+        } else if (*v == '\n') {
+            out[n++] = '\\';
+            out[n++] = 'n';
+        } else {
+            out[n++] = *v;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* sbxd's own resident memory and descriptors, as Prometheus' process_* metrics name them. */
+static void process_metrics(struct jsonw *w)
+{
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    metrics_head(w, "process_resident_memory_bytes", "gauge", "Resident memory of sbxd.");
+    metrics_line(w, "process_resident_memory_bytes", NULL, (double)rss * (double)getpagesize());
+    unsigned fds = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            fds += e->d_name[0] != '.';
+        closedir(d);
+        fds--; /* the directory being read */
+    }
+    metrics_head(w, "process_open_fds", "gauge", "File descriptors sbxd has open.");
+    metrics_line(w, "process_open_fds", NULL, fds);
+}
+
+/* GET /metrics: the Prometheus text format (version 0.0.4). */
+enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)rc;
+    struct jsonw w;
+    jw_init(&w, 16384);
+    char lab[1280];
+    struct iso_modes m;
+    iso_modes(srv, &m);
+    char v[8][128];
+    const char *vals[8] = {m.cgroup,    m.memory,  m.pids,         m.cpu,
+                           m.tree_kill, m.seccomp, m.capabilities, m.user};
+    for (int i = 0; i < 8; i++)
+        label_value(v[i], sizeof(v[i]), vals[i]);
+    snprintf(lab, sizeof(lab),
+             "cgroup=\"%s\",memory=\"%s\",pids=\"%s\",cpu=\"%s\",tree_kill=\"%s\","
+             "seccomp=\"%s\",capabilities=\"%s\",user=\"%s\"",
+             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+    metrics_head(&w, "sbxd_isolation_info", "gauge",
+                 "The isolation in force for every command (the labels), as /healthz states it.");
+    metrics_line(&w, "sbxd_isolation_info", lab, 1);
+    snprintf(lab, sizeof(lab), "version=\"%s\"", SBXD_VERSION);
+    metrics_head(&w, "sbxd_build_info", "gauge", "The sbxd version serving.");
+    metrics_line(&w, "sbxd_build_info", lab, 1);
+    metrics_head(&w, "sbxd_uptime_seconds", "gauge", "Seconds since sbxd started.");
+    metrics_line(&w, "sbxd_uptime_seconds", NULL, (double)(time_mono_ns() - srv->start_ns) / 1e9);
+    metrics_head(&w, "sbxd_draining", "gauge", "1 once sbxd is shutting down.");
+    metrics_line(&w, "sbxd_draining", NULL, __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE));
+    metrics_head(&w, "sbxd_commands_running", "gauge",
+                 "Commands of /execute running now (their answer not yet sent).");
+    metrics_line(&w, "sbxd_commands_running", NULL,
+                 __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
+    metrics_head(&w, "sbxd_commands_max_running", "gauge", "--max-running.");
+    metrics_line(&w, "sbxd_commands_max_running", NULL, (double)srv->cfg->max_running);
+    metrics_head(&w, "sbxd_commands_queued", "gauge",
+                 "Commands admitted and waiting for their process to start. sbxd keeps no "
+                 "queue beyond that: over --max-running it answers 429.");
+    metrics_line(&w, "sbxd_commands_queued", NULL,
+                 __atomic_load_n(&srv->starting, __ATOMIC_ACQUIRE));
+    metrics_head(&w, "sbxd_processes_running", "gauge", "Background processes running now.");
+    metrics_line(&w, "sbxd_processes_running", NULL, bg_running());
+    metrics_head(&w, "sbxd_processes_max_running", "gauge", "--max-processes.");
+    metrics_line(&w, "sbxd_processes_max_running", NULL, (double)srv->cfg->max_processes);
+    metrics_head(&w, "sbxd_process_streams", "gauge", "Background process outputs being sent.");
+    metrics_line(&w, "sbxd_process_streams", NULL, server_streams(srv));
+    metrics_head(&w, "sbxd_connections_open", "gauge", "HTTP connections open now.");
+    metrics_line(&w, "sbxd_connections_open", NULL, server_connections(srv));
+    metrics_head(&w, "sbxd_connections_max", "gauge", "--max-connections.");
+    metrics_line(&w, "sbxd_connections_max", NULL, (double)srv->cfg->max_connections);
+    process_metrics(&w);
+    server_render_route_metrics(&w);
+    size_t len;
+    char *body = jw_finish(&w, &len);
+    if (!body)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, len);
+    MHD_destroy_response(r);
+    return ret;
 }

@@ -8,6 +8,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/http.h"
+#include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 
@@ -141,7 +142,13 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
                           .memory_max = srv->cfg->memory_max,
                           .pids_max = srv->cfg->pids_max,
                           .interactive = true};
+    __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     struct bg_proc *p = bg_start(&req, &env, &err);
+    __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
+    if (!p && err.kind == SBXD_E_BUSY && err.sys_errno == 0)
+        metrics_limit(LIM_MAX_PROCESSES);
+    else if (!p)
+        metrics_start_failed(MX_BACKGROUND);
     if (!p)
         return reply_err(c, &err);
     struct bg_info in;
@@ -374,7 +381,7 @@ static enum MHD_Result output(struct server *srv, struct MHD_Connection *c, stru
         out_free(s);
         return MHD_NO;
     }
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
     MHD_destroy_response(r);
     return ret;
 }

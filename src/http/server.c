@@ -11,28 +11,82 @@
 #include "sbxd/http.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
+#include "sbxd/metrics.h"
 #include "sbxd/server.h"
 #include "sbxd/timeutil.h"
 
 static const struct route routes[] = {
-    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL},
-    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL},
-    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL},
-    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL},
-    {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL},
+    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz"},
+    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/"},
+    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute"},
+    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL, "/processes"},
+    {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL,
+     "/processes/{id}"},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body},
+     route_files_begin, route_files_body, "/files/{path}"},
     /* The standardized REST file API (KEP-539.2): the same implementation, another face. */
     {"/v1/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body},
-    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL},
-    {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL},
+     route_files_begin, route_files_body, "/v1/files/{path}"},
+    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL, "/v1/health"},
+    {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL,
+     "/v1/metadata"},
+    {"/metrics", HTTP_GET | HTTP_HEAD, false, route_metrics, false, NULL, NULL, "/metrics"},
     /* The legacy python-runtime file routes (GET / and POST /execute are above). */
-    {"/upload", HTTP_POST, false, route_files, false, route_files_begin, route_files_body},
-    {"/download", HTTP_GET | HTTP_HEAD, false, route_files, true, NULL, NULL},
-    {"/list", HTTP_GET, false, route_files, true, NULL, NULL},
-    {"/exists", HTTP_GET, false, route_files, true, NULL, NULL},
+    {"/upload", HTTP_POST, false, route_files, false, route_files_begin, route_files_body,
+     "/upload"},
+    {"/download", HTTP_GET | HTTP_HEAD, false, route_files, true, NULL, NULL, "/download/{path}"},
+    {"/list", HTTP_GET, false, route_files, true, NULL, NULL, "/list/{path}"},
+    {"/exists", HTTP_GET, false, route_files, true, NULL, NULL, "/exists/{path}"},
 };
+
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* /metrics names each route by its label; a request that matched none is "unmatched". */
+static const char *route_labels[NROUTES + 1];
+
+static void route_labels_init(void)
+{
+    for (size_t i = 0; i < NROUTES; i++)
+        route_labels[i] = routes[i].label;
+    route_labels[NROUTES] = "unmatched";
+}
+
+void server_render_route_metrics(struct jsonw *w)
+{
+    metrics_render(w, route_labels, (unsigned)NROUTES + 1);
+}
+
+/* The request being handled on this thread. With a thread per connection, libmicrohttpd
+ * calls the access handler, the content reader of its answer and the completion notice of
+ * one request on the one thread, so what the routes send can be counted without passing the
+ * request around. */
+static __thread struct req_ctx *tl_rc;
+
+enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r,
+                           uint64_t body_len)
+{
+    struct req_ctx *rc = tl_rc;
+    if (rc) {
+        rc->status = status;
+        if (strcmp(rc->method, "HEAD") != 0)
+            rc->bytes_out += body_len;
+        guard_wait_over(rc);
+        if (status == MHD_HTTP_CONTENT_TOO_LARGE)
+            metrics_limit(LIM_BODY_BYTES);
+    }
+    return MHD_queue_response(c, status, r);
+}
+
+void http_count_out(size_t n)
+{
+    if (tl_rc)
+        tl_rc->bytes_out += n;
+}
+
+bool http_is_head(void)
+{
+    return tl_rc && strcmp(tl_rc->method, "HEAD") == 0;
+}
 
 /* What /v1/metadata may serve: the variables with the prefix, never one whose name looks
  * like a credential (untrusted code in the sandbox can ask for it). */
@@ -74,9 +128,9 @@ static void free_strv(char **v)
     free(v);
 }
 
-static const struct route *find_route(const char *url)
+const struct route *http_route_find(const char *url)
 {
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+    for (size_t i = 0; i < NROUTES; i++) {
         size_t n = strlen(routes[i].path);
         if (strcmp(url, routes[i].path) == 0 ||
             (routes[i].prefix && strncmp(url, routes[i].path, n) == 0 && url[n] == '/'))
@@ -222,12 +276,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rc)
             return MHD_NO;
         *con_cls = rc;
+        tl_rc = rc;
+        rc->srv = srv;
+        rc->route_id = NROUTES;
         client_string(c, rc->client, sizeof(rc->client));
         snprintf(rc->method, sizeof(rc->method), "%s", method);
         rc->url = strdup(url);
         if (!rc->url)
             return MHD_NO;
-        rc->route = find_route(url);
+        rc->route = http_route_find(url);
+        if (rc->route)
+            rc->route_id = (unsigned)(rc->route - routes);
+        /* The caps and the token come first: a client without the token learns nothing,
+         * not even which routes exist. */
+        enum MHD_Result ret;
+        if (guard_head(srv, c, rc, url, method, &ret) == GUARD_STOP) {
+            rc->replied = true;
+            return ret;
+        }
         if (!rc->route) {
             rc->replied = true;
             return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no route for %.200s %.200s",
@@ -235,12 +301,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         /* A check that fails queues its error at once; MHD sends it and, if a body was
          * coming, closes the connection instead of reading it. */
-        return check_headers(srv, c, rc, method);
+        ret = check_headers(srv, c, rc, method);
+        /* A body streamed to a route (an upload) may take long: it has the idle timeout. */
+        if (rc->route->begin)
+            guard_wait_over(rc);
+        return ret;
     }
+    tl_rc = rc;
     if (rc->replied) {
         *upload_size = 0;
         return MHD_YES;
     }
+    rc->bytes_in += *upload_size;
     if (*upload_size) {
         enum MHD_Result r = rc->route->body ? rc->route->body(srv, c, rc, upload_data, *upload_size)
                                             : append_body(srv, c, rc, upload_data, *upload_size);
@@ -248,6 +320,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return r;
     }
     rc->replied = true;
+    guard_wait_over(rc); /* the request is in: what follows is sbxd's time, not the client's */
     if (rc->too_large)
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",
@@ -262,6 +335,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)c;
     struct req_ctx *rc = *con_cls;
     if (rc) {
+        metrics_http(rc->route_id, rc->status, rc->bytes_in, rc->bytes_out);
+        __atomic_add_fetch(&srv->completed, 1, __ATOMIC_RELAXED);
+        guard_request_done(srv, rc);
+        if (tl_rc == rc)
+            tl_rc = NULL;
         /* A command's answer is out (or its client gone): only now is it no longer running,
          * so a drain that waits for none running never cuts an answer off. */
         if (rc->holds_running)
@@ -275,13 +353,63 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+/*
+ * libmicrohttpd (0.9.75) with a thread per connection polls its listening socket whatever
+ * its own "at the limit" flag says: an accept() that fails for want of descriptors (EMFILE,
+ * ENFILE) or memory is retried at once, forever, and each failure is logged twice. Measured
+ * (tests/integration/test_faults.c): a whole CPU and ~450 000 log lines a second for as
+ * long as sbxd is out of descriptors. This logger is the one hook on that path: after such
+ * a failure it holds the listening thread ACCEPT_BACKOFF_MS (accept() cannot succeed
+ * meanwhile anyway; new connections wait in the listen queue), and accept errors are
+ * logged at most once a second, with how many were not.
+ */
+#define ACCEPT_BACKOFF_MS 20
+
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     msg[strcspn(msg, "\n")] = '\0';
-    LOG_EVENT("warn", "http", LOG_S("message", msg));
+    bool out_of_resources = strncmp(msg, "Hit process or system resource limit", 36) == 0;
+    if (out_of_resources || strncmp(msg, "Error accepting connection", 26) == 0) {
+        /* Only the listening thread accepts: these are its own. */
+        static int64_t logged_ns;
+        static unsigned not_logged;
+        int64_t now = time_mono_ns();
+        if (logged_ns && now - logged_ns < 1000000000LL) {
+            not_logged++;
+        } else {
+            LOG_EVENT("warn", "http", LOG_S("message", msg), LOG_I("not_logged", not_logged));
+            logged_ns = now;
+            not_logged = 0;
+        }
+        if (out_of_resources)
+            usleep(ACCEPT_BACKOFF_MS * 1000);
+        return;
+    }
+    /* The rest come from connection threads, mostly clients gone mid-request: a flood of bad
+     * connections must not become a flood of log lines. At most SBXD_HTTP_LOG_BURST a
+     * second, then one line with how many were left out. */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window;
+    static unsigned in_window, dropped;
+    int64_t sec = time_mono_ns() / 1000000000;
+    pthread_mutex_lock(&lock);
+    unsigned was_dropped = 0;
+    if (sec != window) {
+        was_dropped = dropped;
+        window = sec;
+        in_window = dropped = 0;
+    }
+    bool emit = ++in_window <= SBXD_HTTP_LOG_BURST;
+    dropped += !emit;
+    pthread_mutex_unlock(&lock);
+    if (was_dropped)
+        LOG_EVENT("warn", "http", LOG_S("message", "library warnings left out (rate limit)"),
+                  LOG_I("not_logged", was_dropped));
+    if (emit)
+        LOG_EVENT("warn", "http", LOG_S("message", msg));
 }
 
 struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
@@ -300,6 +428,9 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
     srv->start_ns = time_mono_ns();
     srv->metadata = metadata_snapshot(cfg->metadata_prefix);
+    srv->token_len = cfg->token ? strlen(cfg->token) : 0;
+    route_labels_init();
+    guard_init(srv);
 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -308,14 +439,19 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->listen_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, guard_notify,
+        srv, MHD_OPTION_THREAD_STACK_SIZE, (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)((cfg->idle_timeout_ms + 999) / 1000),
+        /* Past --max-connections, connections are still accepted (and refused with an
+         * answer, or a health check served) up to this hard stop. */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + SBXD_CONN_SPARE),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes,
         NULL, MHD_OPTION_END);
     if (!srv->mhd) {
         int e = errno;
         free_strv(srv->metadata);
+        guard_destroy(srv);
         free(srv);
         sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot listen on %s", cfg->listen);
         return NULL;
@@ -340,6 +476,11 @@ unsigned server_running(const struct server *srv)
     return __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE);
 }
 
+uint64_t server_completed(const struct server *srv)
+{
+    return __atomic_load_n(&srv->completed, __ATOMIC_RELAXED);
+}
+
 unsigned server_streams(const struct server *srv)
 {
     return __atomic_load_n(&srv->streams, __ATOMIC_ACQUIRE);
@@ -351,5 +492,6 @@ void server_stop(struct server *srv)
         return;
     MHD_stop_daemon(srv->mhd);
     free_strv(srv->metadata);
+    guard_destroy(srv);
     free(srv);
 }

@@ -164,12 +164,42 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     return 0;
 }
 
+/* "Authorization: Bearer ..." when sbxd wants a token: SBX_TOKEN, else the first line of the
+ * file SBX_TOKEN_FILE names. Empty when neither is set. */
+static const char *auth_header(void)
+{
+    static char line[4200];
+    static bool loaded;
+    if (loaded)
+        return line;
+    loaded = true;
+    char token[4097] = "";
+    const char *t = getenv("SBX_TOKEN");
+    const char *file = getenv("SBX_TOKEN_FILE");
+    if (t && *t) {
+        snprintf(token, sizeof(token), "%s", t);
+    } else if (file && *file) {
+        FILE *f = fopen(file, "re");
+        if (f) {
+            if (!fgets(token, sizeof(token), f))
+                token[0] = '\0';
+            fclose(f);
+        }
+        token[strcspn(token, "\r\n")] = '\0';
+    }
+    if (token[0])
+        snprintf(line, sizeof(line), "Authorization: Bearer %s", token);
+    return line;
+}
+
 /* The headers of the request into *out (NULL: none); -1 when out of memory. */
 static int request_headers(const struct request *req, struct curl_slist **out)
 {
     char accept[256];
-    const char *lines[3];
+    const char *lines[4];
     size_t n = 0;
+    if (*auth_header())
+        lines[n++] = auth_header();
     if (req->accept) {
         snprintf(accept, sizeof(accept), "Accept: %s", req->accept);
         lines[n++] = accept;

@@ -239,6 +239,7 @@ static int print_overview(void)
            "\n"
            "Environment:\n"
            "  SBX_URL    sbxd's address when --url is not given\n"
+           "  SBX_TOKEN  the bearer token sbxd requires (or SBX_TOKEN_FILE: a file holding it)\n"
            "\n"
            "Examples:\n"
            "  sbx exec -- python3 -c 'print(6 * 7)'\n"

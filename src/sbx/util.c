@@ -13,7 +13,8 @@
 #include "sbx.h"
 #include "sbxd/base64.h"
 
-static void vreport(const char *cmd, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vreport(const char *cmd, const char *fmt,
+                                                          va_list ap)
 {
     /* One line, flushed before anything the caller prints next. */
     fflush(stdout);

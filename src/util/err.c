@@ -6,8 +6,10 @@
 
 #include "sbxd/err.h"
 
-static int fail_v(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno, bool with_errno,
-                  const char *fmt, va_list ap)
+__attribute__((format(printf, 5, 0))) static int fail_v(struct sbxd_err *err,
+                                                        enum sbxd_errkind kind, int sys_errno,
+                                                        bool with_errno, const char *fmt,
+                                                        va_list ap)
 {
     if (!err)
         return -1;

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -46,8 +47,9 @@ def spec_path():
     p = os.environ.get("SBXD_OPENAPI")
     if p:
         return p
-    return os.path.join(os.path.dirname(ROOT), "shared", "reference",
-                        "sandboxd-filesystem-v1.openapi.yaml")
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import reference  # noqa: E402 (tests/reference.py: beside the checkout or its origin)
+    return os.path.join(reference.reference_dir(), "sandboxd-filesystem-v1.openapi.yaml")
 
 
 # ---------------------------------------------------------------------------------------

@@ -852,3 +852,37 @@ long rss_sampling_stop(long *base_kb)
     *base_kb = sampler.base;
     return sampler.peak;
 }
+
+/* Run sbxd with args to completion; returns the exit status, output in out. */
+int sbxd_run(const char *const *args, const char *const *env, char *out, size_t outlen)
+{
+    int p[2];
+    if (pipe(p) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        /* Inside the same wrap as the daemons (under gVisor: a sandbox of its own). */
+        const char *argv[64];
+        int n = wrap_argv(argv, 32);
+        argv[n++] = sbxd_bin();
+        for (int i = 0; args[i] && n < 63; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (got < outlen - 1 && (k = read(p[0], out + got, outlen - 1 - got)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

@@ -56,6 +56,10 @@ bool daemon_log_has_sanitizer_report(const struct daemon *d);
 /* Read sbxd's log into a new string (caller frees). */
 char *daemon_log_read(const struct daemon *d);
 
+/* Run sbxd (inside the wrap) with args and extra environment entries (may be NULL) to its
+ * end; returns the exit status, its stdout and stderr in out. */
+int sbxd_run(const char *const *args, const char *const *env, char *out, size_t outlen);
+
 /* Paths of sbxd and of the probe binary (env SBXD_BIN / SBXD_PROBE override the build's). */
 const char *sbxd_bin(void);
 const char *sbxd_probe(void);

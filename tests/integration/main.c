@@ -1,6 +1,7 @@
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -18,6 +19,12 @@ int main(void)
     srunner_add_suite(sr, stream_suite());
     srunner_add_suite(sr, processes_suite());
     srunner_add_suite(sr, sbx_suite());
+    /* tools/test runs the fault injection as a tier of its own (CK_RUN_SUITE=faults) and
+     * leaves it out of the integration tier with SBXD_SKIP_FAULTS=1. */
+    const char *skip = getenv("SBXD_SKIP_FAULTS");
+    if (!skip || strcmp(skip, "1") != 0)
+        srunner_add_suite(sr, faults_suite());
+    srunner_add_suite(sr, hardening_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

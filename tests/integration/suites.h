@@ -11,6 +11,8 @@ Suite *files_suite(void);
 Suite *stream_suite(void);
 Suite *processes_suite(void);
 Suite *sbx_suite(void);
+Suite *faults_suite(void);
+Suite *hardening_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

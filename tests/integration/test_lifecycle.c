@@ -13,52 +13,21 @@
 #include "harness.h"
 #include "suites.h"
 
-/* Run sbxd with args to completion; returns the exit status, output in out. */
-static int run_sbxd(const char *const *args, char *out, size_t outlen)
-{
-    int p[2];
-    ck_assert_int_eq(pipe(p), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(p[1], 1);
-        dup2(p[1], 2);
-        /* Inside the same wrap as the daemons (under gVisor: a sandbox of its own). */
-        const char *argv[64];
-        int n = wrap_argv(argv, 32);
-        argv[n++] = sbxd_bin();
-        for (int i = 0; args[i] && n < 63; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t got = 0;
-    ssize_t k;
-    while (got < outlen - 1 && (k = read(p[0], out + got, outlen - 1 - got)) > 0)
-        got += (size_t)k;
-    out[got] = '\0';
-    close(p[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 START_TEST(bad_option_exits_2_naming_it)
 {
     char out[4096];
     const char *a1[] = {"--max-running", "abc", NULL};
-    ck_assert_int_eq(run_sbxd(a1, out, sizeof(out)), 2);
+    ck_assert_int_eq(sbxd_run(a1, NULL, out, sizeof(out)), 2);
     ck_assert_ptr_nonnull(strstr(out, "--max-running"));
     ck_assert_ptr_eq(strchr(out, '\n'), out + strlen(out) - 1); /* one line */
     const char *a2[] = {"--listen", "nowhere", NULL};
-    ck_assert_int_eq(run_sbxd(a2, out, sizeof(out)), 2);
+    ck_assert_int_eq(sbxd_run(a2, NULL, out, sizeof(out)), 2);
     ck_assert_ptr_nonnull(strstr(out, "--listen"));
     const char *a3[] = {"--help", NULL};
-    ck_assert_int_eq(run_sbxd(a3, out, sizeof(out)), 0);
+    ck_assert_int_eq(sbxd_run(a3, NULL, out, sizeof(out)), 0);
     ck_assert_ptr_nonnull(strstr(out, "--shutdown-grace-ms"));
     const char *a4[] = {"--version", NULL};
-    ck_assert_int_eq(run_sbxd(a4, out, sizeof(out)), 0);
+    ck_assert_int_eq(sbxd_run(a4, NULL, out, sizeof(out)), 0);
     ck_assert_str_eq(out, "sbxd 0.1.0\n");
 }
 END_TEST
@@ -69,7 +38,7 @@ START_TEST(port_in_use_exits_1)
     char listen[64];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", g_sbxd.port);
     const char *a[] = {"--listen", listen, "--workspace", "/tmp/sbxd-it-portclash", NULL};
-    ck_assert_int_eq(run_sbxd(a, out, sizeof(out)), 1);
+    ck_assert_int_eq(sbxd_run(a, NULL, out, sizeof(out)), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot listen"));
     rmdir("/tmp/sbxd-it-portclash");
 }

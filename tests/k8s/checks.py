@@ -24,8 +24,11 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(ROOT, "k8s")
-CRDS = os.environ.get("SBXD_CRDS") or os.path.join(
-    os.path.dirname(ROOT), "shared", "reference", "agent-sandbox-crds")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import reference  # noqa: E402 (tests/reference.py: beside the checkout or its origin)
+
+CRDS = os.environ.get("SBXD_CRDS") or os.path.join(reference.reference_dir(),
+                                                   "agent-sandbox-crds")
 FLAVOURS = ("agent-sandbox", "sandbox", "standalone")  # components: exactly one of these
 # What the pod needs (tests/container/run measures each; docs/kubernetes.md explains them).
 CAPABILITIES = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETPCAP", "SETUID"}

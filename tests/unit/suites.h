@@ -10,5 +10,6 @@ Suite *outbuf_suite(void);
 Suite *resolve_suite(void);
 Suite *multipart_suite(void);
 Suite *ring_suite(void);
+Suite *auth_suite(void);
 
 #endif

@@ -8,10 +8,12 @@
  */
 #include <check.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -319,6 +321,84 @@ START_TEST(test_healthz)
 }
 END_TEST
 
+/* Command leaves ("job-*") under the cgroup directory base. */
+static int job_leaf_count(const char *base)
+{
+    DIR *d = opendir(base);
+    ck_assert_msg(d != NULL, "%s: %s", base, strerror(errno));
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, "job-", 4) == 0;
+    closedir(d);
+    return n;
+}
+
+static struct daemon killed;
+
+static void *execute_on_killed(void *arg)
+{
+    const char *body = arg;
+    struct http_resp r;
+    http_request(&killed, "POST", "/execute", NULL, body, strlen(body), 30000, &r);
+    http_resp_free(&r);
+    return NULL;
+}
+
+/*
+ * sbxd killed with SIGKILL while commands run: their cgroup leaves, and the processes in
+ * them, outlive it (nothing else ties a command to the daemon). The next sbxd in the same
+ * cgroup kills them (cgroup.kill) and removes the leaves before it serves.
+ */
+START_TEST(test_kill9_then_restart_removes_stale_leaves_and_their_processes)
+{
+    daemon_start(&killed, NULL, NULL);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&killed, "GET", "/healthz", NULL, NULL, 0, 0, &r), 0);
+    char base[PATH_MAX];
+    const cJSON *iso = cJSON_GetObjectItemCaseSensitive(r.json, "isolation");
+    fmt(base, sizeof(base), "%s", jstr(iso, "cgroup_base"));
+    http_resp_free(&r);
+    /* A background process, and a command whose request is in flight; each forks a child. */
+    const char *bg = "{\"command\":\"sleep 1000.4242 & sleep 1000.4242\"}";
+    ck_assert_int_eq(http_request(&killed, "POST", "/processes", NULL, bg, strlen(bg), 0, &r), 0);
+    ck_assert_int_eq(r.status, 201);
+    http_resp_free(&r);
+    pthread_t t;
+    pthread_create(&t, NULL, execute_on_killed,
+                   (void *)"{\"command\":\"setsid sleep 1000.4242 & sleep 1000.4242\"}");
+    for (int i = 0; i < 100 && (job_leaf_count(base) < 2 || procs_with("sleep 1000.4242") < 2); i++)
+        usleep(50000);
+    usleep(300000); /* the children are forked */
+    int n = procs_with("sleep 1000.4242");
+    ck_assert_int_ge(n, 2);
+    ck_assert_int_eq(job_leaf_count(base), 2);
+
+    ck_assert_int_eq(kill(killed.pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(killed.pid, NULL, 0), killed.pid);
+    killed.pid = 0;
+    pthread_join(t, NULL);
+    daemon_stop(&killed, 0);
+    remove(killed.log);
+    usleep(100000);
+    /* The fault: everything the killed sbxd ran is still there. */
+    ck_assert_int_eq(procs_with("sleep 1000.4242"), n);
+    ck_assert_int_eq(job_leaf_count(base), 2);
+
+    struct daemon d;
+    daemon_start(&d, NULL, NULL); /* the restart, in the same cgroup */
+    ck_assert_int_eq(wait_no_procs("sleep 1000.4242", 2000), 0);
+    ck_assert_int_eq(job_leaf_count(base), 0);
+    char *log = daemon_log_read(&d);
+    ck_assert_msg(strstr(log, "remove stale leaf"), "%s", log);
+    free(log);
+    cJSON *res = execute(&d, "{\"command\":\"echo after\"}");
+    ck_assert_str_eq(jstr(res, "stdout"), "after\n");
+    cJSON_Delete(res);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 static Suite *vm_suite(void)
 {
     Suite *s = suite_create("vm");
@@ -335,6 +415,10 @@ static Suite *vm_suite(void)
     tcase_add_test(d, test_execute_echo);
     tcase_add_test(d, test_healthz);
     suite_add_tcase(s, d);
+    TCase *faults = tcase_create("faults");
+    tcase_set_timeout(faults, 30);
+    tcase_add_test(faults, test_kill9_then_restart_removes_stale_leaves_and_their_processes);
+    suite_add_tcase(s, faults);
     return s;
 }
 

@@ -1,0 +1,51 @@
+/*
+ * metrics.h - the daemon's counters for GET /metrics: relaxed atomics bumped where things
+ * happen (a few nanoseconds each, no lock), read and rendered in the Prometheus text format
+ * only when scraped. Gauges (running commands, open connections, memory) are not kept here:
+ * the scrape reads them where they live.
+ */
+#ifndef SBXD_METRICS_H
+#define SBXD_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sbxd/job.h"
+#include "sbxd/jsonw.h"
+
+/* How a command ran. */
+enum metrics_mode { MX_SYNC, MX_STREAM, MX_BACKGROUND, MX_NMODES };
+
+/* The limits that refuse or cut off a request; each counted when it bites. */
+enum metrics_limit {
+    LIM_MAX_RUNNING,        /* 429: --max-running */
+    LIM_MAX_PROCESSES,      /* 429: --max-processes */
+    LIM_MAX_CONNECTIONS,    /* 503: --max-connections */
+    LIM_CLIENT_CONNECTIONS, /* 429: --max-client-connections */
+    LIM_REQUEST_TIMEOUT,    /* 408: --request-timeout-ms */
+    LIM_HEADER_BYTES,       /* 431: --max-header-bytes */
+    LIM_BODY_BYTES,         /* 413: --max-body-bytes, --max-upload-bytes */
+    LIM_UNAUTHORIZED,       /* 401: no or a wrong bearer token */
+    LIM_N
+};
+
+/* Routes are numbered by the server (its table's order); the last is "no route". */
+#define METRICS_MAX_ROUTES 24
+
+void metrics_execution(enum metrics_mode mode, const struct job_result *r);
+/* A command that could not even be started (no job was made). */
+void metrics_start_failed(enum metrics_mode mode);
+void metrics_limit(enum metrics_limit l);
+void metrics_http(unsigned route, unsigned status, uint64_t bytes_in, uint64_t bytes_out);
+void metrics_file(bool written, uint64_t bytes);
+
+/* Append every counter, with its HELP and TYPE lines, to w (text, not JSON). route_label
+ * gives the label of each route number below nroutes. */
+void metrics_render(struct jsonw *w, const char *const *route_label, unsigned nroutes);
+
+/* Append one sample line: name{labels} value. labels may be NULL. */
+void metrics_line(struct jsonw *w, const char *name, const char *labels, double value);
+/* Append the HELP and TYPE lines of a metric. */
+void metrics_head(struct jsonw *w, const char *name, const char *type, const char *help);
+
+#endif

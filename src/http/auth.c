@@ -1,0 +1,132 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/auth.h"
+
+/* A token travels in a header: printable ASCII without spaces (RFC 6750's token68 and then
+ * some), so no header can be split or padded with it. */
+static bool token_ok(const char *t, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+static int read_file(const char *path, char *out, size_t outlen, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        snprintf(why, whylen, "--token-file: cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size >= (off_t)outlen) {
+        snprintf(why, whylen, "--token-file: '%s' is not a regular file of under %zu bytes", path,
+                 outlen);
+        close(fd);
+        return -1;
+    }
+    size_t n = 0;
+    while (n + 1 < outlen) {
+        ssize_t r = read(fd, out + n, outlen - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    out[n] = '\0';
+    /* One trailing newline (echo > file, a Kubernetes secret written by hand) is not part of
+     * the token. */
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+        out[--n] = '\0';
+    return 0;
+}
+
+int auth_load(const char *token_file, char **envp, char *out, size_t outlen, char *why,
+              size_t whylen)
+{
+    out[0] = '\0';
+    char *env_val = NULL;
+    size_t env_idx = 0;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], "SBXD_TOKEN=", 11) == 0) {
+            env_val = envp[i] + 11;
+            env_idx = i;
+        }
+    int rc = 0;
+    if (token_file && *token_file && env_val) {
+        snprintf(why, whylen, "both --token-file and SBXD_TOKEN are set: use one");
+        rc = -1;
+    } else if (token_file && *token_file) {
+        rc = read_file(token_file, out, outlen, why, whylen);
+    } else if (env_val) {
+        size_t n = strlen(env_val);
+        if (n >= outlen) {
+            snprintf(why, whylen, "SBXD_TOKEN is longer than %zu bytes", outlen - 1);
+            rc = -1;
+        } else {
+            memcpy(out, env_val, n + 1);
+        }
+    }
+    if (env_val) {
+        /* Wipe the bytes where the kernel put them (what /proc/PID/environ reads), then drop
+         * the entry from envp. Every later copy of the environment is made without it. */
+        volatile char *p = envp[env_idx];
+        while (*p)
+            *p++ = '\0';
+        for (size_t i = env_idx; envp[i]; i++)
+            envp[i] = envp[i + 1];
+    }
+    if (rc == 0 && out[0] && !token_ok(out, strlen(out))) {
+        snprintf(why, whylen, "the token has spaces or control characters");
+        rc = -1;
+    }
+    if (rc == 0 && (token_file && *token_file) && !out[0]) {
+        snprintf(why, whylen, "--token-file: '%s' is empty", token_file);
+        rc = -1;
+    }
+    if (rc == 0 && env_val && !out[0]) {
+        snprintf(why, whylen, "SBXD_TOKEN is set but empty");
+        rc = -1;
+    }
+    if (rc < 0) {
+        volatile char *p = out;
+        for (size_t i = 0; i < outlen; i++)
+            p[i] = '\0';
+    }
+    return rc;
+}
+
+bool auth_check(const char *token, size_t token_len, const char *header)
+{
+    if (!header || strncasecmp(header, "Bearer ", 7) != 0)
+        return false;
+    const char *got = header + 7;
+    while (*got == ' ')
+        got++;
+    size_t got_len = strnlen(got, SBXD_TOKEN_MAX + 1);
+    while (got_len > 0 && got[got_len - 1] == ' ')
+        got_len--;
+    /* Every byte of the token is looked at, whatever the guess: the time taken says only how
+     * long the token is. */
+    unsigned char diff = got_len != token_len;
+    for (size_t i = 0; i < token_len; i++) {
+        size_t in = i < got_len;
+        unsigned char g = (unsigned char)got[i * in]; /* byte 0 stands in past the end */
+        diff |= (unsigned char)(g ^ (unsigned char)token[i]);
+    }
+    return diff == 0;
+}

@@ -1,0 +1,319 @@
+/*
+ * guard.c - what stands between the network and the routes: the connection caps (in all, and
+ * per client address), the deadline for a request to arrive, the size of a request's head,
+ * and the bearer token.
+ *
+ * Every open connection has an entry here from libmicrohttpd's "started" notice to its
+ * "closed" one; the entry is removed before libmicrohttpd closes the socket, so the watchdog,
+ * which holds the same lock, never touches a descriptor that could have been reused. While
+ * sbxd waits for a request (its head, or a JSON body) the connection has a deadline; a client
+ * that trickles bytes to hold it open (slowloris) is answered 408 by the watchdog and its
+ * socket shut down, which ends libmicrohttpd's read on it. No response can be on its way then:
+ * one is only queued after the request is in, and queueing clears "waiting" first.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "sbxd/auth.h"
+#include "sbxd/http.h"
+#include "sbxd/log.h"
+#include "sbxd/metrics.h"
+#include "sbxd/timeutil.h"
+
+/* A connection over a cap gets this long to send its request, which is then answered with the
+ * refusal; one that sends nothing is refused by the watchdog when it runs out. */
+#define REJECT_GRACE_NS 1000000000LL
+#define TICK_NS         100000000LL
+
+struct conn {
+    struct conn *prev, *next;
+    int fd;
+    int family;
+    unsigned char addr[16];
+    int64_t deadline_ns;
+    bool waiting;              /* sbxd waits for a request: the deadline applies */
+    bool killed;               /* the watchdog answered and shut it down */
+    enum metrics_limit reject; /* LIM_N: within the caps */
+};
+
+void guard_init(struct server *srv)
+{
+    pthread_mutex_init(&srv->guard_lock, NULL);
+}
+
+void guard_destroy(struct server *srv)
+{
+    pthread_mutex_lock(&srv->guard_lock);
+    while (srv->conns) {
+        struct conn *n = srv->conns->next;
+        free(srv->conns);
+        srv->conns = n;
+    }
+    pthread_mutex_unlock(&srv->guard_lock);
+    pthread_mutex_destroy(&srv->guard_lock);
+}
+
+static void client_addr(struct MHD_Connection *c, struct conn *k)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return;
+    k->family = ci->client_addr->sa_family;
+    if (k->family == AF_INET)
+        memcpy(k->addr, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, 4);
+    else if (k->family == AF_INET6)
+        memcpy(k->addr, &((const struct sockaddr_in6 *)ci->client_addr)->sin6_addr, 16);
+}
+
+static bool same_client(const struct conn *a, const struct conn *b)
+{
+    return a->family == b->family && memcmp(a->addr, b->addr, sizeof(a->addr)) == 0;
+}
+
+static int64_t wait_ns(const struct server *srv)
+{
+    return (int64_t)srv->cfg->request_timeout_ms * 1000000;
+}
+
+void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                  enum MHD_ConnectionNotificationCode code)
+{
+    struct server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn *k = *socket_context;
+        if (!k)
+            return;
+        pthread_mutex_lock(&srv->guard_lock);
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            srv->conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        srv->conns_open--;
+        pthread_mutex_unlock(&srv->guard_lock);
+        free(k);
+        *socket_context = NULL;
+        return;
+    }
+    struct conn *k = calloc(1, sizeof(*k));
+    if (!k)
+        return; /* untracked: it has the idle timeout only */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    k->fd = ci ? ci->connect_fd : -1;
+    client_addr(c, k);
+    k->waiting = true;
+    k->reject = LIM_N;
+    pthread_mutex_lock(&srv->guard_lock);
+    unsigned same = 1;
+    for (struct conn *o = srv->conns; o; o = o->next)
+        same += same_client(o, k);
+    srv->conns_open++;
+    if (srv->conns_open > srv->cfg->max_connections)
+        k->reject = LIM_MAX_CONNECTIONS;
+    else if (same > srv->cfg->max_client_connections)
+        k->reject = LIM_CLIENT_CONNECTIONS;
+    k->deadline_ns = time_mono_ns() + (k->reject == LIM_N ? wait_ns(srv) : REJECT_GRACE_NS);
+    k->next = srv->conns;
+    if (k->next)
+        k->next->prev = k;
+    srv->conns = k;
+    pthread_mutex_unlock(&srv->guard_lock);
+    *socket_context = k;
+}
+
+static struct conn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The refusal of a limit: status, code and sentence. */
+static unsigned refusal(const struct server *srv, enum metrics_limit l, const char **code,
+                        char *msg, size_t len)
+{
+    const struct sbxd_config *cfg = srv->cfg;
+    switch (l) {
+    case LIM_MAX_CONNECTIONS:
+        *code = "UNAVAILABLE";
+        snprintf(msg, len,
+                 "sbxd has %llu connections open already (--max-connections); retry "
+                 "later",
+                 (unsigned long long)cfg->max_connections);
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case LIM_CLIENT_CONNECTIONS:
+        *code = "RESOURCE_EXHAUSTED";
+        snprintf(msg, len,
+                 "this client has %llu connections open already "
+                 "(--max-client-connections); close some or retry later",
+                 (unsigned long long)cfg->max_client_connections);
+        return MHD_HTTP_TOO_MANY_REQUESTS;
+    default:
+        *code = "REQUEST_TIMEOUT";
+        snprintf(msg, len, "the request did not arrive within %llu ms (--request-timeout-ms)",
+                 (unsigned long long)cfg->request_timeout_ms);
+        return MHD_HTTP_REQUEST_TIMEOUT;
+    }
+}
+
+static const char *reason_phrase(unsigned status)
+{
+    switch (status) {
+    case 408:
+        return "Request Timeout";
+    case 429:
+        return "Too Many Requests";
+    default:
+        return "Service Unavailable";
+    }
+}
+
+/* Answer a connection nobody is reading a request from, and shut it down (lock held). */
+static void answer_and_shut(struct server *srv, struct conn *k)
+{
+    enum metrics_limit l = k->reject != LIM_N ? k->reject : LIM_REQUEST_TIMEOUT;
+    const char *code;
+    char msg[256], body[400], out[640];
+    unsigned status = refusal(srv, l, &code, msg, sizeof(msg));
+    int bl = snprintf(body, sizeof(body), "{\"code\":\"%s\",\"message\":\"%s\"}\n", code, msg);
+    int n = snprintf(out, sizeof(out),
+                     "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n%s\r\n%s",
+                     status, reason_phrase(status), bl,
+                     status == MHD_HTTP_REQUEST_TIMEOUT ? "" : "Retry-After: 1\r\n", body);
+    k->killed = true;
+    metrics_limit(l);
+    if (k->fd < 0)
+        return;
+    /* Best effort and never blocking: a client that does not read gets the shutdown alone. */
+    if (send(k->fd, out, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        /* nothing more to do for it */
+    }
+    shutdown(k->fd, SHUT_RDWR);
+}
+
+void server_tick(struct server *srv)
+{
+    int64_t now = time_mono_ns();
+    if (now - srv->guard_tick_ns < TICK_NS)
+        return;
+    srv->guard_tick_ns = now;
+    unsigned cut = 0;
+    pthread_mutex_lock(&srv->guard_lock);
+    for (struct conn *k = srv->conns; k; k = k->next)
+        if (k->waiting && !k->killed && k->deadline_ns && now > k->deadline_ns) {
+            answer_and_shut(srv, k);
+            cut++;
+        }
+    pthread_mutex_unlock(&srv->guard_lock);
+    if (cut)
+        LOG_EVENT("info", "connections", LOG_S("action", "cut off"), LOG_I("count", cut),
+                  LOG_S("why", "no request in time, or over a connection cap"));
+}
+
+unsigned server_connections(struct server *srv)
+{
+    pthread_mutex_lock(&srv->guard_lock);
+    unsigned n = srv->conns_open;
+    pthread_mutex_unlock(&srv->guard_lock);
+    return n;
+}
+
+static bool health_route(const char *url, const char *method)
+{
+    return strcmp(url, "/healthz") == 0 || strcmp(url, "/v1/health") == 0 ||
+           (strcmp(url, "/") == 0 && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0));
+}
+
+static enum MHD_Result add_header_len(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
+    return MHD_YES;
+}
+
+enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                              const char *url, const char *method, enum MHD_Result *ret)
+{
+    struct conn *k = conn_of(c);
+    rc->conn = k;
+    enum metrics_limit reject = LIM_N;
+    if (k) {
+        pthread_mutex_lock(&srv->guard_lock);
+        bool killed = k->killed;
+        reject = k->reject;
+        pthread_mutex_unlock(&srv->guard_lock);
+        if (killed) {
+            *ret = MHD_NO; /* answered by the watchdog already */
+            return GUARD_STOP;
+        }
+    }
+    bool health = health_route(url, method);
+    /* Health checks are answered over the caps: a probe must tell a busy sbxd from a dead
+     * one. */
+    if (reject != LIM_N && !health) {
+        const char *code;
+        char msg[256];
+        unsigned status = refusal(srv, reject, &code, msg, sizeof(msg));
+        metrics_limit(reject);
+        *ret = reply_error_header(c, status, code, MHD_HTTP_HEADER_CONNECTION, "close", "%s", msg);
+        return GUARD_STOP;
+    }
+    size_t head = strlen(method) + strlen(url) + 12; /* request line */
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_header_len, &head);
+    if (head > srv->cfg->max_header_bytes) {
+        metrics_limit(LIM_HEADER_BYTES);
+        *ret = reply_error_header(c, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, "HEADERS_TOO_LARGE",
+                                  MHD_HTTP_HEADER_CONNECTION, "close",
+                                  "the request head is %zu bytes, over %llu (--max-header-bytes)",
+                                  head, (unsigned long long)srv->cfg->max_header_bytes);
+        return GUARD_STOP;
+    }
+    if (srv->token_len && !health &&
+        !auth_check(srv->cfg->token, srv->token_len,
+                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
+        bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization") != NULL;
+        metrics_limit(LIM_UNAUTHORIZED);
+        *ret = reply_error_header(
+            c, MHD_HTTP_UNAUTHORIZED, "UNAUTHENTICATED", MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+            sent ? "Bearer realm=\"sbxd\", error=\"invalid_token\"" : "Bearer realm=\"sbxd\"",
+            sent ? "the bearer token is not valid"
+                 : "this route needs 'Authorization: Bearer TOKEN' (sbxd runs with a token)");
+        return GUARD_STOP;
+    }
+    return GUARD_PASS;
+}
+
+void guard_wait_over(struct req_ctx *rc)
+{
+    struct conn *k = rc->conn;
+    if (!k)
+        return;
+    pthread_mutex_lock(&rc->srv->guard_lock);
+    k->waiting = false;
+    pthread_mutex_unlock(&rc->srv->guard_lock);
+}
+
+void guard_request_done(struct server *srv, struct req_ctx *rc)
+{
+    struct conn *k = rc->conn;
+    if (!k)
+        return;
+    pthread_mutex_lock(&srv->guard_lock);
+    k->waiting = true;
+    /* Kept alive: the next request may come after up to the idle timeout, and then has the
+     * request timeout to arrive whole. */
+    k->deadline_ns =
+        time_mono_ns() + (k->reject != LIM_N
+                              ? REJECT_GRACE_NS
+                              : (int64_t)srv->cfg->idle_timeout_ms * 1000000 + wait_ns(srv));
+    pthread_mutex_unlock(&srv->guard_lock);
+}

@@ -1,0 +1,106 @@
+/*
+ * fuzz_request - the /execute and /processes request decoder (src/exec/request.c).
+ *
+ * Input: one byte that picks the policy, then the JSON body. Bit 0 picks the route: /execute
+ * (no pty) or /processes (pty allowed, the longest timeout by default). Bit 1 gives a
+ * workspace of "/" (every absolute cwd is inside it), bit 2 takes the memory and pids
+ * maxima away. A body the decoder accepts must describe a command that can be run as it
+ * stands; one it refuses must leave nothing to free and say why.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/limits.h"
+#include "sbxd/request.h"
+
+#include "fuzz.h"
+
+static void policy_of(uint8_t sel, struct request_policy *pol)
+{
+    /* The values of a default configuration (config.c) on a two-CPU machine. */
+    *pol = (struct request_policy){
+        .default_timeout_ms = 60000,
+        .max_timeout_ms = 3600000,
+        .max_memory_bytes = 1ULL << 30,
+        .max_pids = 1024,
+        .max_cpu_quota = 2,
+        .workspace = sel & 2 ? "/" : "/workspace",
+    };
+    if (sel & 1) { /* route_processes.c */
+        pol->default_timeout_ms = pol->max_timeout_ms;
+        pol->allow_pty = true;
+    }
+    if (sel & 4) {
+        pol->max_memory_bytes = 0;
+        pol->max_pids = 0;
+    }
+}
+
+static void check_strv(char **v, size_t n_expected, bool env)
+{
+    check(v != NULL);
+    size_t n = 0;
+    for (; v[n]; n++)
+        if (env)
+            check(strchr(v[n], '=') != NULL && v[n][0] != '=');
+    if (n_expected)
+        check(n == n_expected);
+}
+
+static void check_request(const struct exec_request *req, const struct request_policy *pol)
+{
+    check_strv(req->argv, req->argc, false);
+    check(req->argc >= 1 && req->argv[0][0] != '\0');
+    if (req->shell)
+        check(req->argc == 3 && strcmp(req->argv[0], "/bin/sh") == 0);
+    check_strv(req->envp, 0, true);
+    check(req->cwd != NULL);
+    check(req->timeout_ms >= 1 && req->timeout_ms <= pol->max_timeout_ms);
+    if (req->has_stdin)
+        check(req->stdin_data && strlen((const char *)req->stdin_data) == req->stdin_len);
+    else
+        check(req->stdin_data == NULL && req->stdin_len == 0);
+    if (req->pty)
+        check(pol->allow_pty && req->pty_cols >= 1 && req->pty_cols <= SBXD_PTY_MAX &&
+              req->pty_rows >= 1 && req->pty_rows <= SBXD_PTY_MAX);
+    const struct exec_limits *l = &req->limits;
+    if (pol->max_memory_bytes && l->memory_bytes != EXEC_LIMIT_UNSET)
+        check(l->memory_bytes <= pol->max_memory_bytes);
+    if (pol->max_pids && l->pids != EXEC_LIMIT_UNSET)
+        check(l->pids <= pol->max_pids);
+    check(l->cpu_quota == 0 || (l->cpu_quota >= 0.01 && l->cpu_quota <= pol->max_cpu_quota));
+
+    /* The audit log's text of it, cut short and at full length. */
+    char small[8], big[512];
+    exec_request_text(req, small, sizeof(small));
+    check(strlen(small) < sizeof(small));
+    exec_request_text(req, big, sizeof(big));
+    check(strlen(big) < sizeof(big));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    struct request_policy pol;
+    policy_of(data[0], &pol);
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+
+    int clean = json_check_no_nul(body, len);
+    (void)json_check_no_nul((const char *)data, size);
+
+    struct exec_request req;
+    struct sbxd_err err = {0};
+    if (exec_request_parse(body, len, &pol, &req, &err) == 0) {
+        check(clean == 0); /* no NUL can reach a C string of the request */
+        check_request(&req, &pol);
+        exec_request_free(&req);
+    } else {
+        check(err.kind != SBXD_E_NONE && memchr(err.msg, '\0', sizeof(err.msg)) && err.msg[0]);
+        check(req.argv == NULL && req.envp == NULL && req.cwd == NULL && req.stdin_data == NULL);
+    }
+    return 0;
+}

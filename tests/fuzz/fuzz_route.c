@@ -1,0 +1,107 @@
+/*
+ * fuzz_route - routing and the file routes' path decoding (http_route_find in
+ * src/http/server.c, http_files_path in src/http/route_files.c).
+ *
+ * The input is a URL as libmicrohttpd hands it over (escapes kept, no query). The route found
+ * must be one whose path the URL starts with; the workspace path of a file route must be
+ * exactly the URL decoded, with only the route's prefix and slashes taken off its front,
+ * and nothing a C string cannot carry. The decoding is checked against a small independent
+ * one here.
+ */
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbxd/http.h"
+
+#include "fuzz.h"
+
+static int hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode n bytes of in into out (room for n); -1 for a malformed escape. */
+static long decode(const char *in, size_t n, char *out)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in[i] != '%') {
+            out[w++] = in[i];
+            continue;
+        }
+        if (i + 2 >= n)
+            return -1;
+        int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[w++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    return (long)w;
+}
+
+static void check_route(const char *url)
+{
+    const struct route *r = http_route_find(url);
+    if (!r)
+        return;
+    size_t n = strlen(r->path);
+    check(r->fn != NULL && r->methods != 0);
+    check(strncmp(url, r->path, n) == 0);
+    check(url[n] == '\0' || (r->prefix && url[n] == '/'));
+}
+
+static void check_files_path(const char *url, size_t ulen)
+{
+    char *ref = malloc(ulen + 1);
+    check(ref != NULL);
+    long rl = decode(url, ulen, ref);
+    bool has_nul = rl >= 0 && memchr(ref, '\0', (size_t)rl) != NULL;
+
+    struct sbxd_err err = {0};
+    char *p = http_files_path(url, &err);
+    if (!p) {
+        check(err.kind != SBXD_E_NONE && err.msg[0]);
+        /* Refused only for a bad escape, a NUL, or a path too long. */
+        check(rl < 0 || has_nul || (size_t)rl >= PATH_MAX);
+        free(ref);
+        return;
+    }
+    size_t pl = strlen(p);
+    check(rl >= 0 && !has_nul);
+    check(pl < PATH_MAX && p[0] != '/');
+    /* p is the decoded URL's tail ... */
+    check(pl <= (size_t)rl);
+    size_t k = (size_t)rl - pl;
+    check(memcmp(ref + k, p, pl) == 0);
+    /* ... after slashes and a front that was not decoded at all (the route's prefix). */
+    size_t j = k;
+    while (j > 0 && ref[j - 1] == '/')
+        j--;
+    check(memcmp(ref, url, j) == 0 && memchr(url, '%', j) == NULL);
+    free(p);
+    free(ref);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *url = malloc(size + 1);
+    check(url != NULL);
+    memcpy(url, data, size);
+    url[size] = '\0';
+    size_t ulen = strlen(url); /* what a C string of it carries */
+    check_route(url);
+    check_files_path(url, ulen);
+    free(url);
+    return 0;
+}
