@@ -386,7 +386,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     }
     if (env->iso->tree_kill == ISO_KILL_UID && !uid_slot_take(&env->iso->slots, &job->slot_uid)) {
         job->slot_uid = (uid_t)-1;
-        sbxd_fail(err, SBXD_E_BUSY, 0,
+        sbxd_fail(err, SBXD_E_BUSY, EBUSY,
                   "every uid of --uid-range is in use by a running command; retry later");
         goto fail;
     }

@@ -145,6 +145,7 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     struct bg_proc *p = bg_start(&req, &env, &err);
     __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
+    /* --max-processes is the one refusal without a system error behind it. */
     if (!p && err.kind == SBXD_E_BUSY && err.sys_errno == 0)
         metrics_limit(LIM_MAX_PROCESSES);
     else if (!p)
