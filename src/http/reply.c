@@ -64,26 +64,33 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, unsigned status, co
     return reply_jsonw_header(c, status, &w, hdr, hdr_value);
 }
 
+__attribute__((format(printf, 6, 0))) static enum MHD_Result
+queue_errorv(struct MHD_Connection *c, unsigned status, const char *code, const char *hdr,
+             const char *value, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return queue_error(c, status, code, msg, hdr, value);
+}
+
 enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *code,
                             const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    enum MHD_Result r = queue_errorv(c, status, code, NULL, NULL, fmt, ap);
     va_end(ap);
-    return queue_error(c, status, code, msg, NULL, NULL);
+    return r;
 }
 
 enum MHD_Result reply_error_header(struct MHD_Connection *c, unsigned status, const char *code,
                                    const char *hdr, const char *value, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    enum MHD_Result r = queue_errorv(c, status, code, hdr, value, fmt, ap);
     va_end(ap);
-    return queue_error(c, status, code, msg, hdr, value);
+    return r;
 }
 
 struct errmap {

@@ -372,6 +372,26 @@ def main_daemon():
     return MAIN
 
 
+class SharedDaemonCase(unittest.TestCase):
+    """A test class on the shared daemon, unless a DaemonTestCase before it in the bases
+    starts one of its own: d is the daemon, ws its workspace."""
+
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        if cls.daemon is None:
+            cls.daemon = main_daemon()
+
+    @property
+    def d(self):
+        return self.daemon
+
+    @property
+    def ws(self):
+        return self.d.ws
+
+
 # ---------------------------------------------------------------------------------------
 # The /v1 contract
 

@@ -24,23 +24,8 @@ ROUTER_HEADERS = {
 }
 
 
-class LegacyCase(unittest.TestCase):
+class LegacyCase(common.SharedDaemonCase):
     """Helpers over a daemon (the shared one unless the class starts its own)."""
-
-    daemon = None
-
-    @classmethod
-    def setUpClass(cls):
-        if cls.daemon is None:
-            cls.daemon = common.main_daemon()
-
-    @property
-    def d(self):
-        return self.daemon
-
-    @property
-    def ws(self):
-        return self.d.ws
 
     # -- calls ----------------------------------------------------------------------
 

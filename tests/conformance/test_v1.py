@@ -15,21 +15,7 @@ FILES = "/files/{path}"
 FORBIDDEN_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY")
 
 
-class V1Case(unittest.TestCase):
-    daemon = None
-
-    @classmethod
-    def setUpClass(cls):
-        if cls.daemon is None:
-            cls.daemon = common.main_daemon()
-
-    @property
-    def d(self):
-        return self.daemon
-
-    @property
-    def ws(self):
-        return self.d.ws
+class V1Case(common.SharedDaemonCase):
 
     # -- calls ----------------------------------------------------------------------
 
