@@ -80,6 +80,9 @@ static const struct opt opts[] = {
     {"process-retention-s", "S", "SBXD_PROCESS_RETENTION_S", NULL, 0, "600", OPT_UINT,
      OFF(process_retention_s), 0, 7 * 24 * 3600,
      "How long an ended background process keeps its result and output."},
+    {"stdin-timeout-ms", "MS", "SBXD_STDIN_TIMEOUT_MS", NULL, 0, "30000", OPT_UINT,
+     OFF(stdin_timeout_ms), 100, 3600000,
+     "How long a stdin write waits for the process to read it; then 409."},
     {"metadata-prefix", "PREFIX", "SBXD_METADATA_PREFIX", NULL, 0, "SANDBOX_", OPT_LIST,
      OFF(metadata_prefix), 0, 0,
      "GET /v1/metadata serves sbxd's environment variables whose names begin with this, "
@@ -99,8 +102,9 @@ static const struct opt opts[] = {
      "escapes. auto takes the first of these that works here."},
     {"uid-range", "FIRST:COUNT", "SBXD_UID_RANGE", NULL, 0, "100000:1024", OPT_RANGE,
      OFF(uid_range), 0, 0,
-     "uid isolation: the uids commands run as, one per running command. They are sbxd's "
-     "alone: processes left in them by a killed sbxd are killed at start."},
+     "uid isolation: the uids commands run as, one per running command, but the last, which is "
+     "sbxd's kill helper's (so COUNT-1 commands at once). They are sbxd's alone: processes "
+     "left in them by a killed sbxd are killed at start."},
     {"require-isolation", "LIST", "SBXD_REQUIRE_ISOLATION", NULL, 0, "", OPT_LIST,
      OFF(require_isolation), 0, 0,
      "Refuse to start unless each of these is in force, and answer /healthz with 503 "

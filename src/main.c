@@ -285,7 +285,8 @@ int main(int argc, char **argv)
         LOG_S("tree_kill", iso_tree_kill_name(iso.tree_kill)),
         LOG_S("pidns", iso.pidns_ok ? (iso.pidns_userns ? "userns" : "direct") : iso.pidns_why),
         LOG_S("uid_range", iso.uid_ok ? cfg.uid_range : iso.uid_why), LOG_B("clone3", iso.clone3),
-        LOG_B("pidfd", iso.pidfd), LOG_B("seccomp", harden.seccomp));
+        LOG_B("pidfd", iso.pidfd), LOG_B("seccomp", harden.seccomp),
+        LOG_I("landlock", harden.landlock_abi));
     harden.pidns_own_proc = iso.pidns_own_proc;
     harden.daemon_oom_score_adj = protect_daemon();
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */

@@ -4,8 +4,9 @@
  * Each runs under the same job model as /execute (job.h), driven by a thread of its own that
  * moves its output into a ring (ring.h) as it comes, so the process never waits for a
  * reader and survives every client. Readers replay and follow the ring by absolute offset;
- * stdin, signals and the terminal size go straight to the job. An ended process keeps its
- * result and output for the retention period, then is forgotten.
+ * signals and the terminal size go straight to the job; stdin writes queue for a second
+ * thread of the process's, started by its first write, that feeds them to the job. An ended
+ * process keeps its result and output for the retention period, then is forgotten.
  *
  * One table per daemon. Every bg_proc handed out carries a reference: give it back with
  * bg_put(); the process's memory goes with the last one.
@@ -78,9 +79,28 @@ enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t m
 /* Where the process's output ends now; false when off lies beyond it. */
 bool bg_offset_valid(struct bg_proc *p, uint64_t off);
 
-/* stdin, signals, terminal size: as job.h, refused with SBXD_E_CONFLICT once it ended. */
-int bg_stdin(struct bg_proc *p, const void *data, size_t n, bool eof, uint64_t *written,
-             struct sbxd_err *err);
+enum bg_stdin_result {
+    BG_STDIN_DONE = 0,       /* every byte is in the pipe (then stdin closed, with eof) */
+    BG_STDIN_FAILED = -1,    /* err; *written of the bytes went in, the rest never will */
+    BG_STDIN_HUNG_UP = -2,   /* cancel_fd hung up: the write was given up as on a timeout */
+    BG_STDIN_TIMED_OUT = -3, /* as FAILED: the process read none of it within timeout_ms */
+};
+
+/*
+ * Write n bytes to the process's stdin, after those of the writes before (eof then closes
+ * it, as job_stdin_write does), and wait until they are in its pipe: at most timeout_ms, and
+ * only while cancel_fd (the client's socket, or -1) has not hung up. A write that gives up
+ * drops what was not handed to the pipe yet: *written says how many went in (or will, in
+ * order, once the process reads). *open_after: stdin was still open right after a write
+ * that is done. One thread per process feeds the pipe, so a writer that leaves holds
+ * nothing. SBXD_E_CONFLICT once stdin closed or the process ended, or on the timeout;
+ * SBXD_E_BUSY when SBXD_STDIN_PENDING_MAX bytes would wait.
+ */
+enum bg_stdin_result bg_stdin(struct bg_proc *p, const void *data, size_t n, bool eof,
+                              uint64_t timeout_ms, int cancel_fd, uint64_t *written,
+                              bool *open_after, struct sbxd_err *err);
+
+/* Signals, terminal size: as job.h, refused with SBXD_E_CONFLICT once it ended. */
 int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err);
 int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err);
 

@@ -29,6 +29,7 @@ struct sbxd_config {
     uint64_t max_processes;
     uint64_t process_output_bytes;
     uint64_t process_retention_s;
+    uint64_t stdin_timeout_ms;
     uint64_t shutdown_grace_ms;
     enum log_format log_format;
     char user[32];               /* "UID:GID" as given */

@@ -52,8 +52,42 @@ void fs_entry_from_stat(struct fs_entry *e, const char *name, const struct stat 
  * Returns an fd (O_RDONLY, O_DIRECTORY for a directory) and its stat. */
 int fs_open_read(int rootfd, const char *path, struct stat *st, struct sbxd_err *err);
 
-/* The entries of an open directory (fd is consumed), sorted by name; *n set. free() them. */
-struct fs_entry *fs_list(int dfd, size_t *n, struct sbxd_err *err);
+/*
+ * A directory listed a piece at a time, in memory that does not depend on its size: names are
+ * read from the held directory fd as they are asked for, and each entry is described by
+ * fstatat(AT_SYMLINK_NOFOLLOW) relative to that fd, never by a path resolved again.
+ *
+ * With FS_LIST_SORTED, a directory of at most SBXD_LIST_SORT_MAX entries whose names fit in
+ * SBXD_LIST_SORT_BYTES is read whole first and comes sorted by name (strcmp); a larger one
+ * comes, as every listing without the flag does, in the directory's own order (readdir's:
+ * the same on each reading while the directory does not change).
+ */
+struct fs_lister;
+
+enum { FS_LIST_SORTED = 1 };
+
+/* Begin listing the open directory dfd (consumed, also on failure). Its first names are read
+ * here, so that a directory that cannot be read at all fails now, before an answer started.
+ * Returns NULL with err. */
+struct fs_lister *fs_list_open(int dfd, int flags, struct sbxd_err *err);
+
+/* The next entry into *e: 1, 0 at the end, or -1 with err when the directory cannot be read
+ * further (what was returned before stands). A name gone before it could be described is
+ * passed over. File-system rights are the calling thread's (fs_user_enter first). */
+int fs_list_next(struct fs_lister *l, struct fs_entry *e, struct sbxd_err *err);
+
+/* Pass over up to n names without describing them (an offset, or counting what is left):
+ * how many there were, or -1 with err (the count so far in *passed). */
+int fs_list_skip(struct fs_lister *l, uint64_t n, uint64_t *passed, struct sbxd_err *err);
+
+/* The listed directory's fd (the lister's: not to be closed), for fd-relative follow-ups. */
+int fs_list_dirfd(const struct fs_lister *l);
+
+/* Whether the entries come sorted by name. */
+bool fs_list_sorted(const struct fs_lister *l);
+
+/* End the listing: its fd and memory go. NULL is fine. */
+void fs_list_close(struct fs_lister *l);
 
 /* mkdir -p of path beneath the root; returns an O_PATH fd of it. *created says whether the
  * last component was made. */

@@ -29,8 +29,18 @@ struct harden_plan {
     bool group_share;               /* uid isolation: umask 002, files shared through the gid */
     struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
     struct sock_fprog filter_init;  /* pidns: the rest of it, loaded by each init */
-    struct sock_fprog filter_nonet; /* no AF_INET/AF_INET6 sockets, stacked per command */
+    struct sock_fprog filter_nonet; /* sockets of AF_UNIX only, stacked per command */
+    /* Landlock, where the kernel has it: each command enters a domain of its own, which
+     * keeps it from ptrace-level access (/proc/PID/mem, pidfd_getfd) to anything outside it
+     * and, from ABI 6, from signalling it: other commands, sbxd and sbxd's helpers. */
+    int landlock_abi; /* 0: no Landlock here */
+    int landlock_fd;  /* the ruleset every command restricts itself with, or -1 */
 };
+
+/* How far commands are kept from each other's processes (reads of memory and fds, signals)
+ * beyond the containment backend: Landlock domains with signal scoping, without it, or none. */
+enum harden_scope { HARDEN_SCOPE_NONE, HARDEN_SCOPE_PTRACE, HARDEN_SCOPE_PTRACE_SIGNAL };
+enum harden_scope harden_landlock_scope(const struct harden_plan *p);
 
 /* Decide the plan for commands running as uid:gid (ignored when the daemon is not root) and
  * build the seccomp programs. Fails only when something that should work does not. */
@@ -40,6 +50,10 @@ void harden_free(struct harden_plan *p);
 /* Load the deny-list (and no_new_privs) on the calling thread, once per thread, before it
  * spawns: its children inherit the loaded filter instead of each compiling their own. */
 int harden_thread(const struct harden_plan *p, struct sbxd_err *err);
+
+/* In the child, before it closes the daemon's fds: no_new_privs, then a Landlock domain of
+ * its own (nothing when the plan has none). Raw syscalls only; -1 with errno and *step. */
+int harden_child_landlock(const struct harden_plan *p, const char **step);
 
 /*
  * In the child, after setsid/fds/rlimits, right before execve: oom_score_adj 1000, drop

@@ -105,6 +105,9 @@ enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD
                            uint64_t body_len);
 /* Count n more bytes of the current request's streamed response. */
 void http_count_out(size_t n);
+/* A streamed response's reader: copy what is left of w's text from *off (at most max bytes)
+ * into out, advance *off and count it as sent; returns how many. */
+size_t http_stream_out(const struct jsonw *w, size_t *off, char *out, size_t max);
 /* Whether the request being answered on this thread is a HEAD. */
 bool http_is_head(void);
 

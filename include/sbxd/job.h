@@ -42,6 +42,7 @@ enum job_kill_reason {
     JOB_KILL_TIMEOUT,
     JOB_KILL_OUTPUT,
     JOB_KILL_CANCEL,
+    JOB_KILL_SPAWN, /* still not exec'd at its spawn deadline (SBXD_SPAWN_DEADLINE_MS) */
 };
 
 struct job_result {

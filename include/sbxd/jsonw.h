@@ -24,6 +24,9 @@ void jw_init(struct jsonw *w, size_t initial);
 void jw_free(struct jsonw *w);
 /* Start a new document in the same buffer (its capacity kept). */
 void jw_reset(struct jsonw *w);
+/* Drop the text written so far, not the place in the document (the next value still gets its
+ * comma): a long document made and sent a piece at a time in one buffer. */
+void jw_drop(struct jsonw *w);
 
 void jw_obj_begin(struct jsonw *w);
 void jw_obj_end(struct jsonw *w);

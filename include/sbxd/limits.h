@@ -51,6 +51,15 @@
  * size) before the connection is closed instead of answered with 413. */
 #define SBXD_BODY_DISCARD_MAX (16 * 1024 * 1024)
 
+/* Directory listings are streamed: the memory of one is these bounds (plus libc's directory
+ * buffer), whatever the directory's size. A /files listing is sorted by name when the
+ * directory has at most SBXD_LIST_SORT_MAX entries whose names fit in SBXD_LIST_SORT_BYTES
+ * (held while it is sent); a larger directory is sent in its own order as it is read. */
+#define SBXD_LIST_SORT_MAX   4096
+#define SBXD_LIST_SORT_BYTES (256 * 1024)
+/* JSON text of a listing made ahead of the client, and handed to libmicrohttpd, at a time. */
+#define SBXD_LIST_CHUNK (16 * 1024)
+
 /* Allocations from this size up are mappings of their own, unmapped when freed (main.c). */
 #define SBXD_MMAP_THRESHOLD (64 * 1024)
 
@@ -87,10 +96,24 @@
  * reads nothing). */
 #define SBXD_WATCHDOG_MS       200
 #define SBXD_WATCHDOG_SLACK_MS 100
+/* How long a command may take from clone to execve (or its timeout, if shorter) before the
+ * watchdog kills it: the thread that spawns it waits for it meanwhile. */
+#define SBXD_SPAWN_DEADLINE_MS 5000
 
 /* The real-time signal by which sbxd asks a PID namespace's init to signal every process
  * of its namespace (the value carries which signal). Kernel numbering; glibc keeps 32-34. */
 #define SBXD_NS_SIGNAL 40
+
+/* stdin of a background process (POST /processes/{id}/stdin). Bytes waiting for one process
+ * to read them, over every write: a write that would go past is refused with 429 (unless
+ * nothing waits: a whole body, up to --max-body-bytes, is always taken), so writers to a
+ * process that does not read cannot pile their bodies up in sbxd's memory. */
+#define SBXD_STDIN_PENDING_MAX (1024 * 1024)
+/* Bytes handed to the process's pipe at a time: what a write that gives up may leave
+ * behind it, to go in once the process reads. */
+#define SBXD_STDIN_CHUNK 65536
+/* How often a waiting write looks whether its client hung up (and then gives up). */
+#define SBXD_STDIN_POLL_MS 50
 
 /* Seconds a client is told to wait after 429 or 503. */
 #define SBXD_RETRY_AFTER_S 1

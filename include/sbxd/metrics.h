@@ -26,6 +26,8 @@ enum metrics_limit {
     LIM_HEADER_BYTES,       /* 431: --max-header-bytes */
     LIM_BODY_BYTES,         /* 413: --max-body-bytes, --max-upload-bytes */
     LIM_UNAUTHORIZED,       /* 401: no or a wrong bearer token */
+    LIM_STDIN_PENDING,      /* 429: stdin bytes waiting for a process (SBXD_STDIN_PENDING_MAX) */
+    LIM_STDIN_TIMEOUT,      /* 409: --stdin-timeout-ms */
     LIM_N
 };
 

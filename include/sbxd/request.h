@@ -39,7 +39,7 @@ struct exec_request {
     size_t stdin_len;
     bool has_stdin;
     uint64_t timeout_ms;
-    bool network; /* false: the command may not open AF_INET/AF_INET6 sockets */
+    bool network; /* false: the command may open AF_UNIX sockets only */
     struct exec_limits limits;
     enum exec_encoding encoding;
     bool pty; /* background processes: on a pseudo-terminal of pty_cols x pty_rows */

@@ -47,7 +47,7 @@ struct spawn_spec {
     struct spawn_ns_slot **ns_slot;
     unsigned *ns_seq;
     int ns_mnt_fd; /* set by spawn_child: -1 from callers */
-    bool network;  /* false: no AF_INET/AF_INET6 sockets */
+    bool network;  /* false: sockets of AF_UNIX only */
     uid_t uid;     /* uid isolation: the command's own uid; (uid_t)-1: the plan's */
     bool pty;      /* stdin is a terminal's slave: made the controlling tty after setsid */
 };

@@ -62,6 +62,13 @@ const char *const harden_denied_syscalls[] = {
     "iopl",
     "ioperm",
     "syslog",
+    /* Another process's memory and fds, taken without ptrace: pidfd_getfd copies an fd out
+     * of a process of the same user (another command's stdin pipe or a socket), kcmp probes
+     * its fds and memory layout, process_madvise reaches into its memory. */
+    "pidfd_getfd",
+    "kcmp",
+    "process_madvise",
+    "modify_ldt", /* x86 segment descriptors: old kernel bugs, no use to a 64-bit program */
     NULL,
 };
 
@@ -77,8 +84,56 @@ enum filter_kind {
                         * what entering a namespace slot needs (setns) */
     FILTER_NS_INIT,    /* pidns mode, loaded by each init and each command in a namespace slot:
                         * exactly what FILTER_SPAWNER left out */
-    FILTER_NO_NETWORK, /* only: no AF_INET/AF_INET6 sockets (stacked on the deny-list) */
+    FILTER_NO_NETWORK, /* only: sockets of AF_UNIX alone (stacked on the deny-list) */
 };
+
+/*
+ * How an argument rule must be written. The kernel reads an `int` argument (socket's family,
+ * personality's persona) from the low 32 bits of the register and ignores the rest, while a
+ * seccomp filter sees all 64: a deny rule "a0 == AF_INET" is passed by 0x100000000|AF_INET,
+ * which the kernel still takes as AF_INET. So a rule on a 32-bit argument is an allow-list
+ * (deny "a0 != value": any high bit is refused too), or masks with 0xffffffff. clone's flags
+ * are an unsigned long to the kernel: the masked tests of ns_flags see the whole value.
+ */
+
+/* personality(2) values a command may set: PER_LINUX, PER_LINUX32 and UNAME26 (0, 8,
+ * 0x20000, 0x20008), and the query 0xffffffff, which changes nothing. Refused: the flags
+ * that weaken a process's memory protections (READ_IMPLIES_EXEC makes every readable mapping
+ * executable, MMAP_PAGE_ZERO maps page 0, ADDR_NO_RANDOMIZE and the ADDR_* layouts undo
+ * randomisation) and the foreign execution domains. */
+#define PERSONA_FREE (0x0008U | 0x0020000U)
+
+/*
+ * libseccomp allows one comparison per argument in a rule, and rules only add refusals, so
+ * "persona not in the allowed set" is written as a union of masked tests on the low 32 bits:
+ * among the bits outside PERSONA_FREE, some bit set next to some bit clear (going round them
+ * in a ring: any value that is neither all-clear nor all-set has such a pair); or all of them
+ * set with a free bit clear (only 0xffffffff itself may set them all); or any high bit.
+ */
+static int add_personality_rules(scmp_filter_ctx ctx)
+{
+    uint32_t ring[32];
+    int n = 0;
+    for (int b = 0; b < 32; b++)
+        if (!(PERSONA_FREE & (1U << b)))
+            ring[n++] = 1U << b;
+    const uint32_t fixed = ~PERSONA_FREE;
+    int e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                             SCMP_A0(SCMP_CMP_GT, 0xffffffffULL));
+    for (int i = 0; !e && i < n; i++) {
+        uint32_t set = ring[i], clear = ring[(i + 1) % n];
+        e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                             SCMP_A0(SCMP_CMP_MASKED_EQ, (uint64_t)(set | clear), (uint64_t)set));
+    }
+    for (int b = 0; !e && b < 32; b++) {
+        uint32_t bit = 1U << b;
+        if (!(PERSONA_FREE & bit))
+            continue;
+        e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                             SCMP_A0(SCMP_CMP_MASKED_EQ, (uint64_t)(fixed | bit), (uint64_t)fixed));
+    }
+    return e;
+}
 
 /* In FILTER_SPAWNER's gap (see there). */
 static bool init_needs(const char *syscall_name, uint64_t clone_flag)
@@ -124,13 +179,17 @@ static int build(struct sock_fprog *out, enum filter_kind kind, struct sbxd_err 
          * then falls back to clone, which the rules above do check. */
         if (!e && kind != FILTER_NS_INIT)
             e = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+        if (!e && kind != FILTER_NS_INIT)
+            e = add_personality_rules(ctx);
     } else {
+        /* An allow-list: AF_INET, AF_INET6, AF_PACKET, AF_NETLINK, AF_VSOCK and every family
+         * a later kernel adds are all refused, and so is an AF_UNIX with high bits set. */
         e = e ? e
               : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
-                                 SCMP_A0(SCMP_CMP_EQ, AF_INET));
+                                 SCMP_A0(SCMP_CMP_NE, AF_UNIX));
         e = e ? e
-              : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
-                                 SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+              : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1,
+                                 SCMP_A0(SCMP_CMP_NE, AF_UNIX));
     }
     if (e) {
         sbxd_fail_errno(err, SBXD_E_INTERNAL, -e, "cannot build the seccomp filter");
@@ -159,9 +218,58 @@ out:
     return rc;
 }
 
+/*
+ * Landlock's ABI, declared here because the build host's headers may predate it: the
+ * ruleset attribute grew a field for network rules (ABI 4) and one for scopes (ABI 6).
+ */
+struct ll_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_ACCESS_FS_MAKE_BLOCK   (1ULL << 11)
+#define LL_SCOPE_SIGNAL           (1ULL << 1)
+
+/*
+ * The ruleset every command restricts itself with. What it forbids on files is what a
+ * command cannot do anyway (make a block device: it has no CAP_MKNOD): Landlock wants one
+ * handled right, and the point is the domain itself. A process in a domain may not ptrace,
+ * nor open /proc/PID/mem, nor take fds with pidfd_getfd from, a process outside it (ABI 1);
+ * with the signal scope (ABI 6) it may not signal one either. Every command makes a domain
+ * of its own from this ruleset, so two commands are outside each other's, and sbxd and its
+ * helpers outside both. gVisor and kernels before 5.13 have no Landlock: 0.
+ */
+static void landlock_setup(struct harden_plan *p)
+{
+    p->landlock_fd = -1;
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+    if (abi < 1)
+        return;
+    struct ll_ruleset_attr attr = {.handled_access_fs = LL_ACCESS_FS_MAKE_BLOCK};
+    size_t size = sizeof(attr.handled_access_fs);
+    if (abi >= 6) {
+        attr.scoped = LL_SCOPE_SIGNAL;
+        size = sizeof(attr);
+    }
+    int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+    if (fd < 0)
+        return;
+    p->landlock_fd = fd;
+    p->landlock_abi = (int)abi;
+}
+
+enum harden_scope harden_landlock_scope(const struct harden_plan *p)
+{
+    if (p->landlock_fd < 0)
+        return HARDEN_SCOPE_NONE;
+    return p->landlock_abi >= 6 ? HARDEN_SCOPE_PTRACE_SIGNAL : HARDEN_SCOPE_PTRACE;
+}
+
 int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, bool pidns, struct sbxd_err *err)
 {
     memset(p, 0, sizeof(*p));
+    landlock_setup(p);
     p->switch_user = geteuid() == 0;
     p->uid = p->switch_user ? uid : geteuid();
     p->gid = p->switch_user ? gid : getegid();
@@ -200,7 +308,10 @@ void harden_free(struct harden_plan *p)
     free(p->filter.filter);
     free(p->filter_init.filter);
     free(p->filter_nonet.filter);
+    if (p->landlock_fd >= 0)
+        close(p->landlock_fd);
     memset(p, 0, sizeof(*p));
+    p->landlock_fd = -1;
 }
 
 /*
@@ -225,6 +336,22 @@ int harden_thread(const struct harden_plan *p, struct sbxd_err *err)
 }
 
 #define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+
+NO_SANITIZE int harden_child_landlock(const struct harden_plan *p, const char **step)
+{
+    if (p->landlock_fd < 0)
+        return 0;
+    /* Landlock takes no_new_privs (or CAP_SYS_ADMIN); harden_child sets it again later. */
+    if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        *step = "no_new_privs";
+        return -1;
+    }
+    if (syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) < 0) {
+        *step = "landlock";
+        return -1;
+    }
+    return 0;
+}
 
 NO_SANITIZE int harden_child(const struct harden_plan *p, bool network, uid_t uid,
                              const char **step)

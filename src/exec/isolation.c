@@ -159,10 +159,23 @@ struct uid_signal {
     int sig;
 };
 
+/*
+ * The kill helper's own uid: the last of --uid-range, never a command's. kill(2) lets a
+ * sender reach a target when the sender's real or effective uid is the target's real or
+ * saved uid. The helper takes (real, effective, saved) = (helper, uid, helper): its effective
+ * uid reaches every process that runs as `uid`, and its real one only other helpers, of
+ * which there is never more than one at a time (helper_lock). A command (all three ids
+ * `uid`) matches neither of the helper's real and saved uids, so it can neither signal the
+ * helper nor read it through /proc: a command spinning kill(-1, SIGSTOP) cannot stop the
+ * kill meant for it, nor freeze the thread of sbxd that waits for the helper.
+ */
+static uid_t helper_uid = (uid_t)-1;
+static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
+
 NO_SANITIZE static int uid_killer(void *arg)
 {
     const struct uid_signal *u = arg;
-    if (syscall(SYS_setresuid, u->uid, u->uid, u->uid) < 0)
+    if (syscall(SYS_setresuid, helper_uid, u->uid, helper_uid) < 0)
         syscall(SYS_exit_group, 1);
     /* Every process this uid may signal but ourselves: all that run as it. */
     if (u->sig)
@@ -174,13 +187,26 @@ NO_SANITIZE static int uid_killer(void *arg)
 /*
  * The helper shares our memory and we wait until it is gone (CLONE_VFORK), so it needs no
  * allocation. setresuid is its own: credentials are per thread in the kernel, and the raw
- * call does not make glibc change every thread of the daemon. It is reaped by the reaper.
+ * call does not make glibc change every thread of the daemon. Returns its pid, or -1; when
+ * reap is false it is reaped by the reaper.
  */
-void uid_slot_signal(uid_t uid, int sig)
+static pid_t uid_helper_run(uid_t uid, int sig, bool reap, int *status)
 {
+    if (helper_uid == (uid_t)-1)
+        return -1;
     _Alignas(64) char stack[16384];
     struct uid_signal arg = {uid, sig};
-    clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+    pthread_mutex_lock(&helper_lock);
+    pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
+    pthread_mutex_unlock(&helper_lock);
+    if (pid > 0 && reap && waitpid(pid, status, 0) < 0)
+        return -1;
+    return pid;
+}
+
+void uid_slot_signal(uid_t uid, int sig)
+{
+    uid_helper_run(uid, sig, false, NULL);
 }
 
 void uid_slot_kill(uid_t uid)
@@ -192,11 +218,8 @@ void uid_slot_kill(uid_t uid)
  * with respect to fork: a leftover that forks cannot outrun it); reaped here. */
 static void uid_kill_all(uid_t uid)
 {
-    _Alignas(64) char stack[16384];
-    struct uid_signal arg = {uid, SIGKILL};
-    pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
-    if (pid > 0)
-        waitpid(pid, NULL, 0);
+    int st;
+    uid_helper_run(uid, SIGKILL, true, &st);
 }
 
 /* Leftovers logged one by one (then only counted), and how long start-up keeps killing. */
@@ -255,6 +278,12 @@ static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg, bool
         snprintf(iso->uid_why, sizeof(iso->uid_why), "sbxd is not root: cannot switch uids");
         return false;
     }
+    if (count < 2) {
+        snprintf(iso->uid_why, sizeof(iso->uid_why),
+                 "--uid-range has %u uid: it takes at least 2 (its last is the kill helper's)",
+                 count);
+        return false;
+    }
     if (!uid_range_mapped(first, count)) {
         snprintf(iso->uid_why, sizeof(iso->uid_why),
                  "uids %u-%u are not all mapped in sbxd's user namespace", (unsigned)first,
@@ -263,6 +292,7 @@ static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg, bool
     }
     struct range_user u;
     pid_t user = 0;
+    helper_uid = first + count - 1;
     if (may_use)
         user = uid_range_clear(first, count);
     else if (uid_range_users(first, count, &u, 1) > 0)
@@ -274,12 +304,10 @@ static bool uid_probe(struct isolation *iso, const struct sbxd_config *cfg, bool
         return false;
     }
     /* The helper can become a uid of the range (it exits 1 where setresuid fails). */
-    _Alignas(64) char stack[16384];
-    struct uid_signal arg = {first, 0};
-    pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
     int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (uid_helper_run(first, 0, true, &st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         snprintf(iso->uid_why, sizeof(iso->uid_why), "cannot switch to uid %u", (unsigned)first);
+        helper_uid = (uid_t)-1;
         return false;
     }
     return true;
@@ -344,8 +372,9 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         return -1;
     }
     if (iso->tree_kill == ISO_KILL_UID) {
+        /* The last uid of the range is the kill helper's (uid_killer), never a command's. */
         iso->slots.first = cfg->uid_first;
-        iso->slots.count = cfg->uid_count;
+        iso->slots.count = cfg->uid_count - 1;
         iso->slots.used = calloc(cfg->uid_count, 1);
         if (!iso->slots.used) {
             snprintf(why, len, "out of memory");

@@ -42,6 +42,7 @@ struct job {
     int64_t start_ns, deadline_ns, drain_deadline_ns;
     uint64_t output_limit, output_total;
     int kill_reason;  /* enum job_kill_reason, atomic */
+    int spawning;     /* atomic: between clone and the end of spawn_child */
     bool exited;      /* the main process is reaped */
     bool final_drain; /* leftovers killed: read what is buffered, then end */
     bool finished;
@@ -437,7 +438,21 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     job->start_ns = time_mono_ns();
     int child_errno = 0;
     const char *child_step = NULL;
-    if (spawn_child(&spec, &job->rt.pid, &child_errno, &child_step, err) < 0) {
+    /*
+     * The spawn has a deadline of its own, which the watchdog enforces (kill_overdue): this
+     * thread waits in clone until the child has exec'd, and a child stopped before that (by
+     * a process of another command that may signal it: same uid, no Landlock) would hold the
+     * thread and the command's running slot forever. The kernel stores the child's pid
+     * before it runs (CLONE_PARENT_SETTID), so it can be killed at any point.
+     */
+    uint64_t spawn_ms =
+        req->timeout_ms < SBXD_SPAWN_DEADLINE_MS ? req->timeout_ms : SBXD_SPAWN_DEADLINE_MS;
+    __atomic_store_n(&job->spawning, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&job->deadline_ns, job->start_ns + (int64_t)spawn_ms * 1000000,
+                     __ATOMIC_RELEASE);
+    pid_t spawned = spawn_child(&spec, &job->rt.pid, &child_errno, &child_step, err);
+    __atomic_store_n(&job->spawning, 0, __ATOMIC_RELEASE);
+    if (spawned < 0) {
         reaper_remove(&job->rt);
         if (pidns)
             degrade(job->iso, ISO_REQ_PIDNS | ISO_REQ_TREE_KILL, err);
@@ -446,7 +461,12 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     isolation_recovered(job->iso);
     __atomic_store_n(&job->deadline_ns, job->start_ns + (int64_t)req->timeout_ms * 1000000,
                      __ATOMIC_RELEASE);
-    if (child_errno) {
+    if (__atomic_load_n(&job->kill_reason, __ATOMIC_ACQUIRE) == JOB_KILL_SPAWN) {
+        job->res.status = JOB_FAILED_TO_START;
+        snprintf(job->res.error, sizeof(job->res.error),
+                 "'%s' had not started after %llu ms (stopped before exec, then killed)",
+                 req->argv[0], (unsigned long long)spawn_ms);
+    } else if (child_errno) {
         job->res.status = JOB_FAILED_TO_START;
         snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s", child_step, req->argv[0],
                  strerror(child_errno));
@@ -502,14 +522,18 @@ static void kill_tree(struct job *job, bool reaper_locked)
     if (job->ns) {
         /* The init: its death kills every process of the namespace, escapees included.
          * Only while it is not reaped, since then its pid may be another's. */
-        if (reaper_locked)
+        if (reaper_locked && pid > 0)
             kill(pid, SIGKILL);
-        else
+        else if (!reaper_locked)
             reaper_kill(&job->rt, SIGKILL);
     } else if (pid > 0) {
         /* The child called setsid(), so its pid is its process group. The group id cannot
          * be reused while any member lives, so this reaches only the job's own processes. */
         kill(-pid, SIGKILL);
+        /* A child still in spawn_child may not have called setsid yet; unreaped, its pid is
+         * its own (the caller holds the reaper's lock). */
+        if (reaper_locked && __atomic_load_n(&job->spawning, __ATOMIC_ACQUIRE))
+            kill(pid, SIGKILL);
     }
     /* The cgroup reaches what left the group too: setsid and double-fork escapees; so do the
      * init of the command's namespace slot, and a kill(-1) as the command's own uid. */
@@ -682,7 +706,8 @@ static void kill_overdue(struct reap_target *t, void *arg)
     int64_t deadline = __atomic_load_n(&job->deadline_ns, __ATOMIC_ACQUIRE);
     if (t->reaped || deadline == 0 || now < deadline + (int64_t)SBXD_WATCHDOG_SLACK_MS * 1000000)
         return;
-    set_reason(job, JOB_KILL_TIMEOUT);
+    set_reason(job, __atomic_load_n(&job->spawning, __ATOMIC_ACQUIRE) ? JOB_KILL_SPAWN
+                                                                      : JOB_KILL_TIMEOUT);
     kill_tree(job, true);
     /* Again a second later, should this one not take. */
     __atomic_store_n(&job->deadline_ns, now + 1000000000LL, __ATOMIC_RELEASE);

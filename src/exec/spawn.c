@@ -220,6 +220,9 @@ NO_SANITIZE static int child_main(void *arg)
         c->step = "fchdir";
         goto fail;
     }
+    /* A Landlock domain of its own, with the ruleset's fd that the next step closes. */
+    if (s->harden && harden_child_landlock(s->harden, &c->step) < 0)
+        goto fail;
     /* Nothing of the daemon's (sockets, the workspace fd, other jobs' pipes) may leak in. */
     close_from_3(c->report_fd); /* the report pipe is close-on-exec: execve ends it */
     for (int i = 0; i < s->nrlimits; i++)

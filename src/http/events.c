@@ -62,13 +62,7 @@ int event_wait_ms(const struct events *e, uint64_t heartbeat_ms)
 
 size_t events_take(struct events *e, char *out, size_t max)
 {
-    size_t n = e->pending.len - e->off;
-    if (n > max)
-        n = max;
-    memcpy(out, e->pending.buf + e->off, n);
-    e->off += n;
-    http_count_out(n);
-    return n;
+    return http_stream_out(&e->pending, &e->off, out, max);
 }
 
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,

@@ -209,8 +209,234 @@ static int parse_range(const char *h, uint64_t size, uint64_t *first, uint64_t *
     return 1;
 }
 
-static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const char *path,
-                                     enum face face)
+/*
+ * A directory listing being sent. Its JSON is made a chunk at a time, as libmicrohttpd asks
+ * for more, from a lister that reads the directory as it goes (fs/files.c): what one listing
+ * holds is bounded (SBXD_LIST_*) whatever the directory holds, and a slow client slows the
+ * reading rather than growing sbxd.
+ *
+ * The status is sent before the entries: the directory is opened and its first names are read
+ * before the answer starts, so a directory that cannot be listed is still an error status.
+ * Only a read failing later (an I/O error half-way) can cut a listing short; it then ends as
+ * valid JSON with the entries read ("total" counting those), and the cut is logged.
+ */
+enum listing_stage { LIST_SKIP, LIST_ENTRIES, LIST_COUNT, LIST_TAIL, LIST_DONE };
+
+/* Names passed over (an offset, or counted after a page) per fill: one fill stays short. */
+#define LIST_SKIP_BATCH 4096
+
+struct listing {
+    struct server *srv;
+    struct fs_lister *l;
+    enum face face;
+    char *path;                  /* the listed path, decoded */
+    uint64_t offset, limit;      /* the page asked for (/files and /v1) */
+    uint64_t passed, sent, rest; /* entries before the page, in it, after it */
+    enum listing_stage stage;
+    struct jsonw out; /* the chunk being sent */
+    size_t off;       /* ... and how much of it went out */
+};
+
+/* As the python runtime (os.scandir) lists them, a legacy listing describes a symlink by what
+ * it points to when that is inside the workspace; one that leaves it or dangles stays a file.
+ * Resolved beneath the listed directory's fd; only a link that climbs above that directory
+ * is resolved by its path from the workspace root (confined all the same). */
+static void legacy_follow(struct listing *ls, struct fs_entry *e)
+{
+    struct sbxd_err e2 = {0};
+    int tfd = fs_resolve_beneath(fs_list_dirfd(ls->l), e->name, 0, &e2);
+    if (tfd < 0 && e2.kind == SBXD_E_DENIED) {
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof(path), "%s%s%s", ls->path, *ls->path ? "/" : "", e->name);
+        tfd = fs_resolve_beneath(ls->srv->rootfd, path, 0, &e2);
+    }
+    struct stat st;
+    if (tfd >= 0 && fstat(tfd, &st) == 0) {
+        char name[sizeof(e->name)];
+        memcpy(name, e->name, sizeof(name));
+        fs_entry_from_stat(e, name, &st);
+    }
+    if (tfd >= 0)
+        close(tfd);
+}
+
+/* The legacy entry: {name,size,type,mod_time} with the time in seconds since the epoch. */
+static void write_legacy_entry(struct jsonw *w, const struct fs_entry *e)
+{
+    jw_obj_begin(w);
+    jw_key(w, "name");
+    jw_str(w, e->name);
+    jw_key(w, "size");
+    jw_uint(w, e->size);
+    jw_key(w, "type");
+    jw_str(w, strcmp(e->type, "directory") == 0 ? "directory" : "file");
+    jw_key(w, "mod_time");
+    jw_double(w, (double)e->mtime_ns / 1e9, 6);
+    jw_obj_end(w);
+}
+
+static void listing_cut(struct listing *ls, const struct sbxd_err *err)
+{
+    LOG_EVENT("warn", "listing_cut", LOG_S("path", ls->path), LOG_S("error", err->msg),
+              LOG_I("entries", ls->sent), LOG_I("read", ls->passed + ls->sent + ls->rest));
+    ls->stage = LIST_TAIL;
+}
+
+/* Make the next chunk of the listing in ls->out, with the user's rights. */
+static void listing_fill(struct listing *ls)
+{
+    struct sbxd_err err = {0};
+    struct fs_user u;
+    fs_user_of(ls->srv, &u);
+    fs_user_enter(&u);
+    while (ls->out.len < SBXD_LIST_CHUNK && ls->stage != LIST_DONE) {
+        uint64_t k;
+        int r;
+        switch (ls->stage) {
+        case LIST_SKIP:
+            k = ls->offset - ls->passed;
+            r = fs_list_skip(ls->l, k < LIST_SKIP_BATCH ? k : LIST_SKIP_BATCH, &k, &err);
+            ls->passed += k;
+            if (r < 0)
+                listing_cut(ls, &err);
+            else if (ls->passed == ls->offset || k == 0)
+                ls->stage = LIST_ENTRIES;
+            break;
+        case LIST_ENTRIES: {
+            if (ls->sent == ls->limit) {
+                ls->stage = LIST_COUNT;
+                break;
+            }
+            struct fs_entry e;
+            r = fs_list_next(ls->l, &e, &err);
+            if (r < 0) {
+                listing_cut(ls, &err);
+            } else if (r == 0) {
+                ls->stage = LIST_TAIL;
+            } else if (ls->face == FACE_LEGACY) {
+                if (strcmp(e.type, "symlink") == 0)
+                    legacy_follow(ls, &e);
+                write_legacy_entry(&ls->out, &e);
+                ls->sent++;
+            } else {
+                write_entry(&ls->out, &e, NULL, ls->face);
+                ls->sent++;
+            }
+            break;
+        }
+        case LIST_COUNT:
+            /* "total" counts the whole directory: the names after the page, not described. */
+            r = fs_list_skip(ls->l, LIST_SKIP_BATCH, &k, &err);
+            ls->rest += k;
+            if (r < 0)
+                listing_cut(ls, &err);
+            else if (k < LIST_SKIP_BATCH)
+                ls->stage = LIST_TAIL;
+            break;
+        case LIST_TAIL:
+            jw_arr_end(&ls->out);
+            if (ls->face != FACE_LEGACY) {
+                jw_key(&ls->out, "total");
+                jw_uint(&ls->out, ls->passed + ls->sent + ls->rest);
+                jw_obj_end(&ls->out);
+            }
+            jw_newline(&ls->out);
+            ls->stage = LIST_DONE;
+            break;
+        case LIST_DONE:
+            break;
+        }
+    }
+    fs_user_leave(&u);
+}
+
+static ssize_t listing_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct listing *ls = cls;
+    while (ls->off == ls->out.len) {
+        if (ls->stage == LIST_DONE)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        jw_drop(&ls->out);
+        ls->off = 0;
+        listing_fill(ls);
+        if (ls->out.failed) /* out of memory: a cut connection, not a listing that lies */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return (ssize_t)http_stream_out(&ls->out, &ls->off, buf, max);
+}
+
+static void listing_free(void *cls)
+{
+    struct listing *ls = cls;
+    fs_list_close(ls->l);
+    jw_free(&ls->out);
+    free(ls->path);
+    free(ls);
+}
+
+/*
+ * Answer 200 with the listing of the open directory fd (consumed): /files and /v1 as
+ * {"path","entries":[…],"total"} (a page of it with offset and limit), the legacy face as
+ * [{name,size,type,mod_time}…]. Only /files is sorted by name (up to SBXD_LIST_SORT_MAX
+ * entries): the /v1 contract and the python runtime promise no order, so those are sent in
+ * the directory's order as it is read.
+ */
+static enum MHD_Result listing_start(struct server *srv, struct MHD_Connection *c, int fd,
+                                     const char *path, enum face face, uint64_t offset,
+                                     uint64_t limit)
+{
+    struct sbxd_err err = {0};
+    struct listing *ls = calloc(1, sizeof(*ls));
+    if (ls)
+        ls->path = strdup(path);
+    if (!ls || !ls->path) {
+        close(fd);
+        free(ls);
+        return MHD_NO;
+    }
+    ls->srv = srv;
+    ls->face = face;
+    ls->offset = offset;
+    ls->limit = limit;
+    ls->stage = offset ? LIST_SKIP : LIST_ENTRIES;
+    struct fs_user u;
+    fs_user_of(srv, &u);
+    fs_user_enter(&u);
+    ls->l = fs_list_open(fd, face == FACE_FILES ? FS_LIST_SORTED : 0, &err);
+    fs_user_leave(&u);
+    if (!ls->l) {
+        listing_free(ls);
+        return face == FACE_LEGACY
+                   ? reply_legacy_err(c, &err, "Path is not a directory", "List files failed: ")
+                   : reply_err(c, &err);
+    }
+    /* Room for a chunk and the largest entry after it (a name of 255 bytes, each escaped to
+     * 6): the buffer never grows while the listing is sent. */
+    jw_init(&ls->out, SBXD_LIST_CHUNK + 4096);
+    if (face == FACE_LEGACY) {
+        jw_arr_begin(&ls->out);
+    } else {
+        jw_obj_begin(&ls->out);
+        jw_key(&ls->out, "path");
+        jw_str(&ls->out, path);
+        jw_key(&ls->out, "entries");
+        jw_arr_begin(&ls->out);
+    }
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SBXD_LIST_CHUNK,
+                                                               listing_read, ls, listing_free);
+    if (!r) {
+        listing_free(ls);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *c, int fd,
+                                     const char *path, enum face face)
 {
     struct sbxd_err err = {0};
     char v[32];
@@ -234,25 +460,7 @@ static enum MHD_Result get_directory(struct MHD_Connection *c, int fd, const cha
                                "offset must be a whole number");
         }
     }
-    size_t n;
-    struct fs_entry *v_entries = fs_list(fd, &n, &err);
-    if (!v_entries)
-        return reply_err(c, &err);
-    struct jsonw w;
-    jw_init(&w, 256 + n * 96);
-    jw_obj_begin(&w);
-    jw_key(&w, "path");
-    jw_str(&w, path);
-    jw_key(&w, "total");
-    jw_uint(&w, n);
-    jw_key(&w, "entries");
-    jw_arr_begin(&w);
-    for (uint64_t i = offset, k = 0; i < n && k < limit; i++, k++)
-        write_entry(&w, &v_entries[i], NULL, face);
-    jw_arr_end(&w);
-    jw_obj_end(&w);
-    free(v_entries);
-    return reply_jsonw(c, MHD_HTTP_OK, &w);
+    return listing_start(srv, c, fd, path, face, offset, limit);
 }
 
 /* attachment: the legacy download's Content-Disposition filename, or NULL. */
@@ -343,56 +551,6 @@ static enum MHD_Result get_file(struct MHD_Connection *c, int fd, const struct s
     return ret;
 }
 
-/* The legacy list: [{name,size,type,mod_time}] with the time in seconds since the epoch. */
-static enum MHD_Result legacy_list(struct server *srv, struct MHD_Connection *c, int fd,
-                                   const char *dir)
-{
-    struct sbxd_err err = {0};
-    size_t n;
-    struct fs_entry *v = fs_list(fd, &n, &err);
-    if (!v)
-        return reply_legacy_err(c, &err, "Path is not a directory", "List files failed: ");
-    /* As the python runtime (os.scandir) lists them, a symlink is described by what it points
-     * to, when that is inside the workspace; one that leaves it or dangles stays a file. */
-    struct fs_user u;
-    fs_user_of(srv, &u);
-    fs_user_enter(&u);
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(v[i].type, "symlink") != 0)
-            continue;
-        char path[PATH_MAX + 256];
-        snprintf(path, sizeof(path), "%s%s%s", dir, *dir ? "/" : "", v[i].name);
-        struct sbxd_err e2 = {0};
-        int tfd = fs_resolve_beneath(srv->rootfd, path, 0, &e2);
-        struct stat st;
-        char name[sizeof(v[i].name)];
-        memcpy(name, v[i].name, sizeof(name));
-        if (tfd >= 0 && fstat(tfd, &st) == 0)
-            fs_entry_from_stat(&v[i], name, &st);
-        if (tfd >= 0)
-            close(tfd);
-    }
-    fs_user_leave(&u);
-    struct jsonw w;
-    jw_init(&w, 64 + n * 96);
-    jw_arr_begin(&w);
-    for (size_t i = 0; i < n; i++) {
-        jw_obj_begin(&w);
-        jw_key(&w, "name");
-        jw_str(&w, v[i].name);
-        jw_key(&w, "size");
-        jw_uint(&w, v[i].size);
-        jw_key(&w, "type");
-        jw_str(&w, strcmp(v[i].type, "directory") == 0 ? "directory" : "file");
-        jw_key(&w, "mod_time");
-        jw_double(&w, (double)v[i].mtime_ns / 1e9, 6);
-        jw_obj_end(&w);
-    }
-    jw_arr_end(&w);
-    free(v);
-    return reply_jsonw(c, MHD_HTTP_OK, &w);
-}
-
 /* GET /exists/{path}: {"path": the decoded path as sent, "exists": bool}. */
 static enum MHD_Result legacy_exists(struct server *srv, struct MHD_Connection *c, const char *url)
 {
@@ -464,7 +622,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
         if (fd < 0)
             r = reply_legacy_err(c, &err, missing, NULL);
         else if (list)
-            r = legacy_list(srv, c, fd, path);
+            r = listing_start(srv, c, fd, path, FACE_LEGACY, 0, UINT64_MAX);
         else {
             /* The name the client asked for, decoded, as the python runtime gives it. */
             char *name = strdup(url + skip + (url[skip] == '/'));
@@ -477,7 +635,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, c
     } else if (fd < 0) {
         r = reply_err(c, &err);
     } else if (S_ISDIR(st.st_mode)) {
-        r = get_directory(c, fd, path, face);
+        r = get_directory(srv, c, fd, path, face);
     } else {
         r = get_file(c, fd, &st, NULL);
     }

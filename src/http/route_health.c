@@ -15,6 +15,7 @@
 /* The effective mode of each resource, as /healthz and /metrics state it. */
 struct iso_modes {
     const char *cgroup, *memory, *pids, *cpu, *tree_kill, *seccomp, *capabilities;
+    const char *inter_command;
     char user[48];
 };
 
@@ -40,6 +41,19 @@ static void iso_modes(const struct server *srv, struct iso_modes *m)
     m->tree_kill = iso_tree_kill_name(iso->tree_kill);
     m->seccomp = h->seccomp ? "deny-list" : "none";
     m->capabilities = h->drop_bounding ? "none" : "none-bounding-kept";
+    /* What keeps one command from another's memory, fds and processes: a uid of its own, a
+     * PID namespace with its own /proc (the others are not even visible), or a Landlock
+     * domain (ptrace-level access refused; signals too from Landlock ABI 6). Under pgid and
+     * cgroup without Landlock, commands run as one user and nothing does. */
+    enum harden_scope scope = harden_landlock_scope(h);
+    if (iso->tree_kill == ISO_KILL_UID)
+        m->inter_command = "uid";
+    else if (iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_own_proc)
+        m->inter_command = "pidns";
+    else
+        m->inter_command = scope == HARDEN_SCOPE_PTRACE_SIGNAL ? "landlock"
+                           : scope == HARDEN_SCOPE_PTRACE      ? "landlock-no-signals"
+                                                               : "none";
 }
 
 /* What every command gets, stated as it is, not as it is hoped; then what the start-up
@@ -73,6 +87,8 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
         jw_key(w, "userns");
         jw_bool(w, iso->pidns_userns);
     }
+    jw_key(w, "inter_command");
+    jw_str(w, m.inter_command);
     jw_key(w, "seccomp");
     jw_str(w, m.seccomp);
     jw_key(w, "capabilities");
@@ -116,6 +132,11 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
                                   : "direct");
     jw_key(w, "uid_range");
     jw_str(w, iso->uid_ok ? "usable" : iso->uid_why);
+    jw_key(w, "landlock");
+    if (h->landlock_abi)
+        jw_int(w, h->landlock_abi);
+    else
+        jw_bool(w, false);
     jw_obj_end(w);
     jw_obj_end(w);
 }
@@ -262,15 +283,15 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     char lab[1280];
     struct iso_modes m;
     iso_modes(srv, &m);
-    char v[8][128];
-    const char *vals[8] = {m.cgroup,    m.memory,  m.pids,         m.cpu,
-                           m.tree_kill, m.seccomp, m.capabilities, m.user};
-    for (int i = 0; i < 8; i++)
+    char v[9][128];
+    const char *vals[9] = {m.cgroup,  m.memory,       m.pids, m.cpu,          m.tree_kill,
+                           m.seccomp, m.capabilities, m.user, m.inter_command};
+    for (int i = 0; i < 9; i++)
         label_value(v[i], sizeof(v[i]), vals[i]);
     snprintf(lab, sizeof(lab),
              "cgroup=\"%s\",memory=\"%s\",pids=\"%s\",cpu=\"%s\",tree_kill=\"%s\","
-             "seccomp=\"%s\",capabilities=\"%s\",user=\"%s\"",
-             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+             "seccomp=\"%s\",capabilities=\"%s\",user=\"%s\",inter_command=\"%s\"",
+             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
     metrics_head(&w, "sbxd_isolation_info", "gauge",
                  "The isolation in force for every command (the labels), as /healthz states it.");
     metrics_line(&w, "sbxd_isolation_info", lab, 1);

@@ -400,26 +400,39 @@ static enum MHD_Result reply_ok_err(struct MHD_Connection *c, int rc, struct sbx
     return reply_jsonw(c, MHD_HTTP_OK, w);
 }
 
-static enum MHD_Result write_stdin(struct MHD_Connection *c, struct req_ctx *rc, struct bg_proc *p)
+static enum MHD_Result write_stdin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                   struct bg_proc *p)
 {
     bool eof;
     if (query_bool(c, "eof", &eof) < 0)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "'eof' must be true or false");
+    /* The client's socket: a writer that hangs up while the process does not read is let
+     * go at once, with its thread, descriptor and connection slot. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct sbxd_err err = {0};
     uint64_t written = 0;
-    int r = bg_stdin(p, rc->body ? rc->body : "", rc->body_len, eof, &written, &err);
+    bool open_after;
+    enum bg_stdin_result r =
+        bg_stdin(p, rc->body ? rc->body : "", rc->body_len, eof, srv->cfg->stdin_timeout_ms,
+                 ci ? ci->connect_fd : -1, &written, &open_after, &err);
+    if (r == BG_STDIN_HUNG_UP)
+        return MHD_NO; /* nobody to answer: close the connection */
+    if (r == BG_STDIN_TIMED_OUT)
+        metrics_limit(LIM_STDIN_TIMEOUT);
+    else if (r == BG_STDIN_FAILED && err.kind == SBXD_E_BUSY)
+        metrics_limit(LIM_STDIN_PENDING);
+    /* (A 409's message says how many of the bytes went in: the rest never will.) */
     struct jsonw w;
     jw_init(&w, 64);
     jw_obj_begin(&w);
     jw_key(&w, "bytes");
     jw_uint(&w, written);
-    jw_key(&w, "stdin_open");
-    struct bg_info in;
-    bg_info(p, &in);
-    jw_bool(&w, in.stdin_open);
+    jw_key(&w, "stdin_open"); /* as the write left it (the process may end right after) */
+    jw_bool(&w, open_after);
     jw_obj_end(&w);
-    return reply_ok_err(c, r, &err, &w);
+    return reply_ok_err(c, r == BG_STDIN_DONE ? 0 : -1, &err, &w);
 }
 
 /* A small JSON body: an object of known keys only. NULL after replying with the error. */
@@ -576,7 +589,7 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
         if (kept)
             return ret;
     } else if (strcmp(action, "stdin") == 0) {
-        ret = write_stdin(c, rc, p);
+        ret = write_stdin(srv, c, rc, p);
     } else if (strcmp(action, "signal") == 0) {
         ret = send_signal(c, rc, p);
     } else {

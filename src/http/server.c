@@ -83,6 +83,17 @@ void http_count_out(size_t n)
         tl_rc->bytes_out += n;
 }
 
+size_t http_stream_out(const struct jsonw *w, size_t *off, char *out, size_t max)
+{
+    size_t n = w->len - *off;
+    if (n > max)
+        n = max;
+    memcpy(out, w->buf + *off, n);
+    *off += n;
+    http_count_out(n);
+    return n;
+}
+
 bool http_is_head(void)
 {
     return tl_rc && strcmp(tl_rc->method, "HEAD") == 0;
@@ -146,6 +157,43 @@ static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
     (void)cls;
     (void)c;
     return strlen(s);
+}
+
+/*
+ * libmicrohttpd hands the routes the request target as a C string, so a raw NUL in it
+ * (`GET /files/h.txt\0x HTTP/1.1`) would cut it short and another file than the one asked
+ * for would be served. This callback sees the target before anything splits it (the query
+ * included) and passes its length up to the first NUL on to on_request, in con_cls, as an
+ * odd number that can never be a request context: on_request compares it with where the
+ * HTTP version starts. A connection that never reaches on_request leaves it to on_completed,
+ * which frees nothing for it.
+ */
+static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)cls;
+    (void)c;
+    return (void *)(((uintptr_t)strlen(uri) << 1) | 1);
+}
+
+static bool is_target_length(void *p)
+{
+    return ((uintptr_t)p & 1) != 0;
+}
+
+/* Requests no route may see: a target with a NUL in it, and a body whose framing two
+ * headers disagree about. 0 when neither, else the message of a 400. */
+static const char *malformed(struct MHD_Connection *c, const char *url, const char *version,
+                             size_t target_len)
+{
+    if (version && *version && version > url && (size_t)(version - url) != target_len + 1)
+        return "the request target holds a NUL byte";
+    /* Content-Length and Transfer-Encoding together: a proxy in front (the sandbox router)
+     * may frame the body by one and sbxd by the other, and a second request smuggled in the
+     * body would reach sbxd unseen by the proxy (RFC 9112, 6.3). */
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding"))
+        return "Content-Length and Transfer-Encoding together are ambiguous; send one";
+    return NULL;
 }
 
 static unsigned method_bit(const char *m)
@@ -268,10 +316,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     struct server *srv = cls;
     struct req_ctx *rc = *con_cls;
-    if (!rc) {
+    if (!rc || is_target_length(rc)) {
+        size_t target_len = rc ? (uintptr_t)rc >> 1 : strlen(url);
         rc = calloc(1, sizeof(*rc));
         if (!rc)
             return MHD_NO;
@@ -293,6 +341,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (guard_head(srv, c, rc, url, method, &ret) == GUARD_STOP) {
             rc->replied = true;
             return ret;
+        }
+        const char *bad = malformed(c, url, version, target_len);
+        if (bad) {
+            rc->replied = true;
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", bad);
         }
         if (!rc->route) {
             rc->replied = true;
@@ -334,6 +387,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct server *srv = cls;
     (void)c;
     struct req_ctx *rc = *con_cls;
+    if (rc && is_target_length(rc)) {
+        *con_cls = NULL; /* the request never reached on_request (uri_seen) */
+        return;
+    }
     if (rc) {
         metrics_http(rc->route_id, rc->status, rc->bytes_in, rc->bytes_out);
         __atomic_add_fetch(&srv->completed, 1, __ATOMIC_RELAXED);
@@ -447,7 +504,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + SBXD_CONN_SPARE),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes,
-        NULL, MHD_OPTION_END);
+        NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, NULL, MHD_OPTION_END);
     if (!srv->mhd) {
         int e = errno;
         free_strv(srv->metadata);

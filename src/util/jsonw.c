@@ -27,6 +27,11 @@ void jw_reset(struct jsonw *w)
     w->failed = !w->buf;
 }
 
+void jw_drop(struct jsonw *w)
+{
+    w->len = 0;
+}
+
 void jw_free(struct jsonw *w)
 {
     free(w->buf);

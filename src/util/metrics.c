@@ -11,7 +11,8 @@ static const unsigned statuses[] = {200, 201, 204, 206, 400, 401, 403, 404, 405,
 static const char *const mode_names[MX_NMODES] = {"sync", "stream", "background"};
 static const char *const limit_names[LIM_N] = {
     "max_running",     "max_processes",    "max_connections", "max_client_connections",
-    "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized"};
+    "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized",
+    "stdin_pending",   "stdin_timeout"};
 
 /* Execution durations, seconds: from a quick `true` to a long build. */
 static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,

@@ -567,18 +567,26 @@ int wait_no_procs(const char *marker, int ms)
     return n;
 }
 
-long proc_rss_kb(pid_t pid)
+long proc_status_num(pid_t pid, const char *key)
 {
     char p[64], line[256];
     snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
     FILE *f = fopen(p, "r");
-    long kb = -1;
+    size_t k = strlen(key);
+    long v = -1;
     while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+        if (strncmp(line, key, k) == 0 && line[k] == ':') {
+            v = strtol(line + k + 1, NULL, 10);
             break;
+        }
     if (f)
         fclose(f);
-    return kb;
+    return v;
+}
+
+long proc_rss_kb(pid_t pid)
+{
+    return proc_status_num(pid, "VmRSS");
 }
 
 int proc_fd_count(pid_t pid)

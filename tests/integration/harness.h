@@ -117,6 +117,8 @@ bool proc_stat(pid_t pid, char *state, pid_t *ppid);
 /* Wait up to ms for none to remain; returns how many remain. */
 int wait_no_procs(const char *marker, int ms);
 
+/* The number after "key:" in /proc/PID/status (VmRSS in kB, Threads, ...); -1 if none. */
+long proc_status_num(pid_t pid, const char *key);
 long proc_rss_kb(pid_t pid);
 int proc_fd_count(pid_t pid);
 double now_ms(void);

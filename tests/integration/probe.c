@@ -15,6 +15,7 @@
  *   rss PID            "base <kB>" at once, then samples VmRSS every 2 ms until stdin ends,
  *                      then "peak <kB>"
  *   oom-lower          exit 0 if this process may lower its oom_score_adj to -999, else 3
+ *   attack MODE ...    what a hostile command tries (attack.c)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -33,6 +34,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+int attack_main(int argc, char **argv); /* attack.c */
 
 static void report(const char *name, long rc)
 {
@@ -86,6 +89,12 @@ static int try_syscalls(void)
     TRY("fspick", SYS_fspick, -1, bad, 0);
     TRY("fsconfig", SYS_fsconfig, -1, 0, NULL, NULL, 0);
     TRY("mount_setattr", SYS_mount_setattr, -1, bad, 0, NULL, 0);
+    TRY("pidfd_getfd", SYS_pidfd_getfd, -1, 0, 0); /* EBADF when allowed */
+    TRY("kcmp", SYS_kcmp, getpid(), getpid(), 0xdead, 0, 0);
+    TRY("process_madvise", SYS_process_madvise, -1, NULL, 0, 0, 0);
+#ifdef SYS_modify_ldt
+    TRY("modify_ldt", SYS_modify_ldt, 0xdead, NULL, 0);
+#endif
 
     /* clone with a namespace flag: a new user namespace needs no privilege at all. */
     long pid = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, NULL, NULL, 0);
@@ -312,7 +321,9 @@ int main(int argc, char **argv)
         return rss(argv[2]);
     if (!strcmp(argv[1], "oom-lower"))
         return oom_lower();
+    if (!strcmp(argv[1], "attack"))
+        return attack_main(argc - 2, argv + 2);
     fprintf(stderr, "usage: sbxd-probe [creds | signals | fds | procs MARKER | daemon PID | rss "
-                    "PID | oom-lower]\n");
+                    "PID | oom-lower | attack ...]\n");
     return 2;
 }

@@ -13,6 +13,7 @@ Suite *processes_suite(void);
 Suite *sbx_suite(void);
 Suite *faults_suite(void);
 Suite *hardening_suite(void);
+Suite *attacks_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

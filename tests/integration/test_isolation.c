@@ -135,6 +135,9 @@ START_TEST(denied_syscalls_fail_with_eperm)
         "fsconfig",
         "mount_setattr",
         "clone_newuser",
+        "pidfd_getfd",
+        "kcmp",
+        "process_madvise",
     };
     char v[64];
     for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
@@ -142,6 +145,7 @@ START_TEST(denied_syscalls_fail_with_eperm)
                       "%s gave %s, not EPERM", denied[i], v);
 #if defined(__x86_64__)
     ck_assert_str_eq(probe_result(out, "iopl", v, sizeof(v)), "EPERM");
+    ck_assert_str_eq(probe_result(out, "modify_ldt", v, sizeof(v)), "EPERM");
     if (under_gvisor())
         gvisor_skip("i386_abi", "gVisor has no i386 syscall ABI: int 0x80 runs the x86-64 "
                                 "syscall of that number, which the filter checks as such");
@@ -514,7 +518,8 @@ START_TEST(uid_mode_contains_the_tree_and_shares_files)
     if (!as_root())
         return; /* uid isolation needs root to switch uids; start-up refuses it otherwise */
     struct daemon d;
-    const char *args[] = {"--isolation", "uid", "--uid-range", "200000:2", NULL};
+    /* Two uids for commands; the third is the kill helper's. */
+    const char *args[] = {"--isolation", "uid", "--uid-range", "200000:3", NULL};
     daemon_start(&d, args, NULL);
     ck_assert_str_eq(tree_kill_of(&d), "uid");
     struct http_resp h;

@@ -1044,7 +1044,10 @@ START_TEST(pty_resize)
     cJSON_Delete(o);
     bg_write(&g_sbxd, p.id, NULL, "\n", true);
     bg_wait_text(&g_sbxd, p.id, "40 120", 5000);
-    bg_write(&g_sbxd, p.id, NULL, "\n", true);
+    /* The last line it reads: it may end before the answer, so stdin_open may be either. */
+    bg_stdin(&g_sbxd, p.id, NULL, "\n", &r);
+    ck_assert_msg(r.status == 200 && (int)jnum(r.json, "bytes") == 1, "%ld: %s", r.status, r.body);
+    http_resp_free(&r);
     o = bg_wait_end(&g_sbxd, p.id, 5000);
     ck_assert_str_eq(jstr(o, "status"), "exited");
     ck_assert_int_eq((int)jnum(o, "exit_code"), 0);
@@ -1381,6 +1384,261 @@ START_TEST(quiet_follow_sends_no_heartbeat_flood)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------ */
+/* stdin abuse: writers that leave, pile up, or wait on a process that never reads.       */
+
+/* The daemon's threads (host /proc), -1 when unknown. */
+static int daemon_threads(const struct daemon *d)
+{
+    return (int)proc_status_num(d->pid, "Threads");
+}
+
+/* Threads and fds of d once they stop moving (connections of earlier requests closing). */
+static void daemon_settle(const struct daemon *d, bool threads, int *nthreads, int *nfds)
+{
+    int t = threads ? daemon_threads(d) : 0, f = daemon_fd_count(d);
+    for (int i = 0; i < 100; i++) {
+        usleep(20000);
+        int t2 = threads ? daemon_threads(d) : 0, f2 = daemon_fd_count(d);
+        if (t2 == t && f2 == f)
+            break;
+        t = t2;
+        f = f2;
+    }
+    *nthreads = t;
+    *nfds = f;
+}
+
+/* A raw connection that sends POST /processes/{id}/stdin announcing a body of n bytes,
+ * sends sent of them, and does not wait for the answer. Returns the socket. */
+static int stdin_writer_send(const struct daemon *d, const char *id, size_t n, size_t sent_max)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(s, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    /* Bounded: a daemon that stops reading fails the test instead of hanging it. */
+    struct timeval tv = {.tv_sec = (time_t)(10 * SLOW)};
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    char head[512];
+    int hl = snprintf(head, sizeof(head),
+                      "POST /processes/%s/stdin HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Type: application/octet-stream\r\nContent-Length: %zu\r\n\r\n",
+                      id, n);
+    ck_assert_int_eq(send(s, head, (size_t)hl, MSG_NOSIGNAL), hl);
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof(chunk));
+    for (size_t sent = 0; sent < sent_max;) {
+        size_t k = sent_max - sent < sizeof(chunk) ? sent_max - sent : sizeof(chunk);
+        ssize_t w = send(s, chunk, k, MSG_NOSIGNAL);
+        ck_assert_msg(w > 0, "sending a stdin body: %s", strerror(errno));
+        sent += (size_t)w;
+    }
+    return s;
+}
+
+/* The same with the whole body. */
+static int stdin_writer_open(const struct daemon *d, const char *id, size_t n)
+{
+    return stdin_writer_send(d, id, n, n);
+}
+
+/* Whether an answer has come on s (without waiting). */
+static bool answered(int s)
+{
+    struct pollfd pfd = {.fd = s, .events = POLLIN};
+    return poll(&pfd, 1, 0) == 1;
+}
+
+#define N_WRITERS 100
+
+/*
+ * The attack: clients each send a stdin write larger than the pipe to a process that does
+ * not read its stdin, and go away. Each write used to hold its connection's thread, its
+ * descriptor and its slot until the process read or ended (up to an hour): 130 such writers
+ * filled --max-client-connections, and from more addresses --max-connections (503 for
+ * everyone). A writer that hangs up must be let go at once.
+ */
+START_TEST(abandoned_stdin_writers_are_released)
+{
+    bool threads = !under_gvisor();
+    if (!threads)
+        gvisor_skip("abandoned_stdin_writers_are_released: thread count",
+                    "sbxd's threads are not host threads (its descriptors are checked)");
+    /* It reads its stdin only once told to (SIGUSR1), so the pipe fills up meanwhile. */
+    struct bg p = bg_start(&g_sbxd, "{\"command\":\"trap 'exec cat >/dev/null' USR1; "
+                                    "sleep 600.7321 & wait\",\"timeout_ms\":3600000}");
+    /* A write the pipe takes at once. (A process that has used its stdin keeps one thread to
+     * feed it: the baseline is taken after its first write.) */
+    bg_write(&g_sbxd, p.id, NULL, "hello\n", true);
+    int base_threads, base_fds;
+    daemon_settle(&g_sbxd, threads, &base_threads, &base_fds);
+    ck_assert_int_gt(base_fds, 0);
+
+    /* Each a body of twice the pipe's size; every fourth sends half of it only. */
+    static int s[N_WRITERS];
+    for (int i = 0; i < N_WRITERS; i++)
+        s[i] = stdin_writer_send(&g_sbxd, p.id, 128 * 1024, i % 4 == 3 ? 64 * 1024 : 128 * 1024);
+    /* Every whole write is in (each answered, or waiting for the process). */
+    usleep((useconds_t)(300000 * SLOW));
+    int waiting = 0;
+    for (int i = 0; i < N_WRITERS; i++)
+        waiting += i % 4 != 3 && !answered(s[i]);
+    int held_threads = threads ? daemon_threads(&g_sbxd) : 0;
+    for (int i = 0; i < N_WRITERS; i++)
+        close(s[i]);
+    double t0 = now_ms(), end = t0 + 2000 * SLOW;
+    int now_threads, now_fds;
+    for (;;) {
+        now_threads = threads ? daemon_threads(&g_sbxd) : 0;
+        now_fds = daemon_fd_count(&g_sbxd);
+        if ((now_threads <= base_threads && now_fds <= base_fds) || now_ms() >= end)
+            break;
+        usleep(20000);
+    }
+    double took = now_ms() - t0;
+    bool released = now_threads <= base_threads && now_fds <= base_fds;
+    if (!released) /* end the process first: it lets the writers go, for the tests after */
+        bg_delete_expect(&g_sbxd, p.id, "canceled");
+    ck_assert_msg(released,
+                  "%d writers left (%d whole writes waiting, %d threads then): after %.0f ms sbxd "
+                  "still has %d threads (baseline %d) and %d fds (baseline %d)",
+                  N_WRITERS, waiting, held_threads, took, now_threads, base_threads, now_fds,
+                  base_fds);
+    ck_assert_msg(waiting > 0,
+                  "every whole write was answered at once: nothing tested the hang-up");
+
+    /* sbxd answers as before, and the process's stdin works once it reads. */
+    struct http_resp r;
+    req(&g_sbxd, &r, "GET", NULL, "/healthz");
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+    bg_signal(&g_sbxd, p.id, "SIGUSR1");
+    bg_write(&g_sbxd, p.id, NULL, "still works\n", true);
+    bg_delete_expect(&g_sbxd, p.id, "canceled");
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 600.7321", (int)(2000 * SLOW)), 0);
+}
+END_TEST
+
+/*
+ * Bytes waiting for a process's stdin are bounded per process: a write that would take them
+ * past the bound (1 MiB, or one whole body when nothing waits) is refused at once with 429,
+ * rather than held in memory with its connection until the process reads.
+ */
+START_TEST(stdin_pending_bytes_are_bounded)
+{
+    struct bg p = bg_start(&g_sbxd, "{\"argv\":[\"sleep\",\"600.7322\"],\"timeout_ms\":3600000}");
+    /* A write of nearly 1 MiB: the pipe takes its first 64 KiB, the rest waits. */
+    int s = stdin_writer_open(&g_sbxd, p.id, 1000000);
+    usleep((useconds_t)(300000 * SLOW));
+    ck_assert_msg(!answered(s), "a write to a process that does not read was answered");
+    static char body[512 * 1024];
+    memset(body, 'y', sizeof(body));
+    char path[256];
+    snprintf(path, sizeof(path), "/processes/%s/stdin", p.id);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&g_sbxd, "POST", path, "application/octet-stream", body,
+                                  sizeof(body), (long)(10000 * SLOW), &r),
+                     0);
+    assert_error(&r, 429, "RESOURCE_EXHAUSTED");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "stdin"), "%s", r.body);
+    ck_assert_msg(strcasestr(r.headers, "Retry-After: 1"), "%s", r.headers);
+    ck_assert_msg(r.seconds < 2 * SLOW, "refused after %.2f s, not at once", r.seconds);
+    http_resp_free(&r);
+    ck_assert_int_eq(http_request(&g_sbxd, "GET", "/metrics", NULL, NULL, 0, 0, &r), 0);
+    const char *m = strstr(r.body, "sbxd_limit_rejections_total{limit=\"stdin_pending\"} ");
+    ck_assert_msg(m && atol(strchr(m, ' ') + 1) >= 1, "not counted:\n%s", r.body);
+    http_resp_free(&r);
+
+    /* The waiting writer hangs up: its bytes no longer count, and the same write is taken
+     * (it then waits, until the client gives up). */
+    close(s);
+    double end = now_ms() + 2000 * SLOW;
+    for (;;) {
+        int rc = http_request(&g_sbxd, "POST", path, "application/octet-stream", body, sizeof(body),
+                              400, &r);
+        bool refused = rc == 0 && r.status == 429;
+        ck_assert_msg(rc != 0 || refused, "status %ld: %s", r.status, r.body);
+        http_resp_free(&r);
+        if (!refused)
+            break;
+        ck_assert_msg(now_ms() < end, "still refused 2 s after the waiting writer left");
+        usleep(50000);
+    }
+    bg_delete_expect(&g_sbxd, p.id, "canceled");
+}
+END_TEST
+
+/*
+ * --stdin-timeout-ms: a write waits that long at most for the process to read it; then 409
+ * whose message says how many of its bytes went in (the rest is dropped). Validated like
+ * every option.
+ */
+START_TEST(stdin_write_times_out)
+{
+    struct daemon d;
+    const char *args[] = {"--stdin-timeout-ms", "300", NULL};
+    daemon_start(&d, args, NULL);
+    struct bg p = bg_start(&d, "{\"argv\":[\"sleep\",\"600.7323\"],\"timeout_ms\":3600000}");
+    static char body[200000];
+    memset(body, 'z', sizeof(body));
+    char path[256];
+    snprintf(path, sizeof(path), "/processes/%s/stdin", p.id);
+    struct http_resp r;
+    double t0 = now_ms();
+    ck_assert_int_eq(http_request(&d, "POST", path, "application/octet-stream", body, sizeof(body),
+                                  (long)(10000 * SLOW), &r),
+                     0);
+    double took = now_ms() - t0;
+    assert_error(&r, 409, "CONFLICT");
+    const char *msg = jstr(r.json, "message");
+    ck_assert_msg(strstr(msg, "timed out") && strstr(msg, "300 ms"), "%s", msg);
+    /* It says how many bytes went in: some (the pipe's worth), not all. */
+    char said[64];
+    snprintf(said, sizeof(said), " of %zu bytes went in", sizeof(body));
+    const char *of = strstr(msg, said);
+    ck_assert_msg(of, "no '%s' in: %s", said, msg);
+    while (of > msg && of[-1] >= '0' && of[-1] <= '9')
+        of--;
+    long bytes = strtol(of, NULL, 10);
+    ck_assert_msg(bytes > 0 && bytes < (long)sizeof(body), "%s", msg);
+    ck_assert_msg(took >= 290 && took < 300 + 1000 * SLOW, "answered after %.0f ms", took);
+    http_resp_free(&r);
+    /* Nothing waits any more: the next write times out the same way, none of it in. */
+    t0 = now_ms();
+    ck_assert_int_eq(http_request(&d, "POST", path, "application/octet-stream", "more", 4,
+                                  (long)(10000 * SLOW), &r),
+                     0);
+    took = now_ms() - t0;
+    assert_error(&r, 409, "CONFLICT");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "; 0 of 4 bytes went in"), "%s", r.body);
+    ck_assert_msg(took >= 290 && took < 300 + 1000 * SLOW, "answered after %.0f ms", took);
+    http_resp_free(&r);
+    /* Both counted as the limit that bit. */
+    ck_assert_int_eq(http_request(&d, "GET", "/metrics", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_msg(strstr(r.body, "sbxd_limit_rejections_total{limit=\"stdin_timeout\"} 2\n"), "%s",
+                  r.body);
+    http_resp_free(&r);
+    bg_delete_expect(&d, p.id, "canceled");
+    ck_assert(daemon_stop_clean(&d, 10000));
+
+    /* Validated, from the flag and from its variable, and listed by --help. */
+    char out[65536];
+    const char *zero[] = {"--stdin-timeout-ms", "0", NULL};
+    ck_assert_int_eq(sbxd_run(zero, NULL, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "--stdin-timeout-ms") && strstr(out, "out of range"), "%s", out);
+    const char *none[] = {NULL};
+    const char *bad_env[] = {"SBXD_STDIN_TIMEOUT_MS=soon", NULL};
+    ck_assert_int_eq(sbxd_run(none, bad_env, out, sizeof(out)), 2);
+    ck_assert_msg(strstr(out, "(from SBXD_STDIN_TIMEOUT_MS)"), "%s", out);
+    const char *help[] = {"--help", NULL};
+    ck_assert_int_eq(sbxd_run(help, NULL, out, sizeof(out)), 0);
+    ck_assert_msg(strstr(out, "--stdin-timeout-ms MS") && strstr(out, "SBXD_STDIN_TIMEOUT_MS"),
+                  "%s", out);
+}
+END_TEST
+
 Suite *processes_suite(void)
 {
     Suite *s = suite_create("processes");
@@ -1409,7 +1667,11 @@ Suite *processes_suite(void)
     tcase_add_test(own, ended_processes_are_forgotten_after_retention);
     tcase_add_test(own, the_ring_drops_the_oldest_output);
     tcase_add_test(own, shutdown_ends_followers_with_exit_events);
-    TCase *all[] = {api, sig, pty, own};
+    TCase *abuse = tcase_create("stdin-abuse");
+    tcase_add_test(abuse, abandoned_stdin_writers_are_released);
+    tcase_add_test(abuse, stdin_pending_bytes_are_bounded);
+    tcase_add_test(abuse, stdin_write_times_out);
+    TCase *all[] = {api, sig, pty, own, abuse};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         tcase_set_timeout(all[i], 120);
         suite_add_tcase(s, all[i]);

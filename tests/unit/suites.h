@@ -11,5 +11,6 @@ Suite *resolve_suite(void);
 Suite *multipart_suite(void);
 Suite *ring_suite(void);
 Suite *auth_suite(void);
+Suite *list_suite(void);
 
 #endif

@@ -399,6 +399,56 @@ START_TEST(test_kill9_then_restart_removes_stale_leaves_and_their_processes)
 }
 END_TEST
 
+/*
+ * The cgroup backend's kill paths against a command spinning kill(-1, SIGSTOP) (the attack of
+ * tests/integration/test_attacks.c): commands run as one uid here and this kernel has no
+ * Landlock signal scope, so the spinner stops the others' children, before exec too. sbxd
+ * must still answer each request within its deadline, kill by cgroup.kill and shut down.
+ */
+static cJSON *answered(const char *method, const char *path, const char *body, long status, long ms)
+{
+    struct http_resp r;
+    int rc = http_request(&g_sbxd, method, path, NULL, body, body ? strlen(body) : 0, ms, &r);
+    ck_assert_msg(rc == 0, "%s %s: no answer within %ld ms", method, path, ms);
+    ck_assert_msg(r.status == status, "%s %s: HTTP %ld: %s", method, path, r.status, r.body);
+    cJSON *j = r.json;
+    r.json = NULL;
+    http_resp_free(&r);
+    return j;
+}
+
+START_TEST(test_sigstop_spinner_cannot_freeze_cgroup_kills)
+{
+    daemon_install_probe(&g_sbxd);
+    const char *spin = "{\"argv\":[\"./sbxd-probe\",\"attack\",\"stop\",\"60\"],"
+                       "\"timeout_ms\":60000}";
+    cJSON *p = answered("POST", "/processes", spin, 201, 20000);
+    char path[160];
+    fmt(path, sizeof(path), "/processes/%s", jstr(p, "id"));
+    cJSON_Delete(p);
+    usleep(300000);
+    for (int i = 0; i < 3; i++)
+        cJSON_Delete(answered("POST", "/execute", "{\"command\":\"echo hi\",\"timeout_ms\":2000}",
+                              200, 20000));
+    cJSON *t = answered("POST", "/execute",
+                        "{\"argv\":[\"./sbxd-probe\",\"attack\",\"stop\",\"60\"],"
+                        "\"timeout_ms\":1000}",
+                        200, 20000);
+    ck_assert_msg(!strcmp(jstr(t, "status"), "timeout") ||
+                      !strcmp(jstr(t, "status"), "failed_to_start"),
+                  "%s", jstr(t, "status"));
+    cJSON_Delete(t);
+    char sig[200];
+    fmt(sig, sizeof(sig), "%s/signal", path);
+    cJSON_Delete(answered("POST", sig, "{\"signal\":\"SIGTERM\"}", 200, 20000));
+    cJSON_Delete(answered("DELETE", path, NULL, 200, 20000));
+    t = answered("POST", "/execute", "{\"command\":\"echo after\"}", 200, 20000);
+    ck_assert_str_eq(jstr(t, "stdout"), "after\n");
+    cJSON_Delete(t);
+    ck_assert_int_eq(wait_no_procs("sbxd-probe attack", 5000), 0);
+}
+END_TEST
+
 static Suite *vm_suite(void)
 {
     Suite *s = suite_create("vm");
@@ -415,6 +465,10 @@ static Suite *vm_suite(void)
     tcase_add_test(d, test_execute_echo);
     tcase_add_test(d, test_healthz);
     suite_add_tcase(s, d);
+    TCase *attacks = tcase_create("attacks");
+    tcase_set_timeout(attacks, 30);
+    tcase_add_test(attacks, test_sigstop_spinner_cannot_freeze_cgroup_kills);
+    suite_add_tcase(s, attacks);
     TCase *faults = tcase_create("faults");
     tcase_set_timeout(faults, 30);
     tcase_add_test(faults, test_kill9_then_restart_removes_stale_leaves_and_their_processes);

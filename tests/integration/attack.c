@@ -1,0 +1,214 @@
+/*
+ * attack.c - `sbxd-probe attack MODE ...`: what a hostile command tries against sbxd and
+ * against the other commands beside it. Each mode prints one line per attempt,
+ * "<what> OK" or "<what> <ERRNO>" (plus a detail where one is useful), for the integration
+ * tests (test_attacks.c) to judge.
+ *
+ *   socket PORT       sockets that "network": false must refuse, the high-bit family trick
+ *                     first: syscall(socket, 0x100000000 | AF_INET, ...), which the kernel
+ *                     takes as AF_INET; when that opens, it connects to 127.0.0.1:PORT and
+ *                     asks for /healthz ("reached 200" if sbxd answered)
+ *   stop SECONDS      kill(-1, SIGSTOP) in a loop: every process this one may signal
+ *   steal MARKER      against each other process whose command line holds MARKER:
+ *                     pidfd_getfd of its stdin, kcmp, /proc/PID/mem, /proc/PID/environ and
+ *                     whether it may be signalled (kill 0); "found N" first
+ *   personality       the personality(2) values a command may and may not set
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
+static void say(const char *what, long rc)
+{
+    if (rc >= 0)
+        printf("%s OK\n", what);
+    else
+        printf("%s %s\n", what, strerrorname_np(errno));
+    fflush(stdout);
+}
+
+static int ask_health(int s, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        say("connect", -1);
+        return 0;
+    }
+    const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
+    char buf[64] = "";
+    if (write(s, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1) &&
+        read(s, buf, sizeof(buf) - 1) > 12)
+        printf("reached %.3s\n", buf + 9);
+    return 0;
+}
+
+static int sockets(int port)
+{
+    long s = syscall(SYS_socket, 0x100000000UL | AF_INET, SOCK_STREAM, 0);
+    say("socket_highbit_inet", s);
+    if (s >= 0) {
+        ask_health((int)s, port);
+        close((int)s);
+    }
+    static const struct {
+        const char *what;
+        unsigned long family;
+        int type;
+    } tries[] = {
+        {"socket_inet", AF_INET, SOCK_STREAM},
+        {"socket_highbit_inet6", 0x100000000UL | AF_INET6, SOCK_DGRAM},
+        {"socket_netlink", AF_NETLINK, SOCK_RAW},
+        {"socket_vsock", AF_VSOCK, SOCK_STREAM},
+        {"socket_highbit_unix", 0x100000000UL | AF_UNIX, SOCK_STREAM},
+        {"socket_unix", AF_UNIX, SOCK_STREAM},
+    };
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        s = syscall(SYS_socket, tries[i].family, tries[i].type, 0);
+        say(tries[i].what, s);
+        if (s >= 0)
+            close((int)s);
+    }
+    int sv[2];
+    long r = syscall(SYS_socketpair, 0x100000000UL | AF_INET, SOCK_STREAM, 0, sv);
+    say("socketpair_highbit_inet", r);
+    r = socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    say("socketpair_unix", r);
+    return 0;
+}
+
+static int stop_all(int seconds)
+{
+    time_t end = time(NULL) + seconds;
+    printf("spinning\n");
+    fflush(stdout);
+    while (time(NULL) < end)
+        for (int i = 0; i < 1000; i++)
+            kill(-1, SIGSTOP);
+    return 0;
+}
+
+static int steal_one(pid_t pid)
+{
+    char path[64], buf[4096];
+    long pfd = syscall(SYS_pidfd_open, pid, 0);
+    say("pidfd_open", pfd);
+    if (pfd >= 0) {
+        long fd = syscall(SYS_pidfd_getfd, (int)pfd, 0, 0);
+        say("pidfd_getfd", fd);
+        if (fd >= 0)
+            close((int)fd);
+        close((int)pfd);
+    } else {
+        /* Without a pidfd of it, an invalid one: EBADF if allowed, EPERM if filtered. */
+        say("pidfd_getfd", syscall(SYS_pidfd_getfd, -1, 0, 0));
+    }
+    say("kcmp", syscall(SYS_kcmp, getpid(), pid, KCMP_FILE, 0, 0));
+    snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    say("proc_mem", fd);
+    if (fd >= 0)
+        close(fd);
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+    if (n == 0) {
+        errno = EACCES; /* an empty environ: the kernel hid it */
+        n = -1;
+    }
+    say("environ", n);
+    if (fd >= 0)
+        close(fd);
+    say("signal", kill(pid, 0));
+    return 0;
+}
+
+static int steal(const char *marker)
+{
+    DIR *d = opendir("/proc");
+    pid_t found[64];
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < 64) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || pid == getpid())
+            continue;
+        char path[64], cmd[512];
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, cmd, sizeof(cmd) - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            cmd[i] = cmd[i] ? cmd[i] : ' ';
+        cmd[len] = '\0';
+        if (strstr(cmd, marker) && !strstr(cmd, "attack"))
+            found[n++] = pid;
+    }
+    if (d)
+        closedir(d);
+    printf("found %d\n", n);
+    for (int i = 0; i < n; i++)
+        steal_one(found[i]);
+    return 0;
+}
+
+static int personas(void)
+{
+    static const struct {
+        const char *what;
+        unsigned long value;
+    } tries[] = {
+        {"persona_query", 0xffffffffUL},
+        {"persona_linux", PER_LINUX},
+        {"persona_linux32", PER_LINUX32},
+        {"persona_uname26", UNAME26},
+        {"persona_read_implies_exec", READ_IMPLIES_EXEC},
+        {"persona_addr_no_randomize", ADDR_NO_RANDOMIZE},
+        {"persona_mmap_page_zero", MMAP_PAGE_ZERO},
+        {"persona_highbit_read_implies_exec", 0x100000000UL | READ_IMPLIES_EXEC},
+        {"persona_almost_all", 0xfffffff7UL},
+    };
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        say(tries[i].what, syscall(SYS_personality, tries[i].value));
+        syscall(SYS_personality, PER_LINUX);
+    }
+    return 0;
+}
+
+int attack_main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[0], "socket"))
+        return sockets(atoi(argv[1]));
+    if (argc == 2 && !strcmp(argv[0], "stop"))
+        return stop_all(atoi(argv[1]));
+    if (argc == 2 && !strcmp(argv[0], "steal"))
+        return steal(argv[1]);
+    if (argc == 1 && !strcmp(argv[0], "personality"))
+        return personas();
+    fprintf(stderr, "usage: sbxd-probe attack [socket PORT | stop SECONDS | steal MARKER | "
+                    "personality]\n");
+    return 2;
+}
