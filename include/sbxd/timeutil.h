@@ -2,8 +2,9 @@
 #ifndef SBXD_TIMEUTIL_H
 #define SBXD_TIMEUTIL_H
 
-#include <stdint.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <time.h>
 
 /* Monotonic clock, nanoseconds. For durations and deadlines. */
 int64_t time_mono_ns(void);
@@ -14,6 +15,10 @@ int64_t time_real_ns(void);
 /* Milliseconds from now until deadline_ns (monotonic), clamped to [0, INT32_MAX]; -1 if
  * deadline_ns is 0 (no deadline). Rounds up so a poll never wakes before the deadline. */
 int time_ms_until(int64_t deadline_ns);
+
+/* The time ms milliseconds from now on clock: a deadline for pthread_cond_timedwait (whose
+ * condition variable waits on that clock). */
+struct timespec time_after_ms(clockid_t clock, int64_t ms);
 
 /* RFC 3339 UTC timestamp with milliseconds, e.g. 2026-01-02T03:04:05.678Z. */
 void time_rfc3339(int64_t real_ns, char *buf, size_t len);

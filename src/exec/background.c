@@ -371,16 +371,9 @@ enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t m
 {
     *n = 0;
     *next = off;
-    struct timespec until;
-    if (timeout_ms > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-    }
+    struct timespec until = {0, 0};
+    if (timeout_ms > 0)
+        until = time_after_ms(CLOCK_MONOTONIC, timeout_ms);
     enum bg_read_result rr = BG_READ_NONE;
     pthread_mutex_lock(&p->lock);
     for (;;) {
@@ -738,14 +731,7 @@ unsigned bg_running(void)
 
 void bg_wait_ended(int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    struct timespec until = time_after_ms(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&tab.lock);
     while (tab.running > 0)
         if (pthread_cond_timedwait(&tab.ended, &tab.lock, &until) == ETIMEDOUT)

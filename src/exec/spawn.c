@@ -23,6 +23,7 @@
 #include "sbxd/limits.h"
 #include "sbxd/resolve.h"
 #include "sbxd/spawn.h"
+#include "sbxd/timeutil.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -676,14 +677,8 @@ static void *pool_main(void *arg)
             break;
         slots_trim();
         slots_release();
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += failed ? 1 : 0;
-        ts.tv_nsec += failed ? 0 : 20 * 1000000; /* slots become idle again unannounced */
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        /* (Slots become idle again unannounced.) */
+        struct timespec ts = time_after_ms(CLOCK_REALTIME, failed ? 1000 : 20);
         pthread_cond_timedwait(&pool.wake, &pool.lock, &ts);
         pthread_cond_broadcast(&pool.ready);
     }
@@ -750,13 +745,7 @@ static struct spawn_ns_slot *slot_take(unsigned *use)
             break;
         pool.waiting++;
         pthread_cond_signal(&pool.wake);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 2 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = time_after_ms(CLOCK_REALTIME, 2);
         pthread_cond_timedwait(&pool.ready, &pool.lock, &ts);
         pool.waiting--;
     }
