@@ -310,6 +310,62 @@ static void print_usage(FILE *out)
             "failure,\n2 on a bad option.\n");
 }
 
+/* OPT_CHOICE: one of the words between braces in the help text. */
+static int apply_choice(const struct opt *o, char *field, const char *val, const char *src,
+                        char *errbuf, size_t errlen)
+{
+    const char *open = strchr(o->help, '{'), *close = open ? strchr(open, '}') : NULL;
+    for (const char *w = open ? open + 1 : NULL; w && w < close;) {
+        size_t wl = strcspn(w, "|}");
+        if (strlen(val) == wl && strncmp(val, w, wl) == 0) {
+            snprintf(field, 16, "%s", val);
+            return 0;
+        }
+        w += wl + 1;
+    }
+    snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: %.*s", o->flag, val, src,
+             open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
+    return -1;
+}
+
+/* OPT_USER (UID:GID) and OPT_RANGE (FIRST:COUNT of uids). */
+static int apply_pair(struct sbxd_config *cfg, const struct opt *o, char *field, const char *val,
+                      const char *src, char *errbuf, size_t errlen)
+{
+    const char *colon = strchr(val, ':');
+    char num[32];
+    uint64_t a, b;
+    if (!colon || (size_t)(colon - val) >= sizeof(num) || strlen(val) >= 32)
+        goto bad_pair;
+    memcpy(num, val, (size_t)(colon - val));
+    num[colon - val] = '\0';
+    /* 2^32-1 is (uid_t)-1, "no change" to the kernel: never a real user. */
+    if (parse_uint(num, &a) < 0 || parse_uint(colon + 1, &b) < 0 || a >= 0xFFFFFFFFULL ||
+        b >= 0xFFFFFFFFULL)
+        goto bad_pair;
+    if (o->type == OPT_USER) {
+        cfg->user_uid = (uid_t)a;
+        cfg->user_gid = (gid_t)b;
+    } else {
+        if (a == 0 || b == 0 || b > 65536 || a + b > 0xFFFFFFFFULL)
+            goto bad_pair;
+        cfg->uid_first = (uid_t)a;
+        cfg->uid_count = (unsigned)b;
+    }
+    snprintf(field, 32, "%s", val);
+    return 0;
+bad_pair:
+    if (o->type == OPT_USER)
+        snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)", o->flag,
+                 val, src);
+    else
+        snprintf(errbuf, errlen,
+                 "--%s: '%s'%s is not FIRST:COUNT (a first uid above 0 and 1 to 65536 uids, "
+                 "e.g. 100000:1024)",
+                 o->flag, val, src);
+    return -1;
+}
+
 /* Apply one textual value to its field; on error write one line naming the option. */
 static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, const char *src,
                  uint64_t scale, char *errbuf, size_t errlen)
@@ -345,21 +401,8 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
             return -1;
         }
         return 0;
-    case OPT_CHOICE: {
-        /* The choices are the words between braces in the help text. */
-        const char *open = strchr(o->help, '{'), *close = open ? strchr(open, '}') : NULL;
-        for (const char *w = open ? open + 1 : NULL; w && w < close;) {
-            size_t wl = strcspn(w, "|}");
-            if (strlen(val) == wl && strncmp(val, w, wl) == 0) {
-                snprintf(field, 16, "%s", val);
-                return 0;
-            }
-            w += wl + 1;
-        }
-        snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: %.*s", o->flag, val, src,
-                 open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
-        return -1;
-    }
+    case OPT_CHOICE:
+        return apply_choice(o, field, val, src, errbuf, errlen);
     case OPT_LIST:
         if (strlen(val) >= 128) {
             snprintf(errbuf, errlen, "--%s: value too long", o->flag);
@@ -368,40 +411,8 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         snprintf(field, 128, "%s", val);
         return 0;
     case OPT_USER:
-    case OPT_RANGE: {
-        const char *colon = strchr(val, ':');
-        char num[32];
-        uint64_t a, b;
-        if (!colon || (size_t)(colon - val) >= sizeof(num) || strlen(val) >= 32)
-            goto bad_pair;
-        memcpy(num, val, (size_t)(colon - val));
-        num[colon - val] = '\0';
-        /* 2^32-1 is (uid_t)-1, "no change" to the kernel: never a real user. */
-        if (parse_uint(num, &a) < 0 || parse_uint(colon + 1, &b) < 0 || a >= 0xFFFFFFFFULL ||
-            b >= 0xFFFFFFFFULL)
-            goto bad_pair;
-        if (o->type == OPT_USER) {
-            cfg->user_uid = (uid_t)a;
-            cfg->user_gid = (gid_t)b;
-        } else {
-            if (a == 0 || b == 0 || b > 65536 || a + b > 0xFFFFFFFFULL)
-                goto bad_pair;
-            cfg->uid_first = (uid_t)a;
-            cfg->uid_count = (unsigned)b;
-        }
-        snprintf(field, 32, "%s", val);
-        return 0;
-    bad_pair:
-        if (o->type == OPT_USER)
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)",
-                     o->flag, val, src);
-        else
-            snprintf(errbuf, errlen,
-                     "--%s: '%s'%s is not FIRST:COUNT (a first uid above 0 and 1 to 65536 uids, "
-                     "e.g. 100000:1024)",
-                     o->flag, val, src);
-        return -1;
-    }
+    case OPT_RANGE:
+        return apply_pair(cfg, o, field, val, src, errbuf, errlen);
     case OPT_UINT:
         if (parse_uint(val, &v) < 0) {
             snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);

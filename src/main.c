@@ -184,6 +184,125 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
         wait_signal(set, 20);
 }
 
+/* The process itself, before anything else runs: std fds, the log, the token out of the
+ * environment, the fd limit, malloc's behaviour and the signals. 0, or an exit status. */
+static int setup_process(struct sbxd_config *cfg, sigset_t *set)
+{
+    ensure_std_fds();
+    log_init(cfg->log_format);
+    /* First, before any thread or child exists: the token leaves the environment here. */
+    static char token[SBXD_TOKEN_MAX + 1];
+    char why_token[256];
+    if (auth_load(cfg->token_file, environ, token, sizeof(token), why_token, sizeof(why_token)) <
+        0) {
+        fprintf(stderr, "sbxd: %s\n", why_token);
+        return 2;
+    }
+    cfg->token = token;
+    raise_fd_limit(cfg);
+    /* Large buffers (captured output, bodies, results) each get their own mapping, returned
+     * to the kernel when freed. glibc would otherwise raise this threshold after the first
+     * large free and keep later ones in its heaps: one big result, and the daemon stays
+     * tens of MiB larger for good. A fixed value also turns that adjustment off. */
+    mallopt(M_MMAP_THRESHOLD, SBXD_MMAP_THRESHOLD);
+    /* One heap per connection thread (glibc's default allows 8 per CPU) is memory a burst
+     * leaves behind, never to be reused: on 2 CPUs, 16 arenas kept ~3 MiB after 64 clients.
+     * Four are enough for sbxd's short critical sections. */
+    mallopt(M_ARENA_MAX, 4);
+
+    /* Writes to a vanished client must fail with EPIPE, not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(set);
+    sigaddset(set, SIGCHLD);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, set, NULL); /* before any thread exists: all inherit it */
+    spawn_init();
+    reaper_init();
+    /* Orphans of commands (a shell's background child whose parent exited) are re-parented
+     * to us rather than to an init that may not reap them, and the reaper collects them. */
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+    return 0;
+}
+
+static void log_isolation(const struct sbxd_config *cfg, const struct isolation *iso,
+                          const struct harden_plan *harden)
+{
+    const struct cg_root *cg = &iso->cg;
+    LOG_EVENT(
+        "info", "isolation", LOG_S("cgroup", cg->available ? cg->base : "none"),
+        LOG_S("cgroup_reason", cg->available ? NULL : cg->why),
+        LOG_B("memory_enforced", cg->available && cg->memory_enforced),
+        LOG_B("pids_enforced", cg->available && cg->pids_enforced),
+        LOG_B("cpu", cg->available && cg->cpu),
+        LOG_S("tree_kill", iso_tree_kill_name(iso->tree_kill)),
+        LOG_S("pidns", iso->pidns_ok ? (iso->pidns_userns ? "userns" : "direct") : iso->pidns_why),
+        LOG_S("uid_range", iso->uid_ok ? cfg->uid_range : iso->uid_why),
+        LOG_B("clone3", iso->clone3), LOG_B("pidfd", iso->pidfd), LOG_B("seccomp", harden->seccomp),
+        LOG_I("landlock", harden->landlock_abi));
+}
+
+/* Probe and choose the isolation, build the hardening plan, hand the workspace to the
+ * command user. Both before any thread exists: the probes fork, and the capability bounding
+ * set is emptied for the threads to inherit. 0, or an exit status (the log says why). */
+static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char *workspace,
+                           struct isolation *iso, struct harden_plan *harden)
+{
+    struct sbxd_err err = {0};
+    char why[512];
+    int rc = isolation_setup(iso, cfg, why, sizeof(why));
+    if (rc < 0) {
+        if (rc == -2)
+            fprintf(stderr, "sbxd: %s\n", why);
+        else
+            LOG_EVENT("error", "start", LOG_S("message", why));
+        return rc == -2 ? 2 : 1;
+    }
+    if (harden_init(harden, cfg->user_uid, cfg->user_gid, iso->tree_kill == ISO_KILL_PIDNS, &err) <
+        0) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        return 1;
+    }
+    harden->group_share = iso->tree_kill == ISO_KILL_UID;
+    if (give_workspace(rootfd, workspace, harden) < 0) {
+        harden_free(harden);
+        return 1;
+    }
+    if (isolation_check_required(iso, harden, why, sizeof(why)) < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", why));
+        harden_free(harden);
+        return 1;
+    }
+    log_isolation(cfg, iso, harden);
+    harden->pidns_own_proc = iso->pidns_own_proc;
+    harden->daemon_oom_score_adj = protect_daemon();
+    return 0;
+}
+
+/* The main thread from here on: signals, the watchdog, the server's ticks, sweeps. Returns
+ * on SIGTERM or SIGINT. */
+static void run_main_loop(struct server *srv, const sigset_t *set)
+{
+    int64_t swept = time_mono_ns();
+    uint64_t trimmed_at = 0;
+    for (;;) {
+        int sig = wait_signal(set, SBXD_WATCHDOG_MS);
+        job_kill_overdue();
+        server_tick(srv);
+        trim_at_rest(srv, &trimmed_at);
+        if (time_mono_ns() - swept >= 1000000000LL) {
+            bg_sweep(); /* ended background processes past their retention */
+            swept = time_mono_ns();
+        }
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        if (sig == SIGHUP)
+            LOG_EVENT("info", "signal", LOG_S("name", "SIGHUP"), LOG_S("action", "ignored"));
+    }
+}
+
 int main(int argc, char **argv)
 {
     int64_t t0 = time_mono_ns();
@@ -198,44 +317,10 @@ int main(int argc, char **argv)
     case CONFIG_RUN:
         break;
     }
-    ensure_std_fds();
-    log_init(cfg.log_format);
-    /* First, before any thread or child exists: the token leaves the environment here. */
-    static char token[SBXD_TOKEN_MAX + 1];
-    char why_token[256];
-    if (auth_load(cfg.token_file, environ, token, sizeof(token), why_token, sizeof(why_token)) <
-        0) {
-        fprintf(stderr, "sbxd: %s\n", why_token);
-        return 2;
-    }
-    cfg.token = token;
-    raise_fd_limit(&cfg);
-    /* Large buffers (captured output, bodies, results) each get their own mapping, returned
-     * to the kernel when freed. glibc would otherwise raise this threshold after the first
-     * large free and keep later ones in its heaps: one big result, and the daemon stays
-     * tens of MiB larger for good. A fixed value also turns that adjustment off. */
-    mallopt(M_MMAP_THRESHOLD, SBXD_MMAP_THRESHOLD);
-    /* One heap per connection thread (glibc's default allows 8 per CPU) is memory a burst
-     * leaves behind, never to be reused: on 2 CPUs, 16 arenas kept ~3 MiB after 64 clients.
-     * Four are enough for sbxd's short critical sections. */
-    mallopt(M_ARENA_MAX, 4);
-
-    /* Writes to a vanished client must fail with EPIPE, not kill the daemon. */
-    signal(SIGPIPE, SIG_IGN);
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread exists: all inherit it */
-    spawn_init();
-    reaper_init();
-    /* Orphans of commands (a shell's background child whose parent exited) are re-parented
-     * to us rather than to an init that may not reap them, and the reaper collects them. */
-    if (getpid() != 1)
-        prctl(PR_SET_CHILD_SUBREAPER, 1);
-
+    int rc = setup_process(&cfg, &set);
+    if (rc)
+        return rc;
     struct sbxd_err err = {0};
     char workspace[PATH_MAX];
     int rootfd = fs_open_root(cfg.workspace, workspace, &err);
@@ -243,52 +328,13 @@ int main(int argc, char **argv)
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }
-    /* Both before any thread exists: the isolation probes fork, and the capability bounding
-     * set is emptied for the threads to inherit. */
     static struct isolation iso;
-    char why[512];
-    int rc = isolation_setup(&iso, &cfg, why, sizeof(why));
-    if (rc < 0) {
-        if (rc == -2)
-            fprintf(stderr, "sbxd: %s\n", why);
-        else
-            LOG_EVENT("error", "start", LOG_S("message", why));
-        close(rootfd);
-        return rc == -2 ? 2 : 1;
-    }
     struct harden_plan harden;
-    if (harden_init(&harden, cfg.user_uid, cfg.user_gid, iso.tree_kill == ISO_KILL_PIDNS, &err) <
-        0) {
-        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+    rc = setup_isolation(&cfg, rootfd, workspace, &iso, &harden);
+    if (rc) {
         close(rootfd);
-        return 1;
+        return rc;
     }
-    harden.group_share = iso.tree_kill == ISO_KILL_UID;
-    if (give_workspace(rootfd, workspace, &harden) < 0) {
-        harden_free(&harden);
-        close(rootfd);
-        return 1;
-    }
-    if (isolation_check_required(&iso, &harden, why, sizeof(why)) < 0) {
-        LOG_EVENT("error", "start", LOG_S("message", why));
-        harden_free(&harden);
-        close(rootfd);
-        return 1;
-    }
-    const struct cg_root *cg = &iso.cg;
-    LOG_EVENT(
-        "info", "isolation", LOG_S("cgroup", cg->available ? cg->base : "none"),
-        LOG_S("cgroup_reason", cg->available ? NULL : cg->why),
-        LOG_B("memory_enforced", cg->available && cg->memory_enforced),
-        LOG_B("pids_enforced", cg->available && cg->pids_enforced),
-        LOG_B("cpu", cg->available && cg->cpu),
-        LOG_S("tree_kill", iso_tree_kill_name(iso.tree_kill)),
-        LOG_S("pidns", iso.pidns_ok ? (iso.pidns_userns ? "userns" : "direct") : iso.pidns_why),
-        LOG_S("uid_range", iso.uid_ok ? cfg.uid_range : iso.uid_why), LOG_B("clone3", iso.clone3),
-        LOG_B("pidfd", iso.pidfd), LOG_B("seccomp", harden.seccomp),
-        LOG_I("landlock", harden.landlock_abi));
-    harden.pidns_own_proc = iso.pidns_own_proc;
-    harden.daemon_oom_score_adj = protect_daemon();
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
     if (iso.tree_kill == ISO_KILL_PIDNS)
         spawn_pool_start(&harden, (unsigned)(cfg.max_running + cfg.max_processes), rootfd,
@@ -317,22 +363,7 @@ int main(int argc, char **argv)
         .switch_ids = harden.switch_user, .uid = harden.uid, .gid = harden.gid};
     fs_sweep_stale_uploads_async(rootfd, time_real_ns() - (time_mono_ns() - t0), &sweep_user);
 
-    int64_t swept = time_mono_ns();
-    uint64_t trimmed_at = 0;
-    for (;;) {
-        int sig = wait_signal(&set, SBXD_WATCHDOG_MS);
-        job_kill_overdue();
-        server_tick(srv);
-        trim_at_rest(srv, &trimmed_at);
-        if (time_mono_ns() - swept >= 1000000000LL) {
-            bg_sweep(); /* ended background processes past their retention */
-            swept = time_mono_ns();
-        }
-        if (sig == SIGTERM || sig == SIGINT)
-            break;
-        if (sig == SIGHUP)
-            LOG_EVENT("info", "signal", LOG_S("name", "SIGHUP"), LOG_S("action", "ignored"));
-    }
+    run_main_loop(srv, &set);
     drain(srv, &cfg, &set);
     server_stop(srv);
     bg_shutdown();
