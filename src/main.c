@@ -22,6 +22,7 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/background.h"
 #include "sbxd/config.h"
+#include "sbxd/contain.h"
 #include "sbxd/files.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
@@ -339,6 +340,7 @@ int main(int argc, char **argv)
     if (iso.tree_kill == ISO_KILL_PIDNS)
         spawn_pool_start(&harden, (unsigned)(cfg.max_running + cfg.max_processes), rootfd,
                          workspace);
+    contain_choose(&iso); /* the backend's implementation, once (contain.h) */
     struct bg_config bgc = {.max_processes = (unsigned)cfg.max_processes,
                             .output_bytes = (size_t)cfg.process_output_bytes,
                             .retention_ms = cfg.process_retention_s * 1000};

@@ -57,9 +57,12 @@ struct uid_slots {
     unsigned next; /* where the search for a free one starts */
 };
 
+struct contain_ops;
+
 struct isolation {
     enum iso_tree_kill tree_kill;
-    struct cg_root cg; /* cg.available: each command gets a leaf */
+    const struct contain_ops *contain; /* its implementation (contain.h: contain_choose) */
+    struct cg_root cg;                 /* cg.available: each command gets a leaf */
     /* What the probe found, whether or not it is used. */
     bool pidns_ok, pidns_userns, pidns_own_proc;
     char pidns_why[160];

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sbxd/job.h"
+#include "sbxd/contain.h"
 #include "sbxd/limits.h"
 #include "sbxd/reaper.h"
 #include "sbxd/resolve.h"
@@ -48,28 +49,18 @@ struct job {
     bool finished;
     int next_stream;  /* which pipe is read first, alternated so neither starves */
     bool cancel_peek; /* also poll the client socket for POLLIN and peek (see job_step) */
-    /* pidns under a one-command init (ns): the init reports the command's end through
-     * status_fd (spawn_ns_msg); rt is the init, whose death kills the namespace. In a
-     * namespace slot (slot) instead, rt is the command, and the slot's init empties the
-     * namespace when asked (spawn.h). */
+    /* A backend whose job process is a one-command init (ns: contain_ops.init_reports): the
+     * init reports the command's end through status_fd (spawn_ns_msg); rt is the init. */
     bool ns;
     int status_fd;
-    struct spawn_ns_slot *slot;
-    unsigned ns_seq; /* which use of the slot */
     bool main_reported;
     int main_status;
     struct rusage main_ru;
     int64_t main_exit_ns;
     char argv0[64];           /* for a failed_to_start message reported by the init */
-    struct cg_leaf leaf;      /* the command's cgroup, when cgroups are in use (dirfd -1 if not) */
-    const struct cg_root *cg; /* ... and where it lives */
-    /* uid isolation: the command's own uid ((uid_t)-1: none), given back when it is over,
-     * and what the workspace needs to hand its files back to the command user. */
-    uid_t slot_uid;
+    struct contain box;       /* the containment backend's hold on the command (contain.h) */
+    const struct cg_root *cg; /* the cgroups, for the limits only a cgroup can enforce */
     struct isolation *iso;
-    int rootfd;
-    uid_t owner_uid;
-    gid_t owner_gid;
     struct job_result res;
 };
 
@@ -274,14 +265,9 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     pthread_cond_init(&job->in_cond, NULL);
     job->interactive = env->interactive;
     job->iso = env->iso;
-    bool pidns = env->iso->tree_kill == ISO_KILL_PIDNS;
-    job->ns = pidns && !spawn_ns_slots();
-    job->leaf.dirfd = job->leaf.procs_fd = -1;
+    contain_init(&job->box, env->iso, env->rootfd, env->harden->uid, env->harden->gid);
+    job->ns = job->box.ops->init_reports;
     job->cg = &env->iso->cg;
-    job->slot_uid = (uid_t)-1;
-    job->rootfd = env->rootfd;
-    job->owner_uid = env->harden->uid;
-    job->owner_gid = env->harden->gid;
     job->cancel_fd = env->cancel_fd;
     job->cancel_peek = true;
     job->output_limit = req->limits.output_bytes;
@@ -374,23 +360,6 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
                   "give sbxd (see /healthz isolation)");
         goto fail;
     }
-    if (cg) {
-        struct cg_limits lim = {
-            .memory_bytes = mem, .pids = pids, .cpu_quota = req->limits.cpu_quota};
-        if (cg_leaf_create(job->cg, job->id, &lim, &job->leaf, err) < 0) {
-            degrade(job->iso,
-                    ISO_REQ_CGROUP | ISO_REQ_MEMORY | ISO_REQ_PIDS | ISO_REQ_CPU |
-                        ISO_REQ_TREE_KILL,
-                    err);
-            goto fail;
-        }
-    }
-    if (env->iso->tree_kill == ISO_KILL_UID && !uid_slot_take(&env->iso->slots, &job->slot_uid)) {
-        job->slot_uid = (uid_t)-1;
-        sbxd_fail(err, SBXD_E_BUSY, EBUSY,
-                  "every uid of --uid-range is in use by a running command; retry later");
-        goto fail;
-    }
     candidates = exec_candidates(req);
     if (!candidates) {
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
@@ -409,14 +378,17 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .cwd_path = req->cwd,
         .harden = env->harden,
         .network = req->network,
-        .cgroup_procs_fd = job->leaf.procs_fd,
-        .pidns = pidns,
+        .cgroup_procs_fd = -1,
         .status_fd = st_p[1],
-        .ns_slot = &job->slot,
-        .ns_seq = &job->ns_seq,
         .ns_mnt_fd = -1,
-        .uid = job->slot_uid,
+        .uid = (uid_t)-1,
     };
+    /* Into the backend's hold: a cgroup leaf, a namespace, a uid of its own (contain.h). */
+    struct cg_limits lim = {.memory_bytes = mem, .pids = pids, .cpu_quota = req->limits.cpu_quota};
+    if (job->box.ops->prepare(&job->box, job->id, &lim, &spec, err) < 0) {
+        degrade(job->iso, job->box.ops->degrades_on_prepare, err);
+        goto fail;
+    }
     /* Without a cgroup that enforces memory, the address space is the next best bound. */
     if (mem && !(cg && job->cg->memory))
         add_rlimit(&spec, RLIMIT_AS, mem, mem);
@@ -454,8 +426,7 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
     __atomic_store_n(&job->spawning, 0, __ATOMIC_RELEASE);
     if (spawned < 0) {
         reaper_remove(&job->rt);
-        if (pidns)
-            degrade(job->iso, ISO_REQ_PIDNS | ISO_REQ_TREE_KILL, err);
+        degrade(job->iso, job->box.ops->degrades_on_spawn, err);
         goto fail;
     }
     isolation_recovered(job->iso);
@@ -503,10 +474,7 @@ fail:
         close(cwd_fd);
     free_strv(candidates);
     job_destroy_fds(job);
-    if (job->leaf.dirfd >= 0)
-        cg_leaf_destroy(job->cg, &job->leaf);
-    if (job->slot_uid != (uid_t)-1)
-        uid_slot_put(&job->iso->slots, job->slot_uid);
+    job->box.ops->release(&job->box, false);
     free(job->stdin_data);
     pthread_mutex_destroy(&job->in_lock);
     pthread_cond_destroy(&job->in_cond);
@@ -515,33 +483,11 @@ fail:
 }
 
 /* reaper_locked: the caller holds the reaper's lock (reaper_foreach) and has seen the
- * target unreaped. */
+ * target unreaped. The backend reaches what left the group too (contain.h). */
 static void kill_tree(struct job *job, bool reaper_locked)
 {
-    pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
-    if (job->ns) {
-        /* The init: its death kills every process of the namespace, escapees included.
-         * Only while it is not reaped, since then its pid may be another's. */
-        if (reaper_locked && pid > 0)
-            kill(pid, SIGKILL);
-        else if (!reaper_locked)
-            reaper_kill(&job->rt, SIGKILL);
-    } else if (pid > 0) {
-        /* The child called setsid(), so its pid is its process group. The group id cannot
-         * be reused while any member lives, so this reaches only the job's own processes. */
-        kill(-pid, SIGKILL);
-        /* A child still in spawn_child may not have called setsid yet; unreaped, its pid is
-         * its own (the caller holds the reaper's lock). */
-        if (reaper_locked && __atomic_load_n(&job->spawning, __ATOMIC_ACQUIRE))
-            kill(pid, SIGKILL);
-    }
-    /* The cgroup reaches what left the group too: setsid and double-fork escapees; so do the
-     * init of the command's namespace slot, and a kill(-1) as the command's own uid. */
-    cg_leaf_kill(&job->leaf);
-    if (job->slot)
-        spawn_ns_end(job->slot, job->ns_seq);
-    if (job->slot_uid != (uid_t)-1)
-        uid_slot_kill(job->slot_uid);
+    job->box.ops->kill(&job->box, &job->rt, reaper_locked,
+                       __atomic_load_n(&job->spawning, __ATOMIC_ACQUIRE));
 }
 
 static void kill_group(struct job *job)
@@ -582,22 +528,8 @@ void job_kill(struct job *job, enum job_kill_reason why)
 static void signal_cb(struct reap_target *t, void *arg)
 {
     struct job *job = (struct job *)t;
-    int sig = *(const int *)arg;
-    pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
-    if (job->leaf.dirfd >= 0) {
-        if (sig == SIGKILL)
-            cg_leaf_kill(&job->leaf);
-        else
-            cg_leaf_signal(&job->leaf, sig);
-    } else if (job->slot) {
-        spawn_ns_signal(job->slot, job->ns_seq, sig);
-    } else if (job->ns) {
-        spawn_ns_init_signal(pid, sig);
-    } else if (job->slot_uid != (uid_t)-1) {
-        uid_slot_signal(job->slot_uid, sig);
-    } else {
-        kill(-pid, sig);
-    }
+    job->box.ops->signal(&job->box, __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE),
+                         *(const int *)arg);
 }
 
 bool job_signal(struct job *job, int sig)
@@ -761,26 +693,6 @@ static void read_ns_status(struct job *job)
     }
 }
 
-/* The namespace slot goes back to the pool (its init empties it). */
-static void put_slot(struct job *job)
-{
-    if (job->slot) {
-        spawn_ns_put(job->slot);
-        job->slot = NULL;
-    }
-}
-
-/* uid isolation, once nothing runs as the command's uid any more (kill_tree): what it made
- * in the workspace goes back to the command user, and the uid to the pool. */
-static void release_uid(struct job *job)
-{
-    if (job->slot_uid == (uid_t)-1)
-        return;
-    uid_slot_reown(job->rootfd, job->slot_uid, job->owner_uid, job->owner_gid);
-    uid_slot_put(&job->iso->slots, job->slot_uid);
-    job->slot_uid = (uid_t)-1;
-}
-
 static void finish(struct job *job)
 {
     /* Leftovers (a background child of the command) die with the job. */
@@ -821,10 +733,10 @@ static void finish(struct job *job)
         r->exit_code = WEXITSTATUS(status);
         r->status = JOB_EXITED;
     }
-    if (job->leaf.dirfd >= 0) {
+    if (job->box.ops->stats) {
         /* The cgroup sees the whole tree, background children included. */
         struct cg_stats cs;
-        cg_leaf_stats(&job->leaf, &cs);
+        job->box.ops->stats(&job->box, &cs);
         if (cs.has_cpu)
             r->cpu_ms = (double)cs.cpu_usec / 1000.0;
         if (cs.has_peak)
@@ -834,16 +746,15 @@ static void finish(struct job *job)
             r->oom_killed = true;
             r->status = JOB_OOM;
         }
-        cg_leaf_destroy(job->cg, &job->leaf);
     }
-    release_uid(job);
+    /* Nothing of the command runs any more (kill_group above): the backend lets go. */
+    job->box.ops->release(&job->box, true);
     r->timed_out = r->status == JOB_TIMEOUT;
     /* Off the reaper's list before the eventfd goes: a child reaped in between (a PID
      * namespace's init dies after this) would have its wake-up written to a closed fd's
      * number, by then perhaps another command's pipe. */
     reaper_remove(&job->rt);
     job_destroy_fds(job);
-    put_slot(job);
     job->finished = true;
 }
 
@@ -1080,10 +991,7 @@ void job_free(struct job *job)
         kill_group(job);
         reaper_remove(&job->rt);
         job_destroy_fds(job);
-        if (job->leaf.dirfd >= 0)
-            cg_leaf_destroy(job->cg, &job->leaf);
-        release_uid(job);
-        put_slot(job);
+        job->box.ops->release(&job->box, true);
     }
     free(job->stdin_data);
     pthread_mutex_destroy(&job->in_lock);
