@@ -11,6 +11,7 @@ Suite *resolve_suite(void);
 Suite *multipart_suite(void);
 Suite *ring_suite(void);
 Suite *auth_suite(void);
+Suite *contain_suite(void);
 Suite *list_suite(void);
 
 #endif
