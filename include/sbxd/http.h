@@ -17,6 +17,7 @@
 #include "sbxd/err.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
+#include "sbxd/exec_service.h"
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/outbuf.h"
@@ -29,6 +30,7 @@ struct server {
     char workspace[PATH_MAX];
     const struct harden_plan *harden;
     struct isolation *iso;
+    struct exec_service exec; /* what the routes start commands through */
     int64_t start_ns;
     uint16_t port;
     unsigned running;   /* atomic */
@@ -178,9 +180,6 @@ struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCa
  * with out/errb (a streamed answer sent them as events). */
 void result_fields(struct jsonw *w, const char *id, const struct job_result *r,
                    const struct outbuf *out, const struct outbuf *errb, enum exec_encoding enc);
-
-/* The limits a command request is checked against (route_execute.c). */
-void execute_policy(struct server *srv, struct request_policy *pol);
 
 /* Whether a request's Content-Type is one a JSON body may come with. */
 bool json_content_type(const char *ct);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "sbxd/background.h"
+#include "sbxd/exec_service.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -175,21 +176,6 @@ void bg_sweep(void)
     free_dead(dead);
 }
 
-static void audit(struct bg_proc *p)
-{
-    metrics_execution(MX_BACKGROUND, &p->res);
-    char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
-    const struct exec_request *req = &p->req;
-    exec_request_text(req, cmd, sizeof(cmd));
-    const struct job_result *r = &p->res;
-    LOG_EVENT("info", "process", LOG_S("id", p->id), LOG_S(req->shell ? "command" : "argv", cmd),
-              LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
-              LOG_S("status", job_status_name(r->status)), LOG_I("exit_code", r->exit_code),
-              r->signal ? LOG_I("signal", r->signal) : LOG_NULL("signal"),
-              LOG_D("duration_ms", r->duration_ms), LOG_I("stdout_bytes", r->stdout_bytes),
-              LOG_I("stderr_bytes", r->stderr_bytes));
-}
-
 /* The process's own thread: output into the ring as it comes, until the end. */
 static void *driver_main(void *arg)
 {
@@ -216,7 +202,7 @@ static void *driver_main(void *arg)
     pthread_cond_broadcast(&p->cond);
     pthread_cond_broadcast(&p->in_cond); /* an idle feeder leaves */
     pthread_mutex_unlock(&p->lock);
-    audit(p);
+    exec_service_audit(MX_BACKGROUND, p->id, &p->req, &p->res, NULL);
     pthread_mutex_lock(&tab.lock);
     tab.running--;
     pthread_cond_broadcast(&tab.ended);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sbxd/exec_service.h"
 #include "sbxd/http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/job.h"
@@ -28,22 +29,6 @@ static void write_result(struct jsonw *w, const struct job *job, const struct ou
     }
     result_fields(w, job_id(job), job_result(job), out, errb, enc);
     jw_obj_end(w);
-}
-
-/* The audit line: who ran what, where, and how it ended. */
-static void audit(const struct exec_request *req, const struct job *job, const char *client,
-                  enum metrics_mode mode)
-{
-    char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
-    exec_request_text(req, cmd, sizeof(cmd));
-    const struct job_result *r = job_result(job);
-    metrics_execution(mode, r);
-    LOG_EVENT("info", "exec", LOG_S("id", job_id(job)), LOG_S(req->shell ? "command" : "argv", cmd),
-              LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
-              LOG_S("status", job_status_name(r->status)), LOG_I("exit_code", r->exit_code),
-              r->signal ? LOG_I("signal", r->signal) : LOG_NULL("signal"),
-              LOG_D("duration_ms", r->duration_ms), LOG_I("stdout_bytes", r->stdout_bytes),
-              LOG_I("stderr_bytes", r->stderr_bytes), LOG_S("client", client));
 }
 
 static int cancel_fd(struct MHD_Connection *c)
@@ -161,7 +146,7 @@ static bool next_event(struct exec_stream *s)
         write_result(&s->ev.pending, s->job, NULL, NULL, s->req.encoding, "exit");
         event_end(&s->ev);
         s->ended = true;
-        audit(&s->req, s->job, s->client, MX_STREAM);
+        exec_service_audit(MX_STREAM, job_id(s->job), &s->req, job_result(s->job), s->client);
         return true;
     }
 }
@@ -261,25 +246,13 @@ static enum MHD_Result reply_cannot_run(struct MHD_Connection *c, const struct r
     return reply_err(c, err);
 }
 
-void execute_policy(struct server *srv, struct request_policy *pol)
-{
-    *pol = (struct request_policy){
-        .default_timeout_ms = srv->cfg->timeout_ms,
-        .max_timeout_ms = srv->cfg->max_timeout_ms,
-        .max_memory_bytes = srv->cfg->memory_max,
-        .max_pids = srv->cfg->pids_max,
-        .max_cpu_quota = (double)sysconf(_SC_NPROCESSORS_ONLN),
-        .workspace = srv->workspace,
-    };
-}
-
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new commands");
     struct request_policy pol;
-    execute_policy(srv, &pol);
+    exec_service_policy(&srv->exec, MX_SYNC, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
@@ -295,12 +268,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                            (unsigned long long)srv->cfg->max_running);
     }
 
-    struct job_env env = {.rootfd = srv->rootfd,
-                          .cancel_fd = cancel_fd(c),
-                          .harden = srv->harden,
-                          .iso = srv->iso,
-                          .memory_max = srv->cfg->memory_max,
-                          .pids_max = srv->cfg->pids_max};
+    struct job_env env = exec_service_env(&srv->exec, MX_SYNC, cancel_fd(c));
     __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     struct job *job = job_start(&req, &env, &err);
     __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
@@ -334,7 +302,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (!legacy_failed)
         write_result(&w, job, &out, &errb, req.encoding, NULL);
     spawn_note_daemon_peak(out.alloc + errb.alloc + w.cap + rc->body_cap);
-    audit(&req, job, rc->client, MX_SYNC);
+    exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), rc->client);
     outbuf_free(&out);
     outbuf_free(&errb);
     rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "sbxd/background.h"
+#include "sbxd/exec_service.h"
 #include "sbxd/http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
@@ -125,23 +126,15 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new processes");
-    struct request_policy pol;
-    execute_policy(srv, &pol);
     /* A background process is meant to run long: it gets the longest timeout allowed
-     * unless it asks for less. */
-    pol.default_timeout_ms = srv->cfg->max_timeout_ms;
-    pol.allow_pty = true;
+     * unless it asks for less (exec_service_policy). */
+    struct request_policy pol;
+    exec_service_policy(&srv->exec, MX_BACKGROUND, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_err(c, &err);
-    struct job_env env = {.rootfd = srv->rootfd,
-                          .cancel_fd = -1,
-                          .harden = srv->harden,
-                          .iso = srv->iso,
-                          .memory_max = srv->cfg->memory_max,
-                          .pids_max = srv->cfg->pids_max,
-                          .interactive = true};
+    struct job_env env = exec_service_env(&srv->exec, MX_BACKGROUND, -1);
     __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
     struct bg_proc *p = bg_start(&req, &env, &err);
     __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);

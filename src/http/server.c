@@ -483,6 +483,8 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->harden = harden;
     srv->iso = iso;
     snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
+    srv->exec = (struct exec_service){
+        .cfg = cfg, .rootfd = rootfd, .workspace = srv->workspace, .harden = harden, .iso = iso};
     srv->start_ns = time_mono_ns();
     srv->metadata = metadata_snapshot(cfg->metadata_prefix);
     srv->token_len = cfg->token ? strlen(cfg->token) : 0;
