@@ -22,9 +22,17 @@ enum sbxd_errkind {
     SBXD_E_INTERNAL,    /* sbxd itself failed (a syscall, memory) */
 };
 
+/* Finer reasons within a kind, for a caller that must tell them apart (the message is for
+ * people and never inspected). sbxd_fail clears them; the function that documents one sets
+ * it right after. */
+enum sbxd_errflag {
+    SBXD_EF_SPECIAL_FILE = 1, /* SBXD_E_INVALID: neither a regular file nor a directory */
+};
+
 struct sbxd_err {
     enum sbxd_errkind kind;
     int sys_errno;
+    unsigned flags; /* SBXD_EF_* */
     char msg[256];
 };
 

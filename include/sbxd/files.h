@@ -49,7 +49,8 @@ struct fs_entry {
 void fs_entry_from_stat(struct fs_entry *e, const char *name, const struct stat *st);
 
 /* Open path (symlinks inside the root followed) for reading: a regular file or a directory.
- * Returns an fd (O_RDONLY, O_DIRECTORY for a directory) and its stat. */
+ * Returns an fd (O_RDONLY, O_DIRECTORY for a directory) and its stat. Anything else (a fifo,
+ * a socket, a device) fails SBXD_E_INVALID with SBXD_EF_SPECIAL_FILE in err->flags. */
 int fs_open_read(int rootfd, const char *path, struct stat *st, struct sbxd_err *err);
 
 /*
@@ -123,12 +124,10 @@ void fs_upload_abort(struct fs_upload *up, const struct fs_user *u);
  * since was created, so stamped, later, and is never touched. File times come from the
  * kernel's coarse clock, up to a tick behind, so a file must be older than before_ns by
  * FS_SWEEP_CLOCK_SLACK_NS (one left in the last moment before a restart goes at the next).
- * The walk opens each directory relative to its parent, never following a symlink, and
- * stops after max_entries entries or FS_SWEEP_MAX_DEPTH levels. Returns how many were
- * removed; *visited (may be NULL) gets the number of entries seen.
+ * The walk (walk.h) opens each directory relative to its parent, never following a symlink,
+ * and stops after max_entries entries or SBXD_SWEEP_MAX_DEPTH levels (limits.h). Returns how
+ * many were removed; *visited (may be NULL) gets the number of entries seen.
  */
-#define FS_SWEEP_MAX_DEPTH      64
-#define FS_SWEEP_MAX_ENTRIES    1000000u
 #define FS_SWEEP_CLOCK_SLACK_NS 20000000LL
 unsigned fs_sweep_stale_uploads(int rootfd, int64_t before_ns, unsigned max_entries,
                                 unsigned *visited);

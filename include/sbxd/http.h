@@ -82,6 +82,12 @@ typedef enum MHD_Result (*route_begin_fn)(struct server *srv, struct MHD_Connect
 typedef enum MHD_Result (*route_body_fn)(struct server *srv, struct MHD_Connection *c,
                                          struct req_ctx *rc, const char *data, size_t n);
 
+/* Which face of the file API a route speaks: the native /files, the standardized /v1/files
+ * (KEP sandboxd), or the legacy python-runtime routes (/upload, /download, /list, /exists).
+ * One filesystem core serves all three; they differ in paths, statuses, headers and error
+ * bodies (route_files.c, route_legacy_files.c). */
+enum files_face { FACE_NONE = 0, FACE_FILES, FACE_V1, FACE_LEGACY, FACE_COUNT };
+
 struct route {
     const char *path;
     unsigned methods; /* HTTP_* bits */
@@ -90,15 +96,21 @@ struct route {
     bool prefix; /* path and everything below it ("/files" and "/files/...") */
     route_begin_fn begin;
     route_body_fn body;
-    const char *label; /* its name in /metrics */
+    const char *label;    /* its name in /metrics */
+    enum files_face face; /* a file route's face (FACE_NONE for the others) */
 };
 
 /* The route serving url (as sent, escapes kept), or NULL. */
 const struct route *http_route_find(const char *url);
 
-/* The workspace path a file route's URL names: the part after its prefix, percent-decoded,
- * leading slashes dropped (malloc'd), or NULL with err (a bad escape, a NUL, too long). */
-char *http_files_path(const char *url, struct sbxd_err *err);
+/* The workspace path a file route's URL names: the part after rt's path (nothing is taken
+ * off when rt is NULL), percent-decoded, leading slashes dropped (malloc'd), or NULL with err
+ * (a bad escape, a NUL, too long). */
+char *http_files_path(const struct route *rt, const char *url, struct sbxd_err *err);
+
+/* Whether the request announces a body over max bytes: a Content-Length above it, or one
+ * that is not a number (the one place that header is read). */
+bool http_body_too_large(struct MHD_Connection *c, uint64_t max);
 
 /* Queue r with status for c, as every answer is queued: the status and body size are kept
  * for /metrics, and the connection stops waiting for a request (guard.c). body_len is the
@@ -201,5 +213,14 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
                                   const char *url, const char *method);
 enum MHD_Result route_files_body(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                  const char *data, size_t n);
+enum MHD_Result route_legacy_upload_begin(struct server *srv, struct MHD_Connection *c,
+                                          struct req_ctx *rc, const char *url, const char *method);
+enum MHD_Result route_legacy_upload(struct server *srv, struct MHD_Connection *c,
+                                    struct req_ctx *rc);
+enum MHD_Result route_legacy_download(struct server *srv, struct MHD_Connection *c,
+                                      struct req_ctx *rc);
+enum MHD_Result route_legacy_list(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c,
+                                    struct req_ctx *rc);
 
 #endif

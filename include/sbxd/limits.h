@@ -47,6 +47,17 @@
 /* Directory depth tracked while resolving one path. */
 #define SBXD_MAX_PATH_DEPTH 2048
 
+/* Bounds of the directory-tree walks (fs/walk.c) over a hostile workspace: entries visited
+ * in all, and directory levels entered below the one walked. A recursive delete counts no
+ * entries (it removes what it visits, so it ends) and fails on a tree nested deeper than its
+ * depth; the start-up sweep of stale uploads and the uid backend's re-own stop at their
+ * bounds, go no deeper, and log that they were cut short. */
+#define SBXD_DELETE_MAX_DEPTH  256
+#define SBXD_SWEEP_MAX_ENTRIES 1000000u
+#define SBXD_SWEEP_MAX_DEPTH   64
+#define SBXD_REOWN_MAX_ENTRIES 1000000u
+#define SBXD_REOWN_MAX_DEPTH   64
+
 /* Body bytes read and dropped past --max-body-bytes (when no Content-Length announced the
  * size) before the connection is closed instead of answered with 413. */
 #define SBXD_BODY_DISCARD_MAX (16 * 1024 * 1024)

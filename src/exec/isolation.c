@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "sbxd/isolation.h"
+#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
+#include "sbxd/walk.h"
 
 #ifndef SYS_clone3
 #define SYS_clone3 435
@@ -27,10 +29,6 @@
 #endif
 
 #define NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
-
-/* Entries visited and directory depth of one reown walk: bounds on a hostile workspace. */
-#define REOWN_MAX_ENTRIES 1000000u
-#define REOWN_MAX_DEPTH   64
 
 const char *iso_tree_kill_name(enum iso_tree_kill k)
 {
@@ -498,7 +496,7 @@ void uid_slot_put(struct uid_slots *s, uid_t uid)
 struct reown {
     uid_t slot, uid;
     gid_t gid;
-    unsigned changed, visited;
+    unsigned changed;
 };
 
 /* fd is open on the very inode that st describes: change it, nothing else. */
@@ -515,56 +513,43 @@ static void reown_one(int fd, const struct stat *st, struct reown *r)
     r->changed++;
 }
 
-static void reown_dir(int dfd, int depth, struct reown *r)
+/* One entry: a directory or a regular file that slot owns is changed through the fd that
+ * opened it; a directory within the depth bound is entered, whoever owns it. */
+static int reown_entry(struct walk_entry *e, void *ctx)
 {
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) && r->visited < REOWN_MAX_ENTRIES) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        r->visited++;
-        if (e->d_type != DT_DIR && e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
-            continue; /* symlinks (their owner grants nothing), fifos, sockets */
-        struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        bool is_dir = S_ISDIR(st.st_mode);
-        if ((!is_dir || depth >= REOWN_MAX_DEPTH) && (!S_ISREG(st.st_mode) || st.st_uid != r->slot))
-            continue;
-        /* Opened without following anything, then checked again on the fd: whatever the
-         * name points to now, only what the fd holds is changed. */
-        int fd = openat(dirfd(d), e->d_name,
-                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
-                            (is_dir ? O_DIRECTORY : 0));
-        if (fd < 0)
-            continue;
-        if (fstat(fd, &st) < 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
-            close(fd);
-            continue;
-        }
-        if (st.st_uid == r->slot)
-            reown_one(fd, &st, r);
-        if (S_ISDIR(st.st_mode) && depth < REOWN_MAX_DEPTH)
-            reown_dir(fd, depth + 1, r); /* takes fd */
-        else
-            close(fd);
-    }
-    closedir(d);
+    struct reown *r = ctx;
+    if (e->d_type != DT_DIR && e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
+        return WALK_NEXT; /* symlinks (their owner grants nothing), fifos, sockets */
+    if (walk_stat(e) < 0)
+        return WALK_NEXT;
+    bool is_dir = S_ISDIR(e->st.st_mode);
+    if ((!is_dir || !e->may_enter) && (!S_ISREG(e->st.st_mode) || e->st.st_uid != r->slot))
+        return WALK_NEXT;
+    /* Opened without following anything, then checked again on the fd (walk_open's stat is
+     * of what it opened): whatever the name points to now, only what the fd holds is
+     * changed. */
+    if (walk_open(e, O_RDONLY | (is_dir ? O_DIRECTORY : 0)) < 0)
+        return WALK_NEXT;
+    if (!S_ISDIR(e->st.st_mode) && !S_ISREG(e->st.st_mode))
+        return WALK_NEXT;
+    if (e->st.st_uid == r->slot)
+        reown_one(e->fd, &e->st, r);
+    return S_ISDIR(e->st.st_mode) && e->may_enter ? WALK_ENTER : WALK_NEXT;
 }
 
 unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid)
 {
     struct reown r = {.slot = slot, .uid = uid, .gid = gid};
+    struct walk w = {.max_entries = SBXD_REOWN_MAX_ENTRIES,
+                     .max_depth = SBXD_REOWN_MAX_DEPTH,
+                     .pre = reown_entry,
+                     .ctx = &r};
     int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    reown_dir(fd, 0, &r);
-    if (r.visited >= REOWN_MAX_ENTRIES)
+    walk_tree(fd, &w);
+    if (w.visited >= SBXD_REOWN_MAX_ENTRIES)
         LOG_EVENT("warn", "reown", LOG_S("message", "workspace too large: walk cut short"),
-                  LOG_I("entries", r.visited));
+                  LOG_I("entries", w.visited));
     return r.changed;
 }

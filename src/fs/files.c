@@ -11,16 +11,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sbxd/cleanup.h"
 #include "sbxd/files.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/resolve.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/walk.h"
 
-/* Entries visited and depth of a recursive delete: bounds on a hostile tree. */
-#define DELETE_MAX_DEPTH 256
-
-/* The stack of the stale-upload sweep's thread: FS_SWEEP_MAX_DEPTH small frames. */
+/* The stack of the stale-upload sweep's thread: SBXD_SWEEP_MAX_DEPTH small frames. */
 #define SWEEP_STACK (256 * 1024)
 
 /*
@@ -121,8 +120,11 @@ int fs_open_read(int rootfd, const char *path, struct stat *st, struct sbxd_err 
         }
         if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
             close(pfd);
-            return sbxd_fail(err, SBXD_E_INVALID, EINVAL,
-                             "'%.200s' is neither a regular file nor a directory", path);
+            sbxd_fail(err, SBXD_E_INVALID, EINVAL,
+                      "'%.200s' is neither a regular file nor a directory", path);
+            if (err)
+                err->flags |= SBXD_EF_SPECIAL_FILE;
+            return -1;
         }
         int fd = reopen(pfd, S_ISDIR(st->st_mode) ? O_RDONLY | O_DIRECTORY : O_RDONLY | O_NONBLOCK);
         int e = errno;
@@ -563,56 +565,46 @@ static bool is_upload_temp(const char *name)
 
 struct sweep {
     int64_t before_ns;
-    unsigned max_entries, visited, removed;
+    unsigned removed;
 };
 
-/* The directory dfd (consumed), depth-first. */
-static void sweep_dir(int dfd, int depth, struct sweep *sw)
+/* One entry of the sweep: a stale temporary file goes, a directory is entered. */
+static int sweep_entry(struct walk_entry *e, void *ctx)
 {
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        close(dfd);
-        return;
+    struct sweep *sw = ctx;
+    bool maybe_dir = e->d_type == DT_DIR || e->d_type == DT_UNKNOWN;
+    bool temp = is_upload_temp(e->name);
+    if (!temp && !(maybe_dir && e->may_enter))
+        return WALK_NEXT;
+    if (walk_stat(e) < 0)
+        return WALK_NEXT; /* gone meanwhile */
+    if (temp && S_ISREG(e->st.st_mode)) {
+        int64_t mtime = (int64_t)e->st.st_mtim.tv_sec * 1000000000LL + e->st.st_mtim.tv_nsec;
+        if (mtime < sw->before_ns - FS_SWEEP_CLOCK_SLACK_NS && unlinkat(e->parent, e->name, 0) == 0)
+            sw->removed++;
+        return WALK_NEXT;
     }
-    struct dirent *de;
-    while (sw->visited < sw->max_entries && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        sw->visited++;
-        bool maybe_dir = de->d_type == DT_DIR || de->d_type == DT_UNKNOWN;
-        bool temp = is_upload_temp(de->d_name);
-        if (!temp && !(maybe_dir && depth < FS_SWEEP_MAX_DEPTH))
-            continue;
-        struct stat st;
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue; /* gone meanwhile */
-        if (temp && S_ISREG(st.st_mode)) {
-            int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-            if (mtime < sw->before_ns - FS_SWEEP_CLOCK_SLACK_NS &&
-                unlinkat(dirfd(d), de->d_name, 0) == 0)
-                sw->removed++;
-            continue;
-        }
-        if (!S_ISDIR(st.st_mode) || depth >= FS_SWEEP_MAX_DEPTH)
-            continue;
-        /* O_NOFOLLOW: a directory swapped for a symlink since the stat is not entered. */
-        int sub = openat(dirfd(d), de->d_name,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (sub >= 0)
-            sweep_dir(sub, depth + 1, sw);
-    }
-    closedir(d);
+    if (!S_ISDIR(e->st.st_mode) || !e->may_enter)
+        return WALK_NEXT;
+    /* A directory swapped for a symlink since the stat is not entered (walk_open). */
+    if (walk_open(e, O_RDONLY | O_DIRECTORY) < 0)
+        return WALK_NEXT;
+    return WALK_ENTER;
 }
 
 unsigned fs_sweep_stale_uploads(int rootfd, int64_t before_ns, unsigned max_entries,
                                 unsigned *visited)
 {
-    struct sweep sw = {.before_ns = before_ns, .max_entries = max_entries};
+    struct sweep sw = {.before_ns = before_ns};
+    struct walk w = {.max_entries = max_entries,
+                     .max_depth = SBXD_SWEEP_MAX_DEPTH,
+                     .pre = sweep_entry,
+                     .ctx = &sw};
     int fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0)
-        sweep_dir(fd, 0, &sw);
+        walk_tree(fd, &w);
     if (visited)
-        *visited = sw.visited;
+        *visited = (unsigned)w.visited;
     return sw.removed;
 }
 
@@ -629,10 +621,10 @@ static void *sweep_thread(void *arg)
     unsigned visited;
     fs_user_enter(&job->user);
     unsigned removed =
-        fs_sweep_stale_uploads(job->rootfd, job->before_ns, FS_SWEEP_MAX_ENTRIES, &visited);
+        fs_sweep_stale_uploads(job->rootfd, job->before_ns, SBXD_SWEEP_MAX_ENTRIES, &visited);
     fs_user_leave(&job->user);
     LOG_EVENT("info", "upload_sweep", LOG_I("removed", removed), LOG_I("visited", visited),
-              LOG_B("complete", visited < FS_SWEEP_MAX_ENTRIES),
+              LOG_B("complete", visited < SBXD_SWEEP_MAX_ENTRIES),
               LOG_D("ms", (double)(time_mono_ns() - t0) / 1e6));
     close(job->rootfd);
     free(job);
@@ -669,60 +661,103 @@ int fs_sweep_stale_uploads_async(int rootfd, int64_t before_ns, const struct fs_
     return -1;
 }
 
-/* Everything inside the directory dfd (consumed), depth-first, never following a link. */
-static int delete_tree(int dfd, int depth, struct sbxd_err *err)
+/* One entry of a recursive delete: unlinked, or a directory opened to be emptied first. */
+static int delete_entry(struct walk_entry *e, void *ctx)
 {
-    if (depth > DELETE_MAX_DEPTH) {
-        close(dfd);
+    struct sbxd_err *err = ctx;
+    if (unlinkat(e->parent, e->name, 0) == 0 || errno == ENOENT)
+        return WALK_NEXT;
+    int x = errno;
+    if (x != EISDIR && x != EPERM) {
+        sbxd_fail_errno(err, kind_of(x), x, "cannot delete '%.200s'", e->name);
+        return WALK_STOP;
+    }
+    if (walk_open(e, O_RDONLY | O_DIRECTORY) < 0) {
+        x = errno;
+        sbxd_fail_errno(err, kind_of(x), x, "cannot open '%.200s'", e->name);
+        return WALK_STOP;
+    }
+    return WALK_ENTER;
+}
+
+/* A directory of the tree, now empty: removed. */
+static int delete_emptied(struct walk_entry *e, void *ctx)
+{
+    if (unlinkat(e->parent, e->name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+        return 0;
+    int x = errno;
+    return sbxd_fail_errno(ctx, kind_of(x), x, "cannot delete '%.200s'", e->name);
+}
+
+/* Everything inside the directory dfd (taken), each directory's entries before it, never
+ * following a link. What was deleted before a failure stays deleted. */
+static int delete_tree(int dfd, struct sbxd_err *err)
+{
+    struct walk w = {.max_entries = UINT64_MAX, /* it ends: what it visits, it removes */
+                     .max_depth = SBXD_DELETE_MAX_DEPTH,
+                     .strict = true,
+                     .pre = delete_entry,
+                     .post = delete_emptied,
+                     .ctx = err};
+    if (walk_tree(dfd, &w) == 0)
+        return 0;
+    if (w.cut & WALK_CUT_DEPTH)
         return sbxd_fail(err, SBXD_E_INVALID, ELOOP, "directory tree is nested too deeply");
+    if (w.cut & WALK_UNREADABLE)
+        return sbxd_fail_errno(err, kind_of(w.sys_errno), w.sys_errno, "cannot read a directory");
+    return -1; /* err says why */
+}
+
+/* name, in the directory dfd, as path names it: a file, a symlink, an empty directory, or
+ * (recursive) a whole tree. */
+static int delete_name(int dfd, const char *name, const char *path, bool recursive,
+                       struct sbxd_err *err)
+{
+    struct stat st;
+    int e;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        e = errno;
+        if (e == ENOENT)
+            return sbxd_fail(err, SBXD_E_NOT_FOUND, e, "'%.200s' does not exist", path);
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot stat '%.200s'", path);
     }
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        int e = errno;
-        close(dfd);
-        return sbxd_fail_errno(err, kind_of(e), e, "cannot read a directory");
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlinkat(dfd, name, 0) == 0)
+            return 0;
+        e = errno;
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
     }
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT)
-            continue;
-        if (errno != EISDIR && errno != EPERM) {
-            int e = errno;
-            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", de->d_name);
-            break;
-        }
-        int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) {
-            int e = errno;
-            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", de->d_name);
-            break;
-        }
-        rc = delete_tree(sub, depth + 1, err);
-        if (rc == 0 && unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
-            int e = errno;
-            rc = sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", de->d_name);
-        }
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0)
+        return 0;
+    e = errno;
+    if (e != ENOTEMPTY && e != EEXIST)
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
+    if (!recursive)
+        return sbxd_fail(err, SBXD_E_CONFLICT, ENOTEMPTY,
+                         "directory '%.200s' is not empty; add ?recursive=true to delete it all",
+                         path);
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+        e = errno;
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", path);
     }
-    closedir(d);
-    return rc;
+    if (delete_tree(sub, err) < 0)
+        return -1;
+    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
+        e = errno;
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
+    }
+    return 0;
 }
 
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err)
 {
-    char *dir = malloc(PATH_MAX);
+    autofree char *dir = malloc(PATH_MAX);
+    autofree char *p = malloc(PATH_MAX);
     char name[NAME_MAX + 1];
-    int rc = -1, pfd = -1, dfd = -1;
-    if (!dir)
+    if (!dir || !p)
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     /* A trailing '/' is fine here: "dir/" is the directory. */
-    char *p = malloc(PATH_MAX);
-    if (!p) {
-        free(dir);
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    }
     snprintf(p, PATH_MAX, "%s", path);
     size_t len = strlen(p);
     while (len && p[len - 1] == '/')
@@ -730,71 +765,17 @@ int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err
     if (split_path(p, dir, name, err) < 0) {
         if (err->sys_errno == EISDIR)
             sbxd_fail(err, SBXD_E_INVALID, EINVAL, "the workspace root cannot be deleted");
-        goto out;
+        return -1;
     }
-    pfd = fs_resolve_beneath(rootfd, dir, FS_RESOLVE_DIRECTORY, err);
+    autoclose int pfd = fs_resolve_beneath(rootfd, dir, FS_RESOLVE_DIRECTORY, err);
     if (pfd < 0)
-        goto out;
-    dfd = reopen(pfd, O_RDONLY | O_DIRECTORY);
+        return -1;
+    autoclose int dfd = reopen(pfd, O_RDONLY | O_DIRECTORY);
     if (dfd < 0) {
         int e = errno;
-        sbxd_fail_errno(err, kind_of(e), e, "cannot open the directory of '%.200s'", path);
-        goto out;
+        return sbxd_fail_errno(err, kind_of(e), e, "cannot open the directory of '%.200s'", path);
     }
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-        int e = errno;
-        if (e == ENOENT)
-            sbxd_fail(err, SBXD_E_NOT_FOUND, e, "'%.200s' does not exist", path);
-        else
-            sbxd_fail_errno(err, kind_of(e), e, "cannot stat '%.200s'", path);
-        goto out;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        if (unlinkat(dfd, name, 0) < 0) {
-            int e = errno;
-            sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
-            goto out;
-        }
-        rc = 0;
-        goto out;
-    }
-    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0) {
-        rc = 0;
-        goto out;
-    }
-    if (errno != ENOTEMPTY && errno != EEXIST) {
-        int e = errno;
-        sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
-        goto out;
-    }
-    if (!recursive) {
-        sbxd_fail(err, SBXD_E_CONFLICT, ENOTEMPTY,
-                  "directory '%.200s' is not empty; add ?recursive=true to delete it all", path);
-        goto out;
-    }
-    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) {
-        int e = errno;
-        sbxd_fail_errno(err, kind_of(e), e, "cannot open '%.200s'", path);
-        goto out;
-    }
-    if (delete_tree(sub, 0, err) < 0)
-        goto out;
-    if (unlinkat(dfd, name, AT_REMOVEDIR) < 0) {
-        int e = errno;
-        sbxd_fail_errno(err, kind_of(e), e, "cannot delete '%.200s'", path);
-        goto out;
-    }
-    rc = 0;
-out:
-    if (pfd >= 0)
-        close(pfd);
-    if (dfd >= 0)
-        close(dfd);
-    free(dir);
-    free(p);
-    return rc;
+    return delete_name(dfd, name, path, recursive, err);
 }
 
 static int hexval(char c)

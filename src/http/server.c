@@ -16,27 +16,33 @@
 #include "sbxd/timeutil.h"
 
 static const struct route routes[] = {
-    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz"},
-    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/"},
-    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute"},
-    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL, "/processes"},
+    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz",
+     FACE_NONE},
+    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/", FACE_NONE},
+    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute", FACE_NONE},
+    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL, "/processes",
+     FACE_NONE},
     {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL,
-     "/processes/{id}"},
+     "/processes/{id}", FACE_NONE},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body, "/files/{path}"},
+     route_files_begin, route_files_body, "/files/{path}", FACE_FILES},
     /* The standardized REST file API (KEP-539.2): the same implementation, another face. */
     {"/v1/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body, "/v1/files/{path}"},
-    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL, "/v1/health"},
+     route_files_begin, route_files_body, "/v1/files/{path}", FACE_V1},
+    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL, "/v1/health",
+     FACE_NONE},
     {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL,
-     "/v1/metadata"},
-    {"/metrics", HTTP_GET | HTTP_HEAD, false, route_metrics, false, NULL, NULL, "/metrics"},
+     "/v1/metadata", FACE_NONE},
+    {"/metrics", HTTP_GET | HTTP_HEAD, false, route_metrics, false, NULL, NULL, "/metrics",
+     FACE_NONE},
     /* The legacy python-runtime file routes (GET / and POST /execute are above). */
-    {"/upload", HTTP_POST, false, route_files, false, route_files_begin, route_files_body,
-     "/upload"},
-    {"/download", HTTP_GET | HTTP_HEAD, false, route_files, true, NULL, NULL, "/download/{path}"},
-    {"/list", HTTP_GET, false, route_files, true, NULL, NULL, "/list/{path}"},
-    {"/exists", HTTP_GET, false, route_files, true, NULL, NULL, "/exists/{path}"},
+    {"/upload", HTTP_POST, false, route_legacy_upload, false, route_legacy_upload_begin,
+     route_files_body, "/upload", FACE_LEGACY},
+    {"/download", HTTP_GET | HTTP_HEAD, false, route_legacy_download, true, NULL, NULL,
+     "/download/{path}", FACE_LEGACY},
+    {"/list", HTTP_GET, false, route_legacy_list, true, NULL, NULL, "/list/{path}", FACE_LEGACY},
+    {"/exists", HTTP_GET, false, route_legacy_exists, true, NULL, NULL, "/exists/{path}",
+     FACE_LEGACY},
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -245,6 +251,17 @@ static void client_string(struct MHD_Connection *c, char *out, size_t len)
     }
 }
 
+bool http_body_too_large(struct MHD_Connection *c, uint64_t max)
+{
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl)
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return errno || *end || n > max;
+}
+
 /* Checks made as soon as the headers are in, before any body byte is read. */
 static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *c,
                                      struct req_ctx *rc, const char *method)
@@ -270,16 +287,10 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
     if (!json_content_type(ct))
         return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
                            "Content-Type '%.100s' is not accepted; send application/json", ct);
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl) {
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (errno || *end || n > srv->cfg->max_body_bytes)
-            return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
-                               "request body is larger than %llu bytes (--max-body-bytes)",
-                               (unsigned long long)srv->cfg->max_body_bytes);
-    }
+    if (http_body_too_large(c, srv->cfg->max_body_bytes))
+        return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
+                           "request body is larger than %llu bytes (--max-body-bytes)",
+                           (unsigned long long)srv->cfg->max_body_bytes);
     rc->replied = false;
     return MHD_YES;
 }

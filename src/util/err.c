@@ -15,6 +15,7 @@ __attribute__((format(printf, 5, 0))) static int fail_v(struct sbxd_err *err,
         return -1;
     err->kind = kind;
     err->sys_errno = sys_errno;
+    err->flags = 0; /* a flag is set by whoever makes the error, after this */
     int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     if (with_errno && n >= 0 && (size_t)n < sizeof(err->msg))
         snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s", strerror(sys_errno));

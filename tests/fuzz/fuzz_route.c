@@ -63,13 +63,14 @@ static void check_route(const char *url)
 
 static void check_files_path(const char *url, size_t ulen)
 {
+    /* The path after the prefix of the route the URL finds (none: nothing taken off). */
     char *ref = malloc(ulen + 1);
     check(ref != NULL);
     long rl = decode(url, ulen, ref);
     bool has_nul = rl >= 0 && memchr(ref, '\0', (size_t)rl) != NULL;
 
     struct sbxd_err err = {0};
-    char *p = http_files_path(url, &err);
+    char *p = http_files_path(http_route_find(url), url, &err);
     if (!p) {
         check(err.kind != SBXD_E_NONE && err.msg[0]);
         /* Refused only for a bad escape, a NUL, or a path too long. */

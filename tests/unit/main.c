@@ -12,8 +12,9 @@ int main(void)
     srunner_add_suite(sr, multipart_suite());
     srunner_add_suite(sr, ring_suite());
     srunner_add_suite(sr, auth_suite());
-    srunner_add_suite(sr, contain_suite());
     srunner_add_suite(sr, list_suite());
+    srunner_add_suite(sr, contain_suite());
+    srunner_add_suite(sr, walk_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

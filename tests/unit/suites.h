@@ -11,7 +11,8 @@ Suite *resolve_suite(void);
 Suite *multipart_suite(void);
 Suite *ring_suite(void);
 Suite *auth_suite(void);
-Suite *contain_suite(void);
 Suite *list_suite(void);
+Suite *contain_suite(void);
+Suite *walk_suite(void);
 
 #endif

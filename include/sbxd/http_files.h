@@ -1,0 +1,90 @@
+/*
+ * http_files.h - what the faces of the file API share on the HTTP side (route_files.c for
+ * /files and /v1/files, route_legacy_files.c for the python-runtime routes): a file's bytes
+ * sent from its fd (files_send.c), a directory's listing streamed (files_list.c), a body
+ * streamed into a file (files_upload.c). The filesystem side is files.h. Only the file
+ * routes include it.
+ */
+#ifndef SBXD_HTTP_FILES_H
+#define SBXD_HTTP_FILES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "sbxd/files.h"
+#include "sbxd/http.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/multipart.h"
+
+/* A percent-decoded copy of s (malloc'd), or NULL with err (a bad escape, a NUL). */
+char *files_url_decode(const char *s, struct sbxd_err *err);
+
+/* The command user file operations run as (files.h). */
+void files_user(const struct server *srv, struct fs_user *u);
+
+/* Answer with the bytes of the open regular file fd (consumed) of stat st: ETag,
+ * Last-Modified, a single Range (206, or 416). attachment: the Content-Disposition filename
+ * (the legacy download), or NULL for none. */
+enum MHD_Result files_send(struct MHD_Connection *c, int fd, const struct stat *st,
+                           const char *attachment);
+
+/* Where a listed entry lies, for a face that looks further (the legacy one follows
+ * symlinks): the workspace root, the listed directory's fd and its path. */
+struct listing_at {
+    int rootfd;
+    int dirfd;
+    const char *path;
+};
+
+/* How a face lists a directory. */
+struct listing_form {
+    int list_flags; /* FS_LIST_*: FS_LIST_SORTED for /files */
+    bool envelope;  /* {"path","entries":[…],"total"} (offset and limit apply), else [ … ] */
+    /* Write one entry (e may be rewritten first); runs with the user's rights. */
+    void (*entry)(struct jsonw *w, struct fs_entry *e, const struct listing_at *at);
+    /* The answer when the directory cannot be listed at all. */
+    enum MHD_Result (*fail)(struct MHD_Connection *c, const struct sbxd_err *err);
+};
+
+/* Answer 200 with the listing of the open directory fd (consumed) at path, as form says,
+ * entries offset to offset+limit. The JSON is made a chunk at a time as libmicrohttpd asks
+ * for it, in memory bounded whatever the directory holds. */
+enum MHD_Result files_list_send(struct server *srv, struct MHD_Connection *c, int fd,
+                                const char *path, const struct listing_form *form, uint64_t offset,
+                                uint64_t limit);
+
+/* One upload in progress: its target, its temporary file, and how its body is read. Made by
+ * the route's begin (files_put_new), fed by route_files_body, freed with the request. */
+struct files_put {
+    struct server *srv;
+    char *path;
+    bool directory; /* PUT ?type=directory */
+    mode_t mode;
+    struct fs_upload up;
+    bool began; /* the temporary file exists */
+    bool multipart;
+    struct multipart mp;
+    uint64_t received;     /* body bytes read */
+    struct sbxd_err error; /* the first failure; the rest of the body is then dropped */
+};
+
+/* A new upload kept as rc's state (its temporary file removed unless committed), mode the
+ * user's default for a file; NULL when out of memory. */
+struct files_put *files_put_new(struct server *srv, struct req_ctx *rc);
+
+/* Begin the temporary file of p->path, with the user's rights. 0, or -1 with err. */
+int files_put_open(struct files_put *p, struct sbxd_err *err);
+
+/* Append a piece of the content (an mp_data_fn): 0, or -1 with p->error. */
+int files_put_data(void *arg, const char *data, size_t n);
+
+/* The multipart body is complete and had its part "file": 0, or -1 with p->error. */
+int files_put_finish_multipart(struct files_put *p);
+
+/* fsync and rename the temporary file over the target, with p->mode: 0 (st the result,
+ * counted in /metrics), or -1 with err (the target intact). */
+int files_put_commit(struct files_put *p, struct stat *st, struct sbxd_err *err);
+
+#endif
