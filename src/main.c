@@ -232,17 +232,19 @@ static void log_isolation(const struct sbxd_config *cfg, const struct isolation 
                           const struct harden_plan *harden)
 {
     const struct cg_root *cg = &iso->cg;
+    struct iso_description d;
+    isolation_describe(iso, harden, cfg->memory_max, &d);
     LOG_EVENT(
         "info", "isolation", LOG_S("cgroup", cg->available ? cg->base : "none"),
         LOG_S("cgroup_reason", cg->available ? NULL : cg->why),
         LOG_B("memory_enforced", cg->available && cg->memory_enforced),
         LOG_B("pids_enforced", cg->available && cg->pids_enforced),
-        LOG_B("cpu", cg->available && cg->cpu),
-        LOG_S("tree_kill", iso_tree_kill_name(iso->tree_kill)),
+        LOG_B("cpu", cg->available && cg->cpu), LOG_S("memory", d.memory),
+        LOG_S("tree_kill", d.tree_kill), LOG_S("inter_command", d.inter_command),
         LOG_S("pidns", iso->pidns_ok ? (iso->pidns_userns ? "userns" : "direct") : iso->pidns_why),
         LOG_S("uid_range", iso->uid_ok ? cfg->uid_range : iso->uid_why),
         LOG_B("clone3", iso->clone3), LOG_B("pidfd", iso->pidfd), LOG_B("seccomp", harden->seccomp),
-        LOG_I("landlock", harden->landlock_abi));
+        LOG_I("landlock", harden->landlock_abi), LOG_S("user", d.user));
 }
 
 /* Probe and choose the isolation, build the hardening plan, hand the workspace to the

@@ -96,6 +96,20 @@ void isolation_recovered(struct isolation *iso);
 /* Whether degraded, with why (may be NULL). */
 bool isolation_degraded(struct isolation *iso, char *why, size_t len);
 
+/* What every command gets, per mechanism, stated as it is: the one reading of the isolation
+ * in force, for /healthz, /metrics and the start-up log alike. */
+struct iso_description {
+    const char *cgroup, *memory, *pids, *cpu, *tree_kill, *seccomp, *capabilities;
+    const char *inter_command; /* what keeps commands apart (docs/security.md) */
+    const char *proc;          /* pidns only ("own", "shared"), else NULL */
+    bool userns;               /* pidns only: inside a user namespace of sbxd's own */
+    char user[48];             /* "uid:gid", or the uid range's "first-last:gid" */
+};
+
+/* memory_max: --memory-max (0: none), which becomes RLIMIT_AS without a cgroup. */
+void isolation_describe(const struct isolation *iso, const struct harden_plan *h,
+                        uint64_t memory_max, struct iso_description *d);
+
 /* uid backend: take a free uid (false when all are in use), and give it back. */
 bool uid_slot_take(struct uid_slots *s, uid_t *uid);
 void uid_slot_put(struct uid_slots *s, uid_t uid);

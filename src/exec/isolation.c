@@ -553,3 +553,43 @@ unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid)
                   LOG_I("entries", w.visited));
     return r.changed;
 }
+
+void isolation_describe(const struct isolation *iso, const struct harden_plan *h,
+                        uint64_t memory_max, struct iso_description *d)
+{
+    const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
+    memset(d, 0, sizeof(*d));
+    if (iso->tree_kill == ISO_KILL_UID)
+        snprintf(d->user, sizeof(d->user), "%u-%u:%u", (unsigned)iso->slots.first,
+                 (unsigned)(iso->slots.first + iso->slots.count - 1), (unsigned)h->gid);
+    else
+        snprintf(d->user, sizeof(d->user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
+    d->cgroup = cg ? "v2" : "none";
+    /* enforced: a self-test saw the limit bite; accounting: set but not enforced (gVisor);
+     * rlimit-as: address-space limit instead; none: nothing limits it. */
+    d->memory = cg && cg->memory ? (cg->memory_enforced ? "enforced" : "accounting")
+                                 : (memory_max > 0 ? "rlimit-as" : "none");
+    d->pids = cg && cg->pids ? (cg->pids_enforced ? "enforced" : "accounting") : "none";
+    d->cpu = cg && cg->cpu ? "cpu.max" : "rlimit-cpu";
+    /* pgid misses processes that leave the group: the one degraded mode */
+    d->tree_kill = iso_tree_kill_name(iso->tree_kill);
+    d->seccomp = h->seccomp ? "deny-list" : "none";
+    d->capabilities = h->drop_bounding ? "none" : "none-bounding-kept";
+    if (iso->tree_kill == ISO_KILL_PIDNS) {
+        d->proc = iso->pidns_own_proc ? "own" : "shared";
+        d->userns = iso->pidns_userns;
+    }
+    /* What keeps one command from another's memory, fds and processes: a uid of its own, a
+     * PID namespace with its own /proc (the others are not even visible), or a Landlock
+     * domain (ptrace-level access refused; signals too from Landlock ABI 6). Under pgid and
+     * cgroup without Landlock, commands run as one user and nothing does. */
+    enum harden_scope scope = harden_landlock_scope(h);
+    if (iso->tree_kill == ISO_KILL_UID)
+        d->inter_command = "uid";
+    else if (iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_own_proc)
+        d->inter_command = "pidns";
+    else
+        d->inter_command = scope == HARDEN_SCOPE_PTRACE_SIGNAL ? "landlock"
+                           : scope == HARDEN_SCOPE_PTRACE      ? "landlock-no-signals"
+                                                               : "none";
+}

@@ -12,50 +12,6 @@
 #include "sbxd/server.h"
 #include "sbxd/timeutil.h"
 
-/* The effective mode of each resource, as /healthz and /metrics state it. */
-struct iso_modes {
-    const char *cgroup, *memory, *pids, *cpu, *tree_kill, *seccomp, *capabilities;
-    const char *inter_command;
-    char user[48];
-};
-
-static void iso_modes(const struct server *srv, struct iso_modes *m)
-{
-    const struct harden_plan *h = srv->harden;
-    const struct isolation *iso = srv->iso;
-    const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
-    if (iso->tree_kill == ISO_KILL_UID)
-        snprintf(m->user, sizeof(m->user), "%u-%u:%u", (unsigned)iso->slots.first,
-                 (unsigned)(iso->slots.first + iso->slots.count - 1), (unsigned)h->gid);
-    else
-        snprintf(m->user, sizeof(m->user), "%u:%u", (unsigned)h->uid, (unsigned)h->gid);
-    bool mem_limit = srv->cfg->memory_max > 0;
-    m->cgroup = cg ? "v2" : "none";
-    /* enforced: a self-test saw the limit bite; accounting: set but not enforced (gVisor);
-     * rlimit-as: address-space limit instead; none: nothing limits it. */
-    m->memory = cg && cg->memory ? (cg->memory_enforced ? "enforced" : "accounting")
-                                 : (mem_limit ? "rlimit-as" : "none");
-    m->pids = cg && cg->pids ? (cg->pids_enforced ? "enforced" : "accounting") : "none";
-    m->cpu = cg && cg->cpu ? "cpu.max" : "rlimit-cpu";
-    /* pgid misses processes that leave the group: the one degraded mode */
-    m->tree_kill = iso_tree_kill_name(iso->tree_kill);
-    m->seccomp = h->seccomp ? "deny-list" : "none";
-    m->capabilities = h->drop_bounding ? "none" : "none-bounding-kept";
-    /* What keeps one command from another's memory, fds and processes: a uid of its own, a
-     * PID namespace with its own /proc (the others are not even visible), or a Landlock
-     * domain (ptrace-level access refused; signals too from Landlock ABI 6). Under pgid and
-     * cgroup without Landlock, commands run as one user and nothing does. */
-    enum harden_scope scope = harden_landlock_scope(h);
-    if (iso->tree_kill == ISO_KILL_UID)
-        m->inter_command = "uid";
-    else if (iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_own_proc)
-        m->inter_command = "pidns";
-    else
-        m->inter_command = scope == HARDEN_SCOPE_PTRACE_SIGNAL ? "landlock"
-                           : scope == HARDEN_SCOPE_PTRACE      ? "landlock-no-signals"
-                                                               : "none";
-}
-
 /* What every command gets, stated as it is, not as it is hoped; then what the start-up
  * probe found, used or not. */
 static void write_isolation(struct jsonw *w, const struct server *srv)
@@ -63,8 +19,8 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     const struct harden_plan *h = srv->harden;
     const struct isolation *iso = srv->iso;
     const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
-    struct iso_modes m;
-    iso_modes(srv, &m);
+    struct iso_description m;
+    isolation_describe(iso, h, srv->cfg->memory_max, &m);
     jw_key(w, "isolation");
     jw_obj_begin(w);
     jw_key(w, "cgroup");
@@ -81,11 +37,11 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_str(w, m.cpu);
     jw_key(w, "tree_kill");
     jw_str(w, m.tree_kill);
-    if (iso->tree_kill == ISO_KILL_PIDNS) {
+    if (m.proc) {
         jw_key(w, "proc");
-        jw_str(w, iso->pidns_own_proc ? "own" : "shared"); /* the namespace's /proc, or not */
+        jw_str(w, m.proc); /* the namespace's /proc, or the sandbox's */
         jw_key(w, "userns");
-        jw_bool(w, iso->pidns_userns);
+        jw_bool(w, m.userns);
     }
     jw_key(w, "inter_command");
     jw_str(w, m.inter_command);
@@ -281,8 +237,8 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     struct jsonw w;
     jw_init(&w, 16384);
     char lab[1280];
-    struct iso_modes m;
-    iso_modes(srv, &m);
+    struct iso_description m;
+    isolation_describe(srv->iso, srv->harden, srv->cfg->memory_max, &m);
     char v[9][128];
     const char *vals[9] = {m.cgroup,  m.memory,       m.pids, m.cpu,          m.tree_kill,
                            m.seccomp, m.capabilities, m.user, m.inter_command};
