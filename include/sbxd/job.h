@@ -106,7 +106,8 @@ bool job_signal(struct job *job, int sig);
 /* Interactive jobs: queue n bytes for the command's stdin and wait until they are in its pipe
  * (job_step writes them as the command reads); eof then closes stdin (on a terminal: its
  * end-of-file character). *written says how many went in. -1 with SBXD_E_CONFLICT when stdin
- * is closed, or closes (the command ended) before all went in. Safe from any thread. */
+ * is closed, or closes before all went in (err->flags: SBXD_EF_ENDED, the command ended;
+ * SBXD_EF_INPUT_CLOSED, it closed its stdin). Safe from any thread. */
 int job_stdin_write(struct job *job, const void *data, size_t n, bool eof, uint64_t *written,
                     struct sbxd_err *err);
 bool job_stdin_open(struct job *job);

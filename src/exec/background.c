@@ -411,14 +411,14 @@ static bool ended(struct bg_proc *p)
 }
 
 /* Why job_stdin_write failed, in words that last (its message names the chunk's counts, not
- * the writer's). */
+ * the writer's): from the error's flags, never its text. */
 static const char *stdin_why(const struct sbxd_err *err)
 {
     if (err->kind != SBXD_E_CONFLICT)
         return "out of memory";
-    if (strstr(err->msg, "has ended"))
+    if (err->flags & SBXD_EF_ENDED)
         return "the process has ended";
-    if (strstr(err->msg, "closed its input"))
+    if (err->flags & SBXD_EF_INPUT_CLOSED)
         return "the process closed its input";
     return "stdin is closed";
 }

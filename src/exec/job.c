@@ -543,9 +543,12 @@ int job_stdin_write(struct job *job, const void *data, size_t n, bool eof, uint6
     *written = 0;
     pthread_mutex_lock(&job->in_lock);
     if (job->in_fd < 0 || job->in_eof) {
+        bool ended = job->exited;
         pthread_mutex_unlock(&job->in_lock);
-        return sbxd_fail(err, SBXD_E_CONFLICT, 0,
-                         job->exited ? "the process has ended" : "stdin is closed");
+        sbxd_fail(err, SBXD_E_CONFLICT, 0, ended ? "the process has ended" : "stdin is closed");
+        if (err && ended)
+            err->flags |= SBXD_EF_ENDED;
+        return -1;
     }
     /* A terminal takes its end-of-file character, as from a keyboard; a pipe closes. */
     uint8_t veof = 4;
@@ -588,12 +591,15 @@ int job_stdin_write(struct job *job, const void *data, size_t n, bool eof, uint6
         pthread_cond_wait(&job->in_cond, &job->in_lock);
     uint64_t done = job->in_written > from ? job->in_written - from : 0;
     *written = done < n ? done : n;
+    bool ended = job->exited;
     pthread_mutex_unlock(&job->in_lock);
-    if (done < add)
-        return sbxd_fail(
-            err, SBXD_E_CONFLICT, 0, "stdin closed after %llu of %zu bytes: the process %s",
-            (unsigned long long)*written, n, job->exited ? "has ended" : "closed its input");
-    return 0;
+    if (done >= add)
+        return 0;
+    sbxd_fail(err, SBXD_E_CONFLICT, 0, "stdin closed after %llu of %zu bytes: the process %s",
+              (unsigned long long)*written, n, ended ? "has ended" : "closed its input");
+    if (err)
+        err->flags |= ended ? SBXD_EF_ENDED : SBXD_EF_INPUT_CLOSED;
+    return -1;
 }
 
 bool job_stdin_open(struct job *job)
