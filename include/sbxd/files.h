@@ -142,8 +142,4 @@ int fs_sweep_stale_uploads_async(int rootfd, int64_t before_ns, const struct fs_
  * tree when recursive. The root itself is refused. */
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err);
 
-/* Percent-decode a URL path in place: %XX to its byte. Refuses a NUL (%00) and malformed
- * escapes. Returns 0 or -1 with err. */
-int fs_url_decode(char *s, struct sbxd_err *err);
-
 #endif

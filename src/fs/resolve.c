@@ -69,6 +69,156 @@ static bool next_component(char **rest, char **comp)
     return true;
 }
 
+/*
+ * One resolution under way. pending holds what is left to resolve (rest points into it); a
+ * symlink's target is put in front of it. stack holds the (dev, ino) of every directory from
+ * the root down to cur, so that ".." can be checked against the one it must lead back to.
+ */
+struct resolver {
+    char *pending;
+    char *rest;
+    struct dir_id *stack;
+    size_t depth;    /* stack[depth] is cur's */
+    int cur;         /* O_PATH fd of where we stand */
+    bool cur_is_dir; /* false: cur is a file, and no component may follow */
+    int links;       /* symlinks followed so far */
+};
+
+/* Set r up to resolve path (plen bytes) from the root: r->cur is the root's fd. */
+static int resolver_start(struct resolver *r, int rootfd, const char *path, size_t plen,
+                          struct sbxd_err *err)
+{
+    r->pending = malloc(PATH_MAX);
+    r->stack = malloc(sizeof(*r->stack) * SBXD_MAX_PATH_DEPTH);
+    if (!r->pending || !r->stack)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    memcpy(r->pending, path, plen + 1);
+    r->rest = r->pending;
+
+    r->cur = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (r->cur < 0 || fstat(r->cur, &st) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+    r->depth = 0;
+    r->stack[0] = (struct dir_id){st.st_dev, st.st_ino};
+    r->cur_is_dir = true;
+    r->links = 0;
+    return 0;
+}
+
+/* "..": one directory up, never above the root and only back the way we came. */
+static int resolve_parent(struct resolver *r, struct sbxd_err *err)
+{
+    if (r->depth == 0) {
+        /* Stops "../x", "a/../../x" and symlinks like "x -> ../../etc". */
+        return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "path escapes the workspace");
+    }
+    struct stat st;
+    int up = openat(r->cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (up < 0 || fstat(up, &st) < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open '..'");
+        if (up >= 0)
+            close(up);
+        return -1;
+    }
+    /* The parent must be the directory we came through: if a directory was moved
+     * while we stood in it, ".." could lead outside the root. */
+    if (st.st_dev != r->stack[r->depth - 1].dev || st.st_ino != r->stack[r->depth - 1].ino) {
+        close(up);
+        return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "path changed while it was resolved");
+    }
+    close(r->cur);
+    r->cur = up;
+    r->depth--;
+    return 0;
+}
+
+/* Why openat of comp failed (errno e), as an error of its kind. */
+static int open_failed(const char *comp, int e, struct sbxd_err *err)
+{
+    if (e == ENOENT)
+        return sbxd_fail(err, SBXD_E_NOT_FOUND, e, "'%s' does not exist", comp);
+    if (e == ENOTDIR)
+        return sbxd_fail(err, SBXD_E_INVALID, e, "a path component is not a directory");
+    if (e == EACCES || e == EPERM)
+        return sbxd_fail(err, SBXD_E_DENIED, e, "'%s' is not accessible", comp);
+    return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open '%s'", comp);
+}
+
+/* The symlink comp in cur, followed by us: its target goes in front of what is left, to be
+ * resolved from cur like the rest of the path (so its ".." are checked the same way). */
+static int follow_link(struct resolver *r, const char *comp, struct sbxd_err *err)
+{
+    if (++r->links > SBXD_MAX_SYMLINKS)
+        return sbxd_fail(err, SBXD_E_INVALID, ELOOP, "too many levels of symbolic links");
+    char target[PATH_MAX];
+    ssize_t tl = readlinkat(r->cur, comp, target, sizeof(target) - 1);
+    if (tl < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot read link '%s'", comp);
+    target[tl] = '\0';
+    if (target[0] == '/') {
+        /* An absolute target means the host's namespace, never the workspace's. */
+        return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "symbolic link '%s' is absolute", comp);
+    }
+    size_t rl = strlen(r->rest);
+    if ((size_t)tl + 1 + rl >= PATH_MAX)
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG,
+                         "path is longer than %d bytes after following links", PATH_MAX - 1);
+    /* What is left becomes target "/" rest (target's buffer has the room). */
+    target[tl] = '/';
+    memcpy(target + tl + 1, r->rest, rl + 1);
+    memcpy(r->pending, target, (size_t)tl + 1 + rl + 1);
+    r->rest = r->pending;
+    return 0;
+}
+
+/* The name comp in cur: opened with O_NOFOLLOW, so a symlink is never followed by the kernel
+ * (which would let it point anywhere) but only by follow_link; a directory or a file becomes
+ * cur. */
+static int resolve_name(struct resolver *r, const char *comp, struct sbxd_err *err)
+{
+    int fd = openat(r->cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return open_failed(comp, errno, err);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot stat '%s'", comp);
+        close(fd);
+        return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        close(fd);
+        return follow_link(r, comp, err);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (r->depth + 1 >= SBXD_MAX_PATH_DEPTH) {
+            close(fd);
+            return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is nested too deeply");
+        }
+        r->stack[++r->depth] = (struct dir_id){st.st_dev, st.st_ino};
+    } else {
+        r->cur_is_dir = false; /* a further component fails in resolve_component */
+    }
+    close(r->cur);
+    r->cur = fd;
+    return 0;
+}
+
+/* One component of the path, taken from cur. */
+static int resolve_component(struct resolver *r, const char *comp, struct sbxd_err *err)
+{
+    if (!r->cur_is_dir)
+        return sbxd_fail(err, SBXD_E_INVALID, ENOTDIR, "a path component is not a directory");
+    if (strcmp(comp, ".") == 0)
+        return 0;
+    if (strlen(comp) > NAME_MAX)
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG,
+                         "a path component is longer than %d bytes", NAME_MAX);
+    if (strcmp(comp, "..") == 0)
+        return resolve_parent(r, err);
+    return resolve_name(r, comp, err);
+}
+
 int fs_resolve_beneath(int rootfd, const char *path, int flags, struct sbxd_err *err)
 {
     size_t plen = strlen(path);
@@ -76,138 +226,25 @@ int fs_resolve_beneath(int rootfd, const char *path, int flags, struct sbxd_err 
         return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes",
                          PATH_MAX - 1);
 
-    /* pending holds what is left to resolve; a symlink's target is put in front of it. */
-    char *pending = malloc(PATH_MAX);
-    struct dir_id *stack = malloc(sizeof(*stack) * SBXD_MAX_PATH_DEPTH);
-    int cur = -1, ret = -1;
-    if (!pending || !stack) {
-        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct resolver r = {.cur = -1};
+    int ret = -1;
+    if (resolver_start(&r, rootfd, path, plen, err) < 0)
         goto out;
-    }
-    memcpy(pending, path, plen + 1);
-    char *rest = pending;
-
-    cur = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    struct stat st;
-    if (cur < 0 || fstat(cur, &st) < 0) {
-        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
-        goto out;
-    }
-    size_t depth = 0;
-    stack[0] = (struct dir_id){st.st_dev, st.st_ino};
-    bool cur_is_dir = true;
-    int links = 0;
     char *comp;
-
-    while (next_component(&rest, &comp)) {
-        if (!cur_is_dir) {
-            sbxd_fail(err, SBXD_E_INVALID, ENOTDIR, "a path component is not a directory");
+    while (next_component(&r.rest, &comp)) {
+        if (resolve_component(&r, comp, err) < 0)
             goto out;
-        }
-        if (strcmp(comp, ".") == 0)
-            continue;
-        if (strlen(comp) > NAME_MAX) {
-            sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "a path component is longer than %d bytes",
-                      NAME_MAX);
-            goto out;
-        }
-        if (strcmp(comp, "..") == 0) {
-            if (depth == 0) {
-                /* Stops "../x", "a/../../x" and symlinks like "x -> ../../etc". */
-                sbxd_fail(err, SBXD_E_DENIED, EXDEV, "path escapes the workspace");
-                goto out;
-            }
-            int up = openat(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-            if (up < 0 || fstat(up, &st) < 0) {
-                sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open '..'");
-                if (up >= 0)
-                    close(up);
-                goto out;
-            }
-            /* The parent must be the directory we came through: if a directory was moved
-             * while we stood in it, ".." could lead outside the root. */
-            if (st.st_dev != stack[depth - 1].dev || st.st_ino != stack[depth - 1].ino) {
-                close(up);
-                sbxd_fail(err, SBXD_E_DENIED, EXDEV, "path changed while it was resolved");
-                goto out;
-            }
-            close(cur);
-            cur = up;
-            depth--;
-            continue;
-        }
-        int fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            if (e == ENOENT)
-                sbxd_fail(err, SBXD_E_NOT_FOUND, e, "'%s' does not exist", comp);
-            else if (e == ENOTDIR)
-                sbxd_fail(err, SBXD_E_INVALID, e, "a path component is not a directory");
-            else if (e == EACCES || e == EPERM)
-                sbxd_fail(err, SBXD_E_DENIED, e, "'%s' is not accessible", comp);
-            else
-                sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open '%s'", comp);
-            goto out;
-        }
-        if (fstat(fd, &st) < 0) {
-            sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot stat '%s'", comp);
-            close(fd);
-            goto out;
-        }
-        if (S_ISLNK(st.st_mode)) {
-            close(fd);
-            if (++links > SBXD_MAX_SYMLINKS) {
-                sbxd_fail(err, SBXD_E_INVALID, ELOOP, "too many levels of symbolic links");
-                goto out;
-            }
-            char target[PATH_MAX];
-            ssize_t tl = readlinkat(cur, comp, target, sizeof(target) - 1);
-            if (tl < 0) {
-                sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot read link '%s'", comp);
-                goto out;
-            }
-            target[tl] = '\0';
-            if (target[0] == '/') {
-                /* An absolute target means the host's namespace, never the workspace's. */
-                sbxd_fail(err, SBXD_E_DENIED, EXDEV, "symbolic link '%s' is absolute", comp);
-                goto out;
-            }
-            size_t rl = strlen(rest);
-            if ((size_t)tl + 1 + rl >= PATH_MAX) {
-                sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG,
-                          "path is longer than %d bytes after following links", PATH_MAX - 1);
-                goto out;
-            }
-            /* What is left becomes target "/" rest (target's buffer has the room). */
-            target[tl] = '/';
-            memcpy(target + tl + 1, rest, rl + 1);
-            memcpy(pending, target, (size_t)tl + 1 + rl + 1);
-            rest = pending;
-            continue;
-        }
-        if (S_ISDIR(st.st_mode)) {
-            if (depth + 1 >= SBXD_MAX_PATH_DEPTH) {
-                close(fd);
-                sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is nested too deeply");
-                goto out;
-            }
-            stack[++depth] = (struct dir_id){st.st_dev, st.st_ino};
-        } else {
-            cur_is_dir = false; /* a further component fails at the top of the loop */
-        }
-        close(cur);
-        cur = fd;
     }
-    if ((flags & FS_RESOLVE_DIRECTORY) && !cur_is_dir) {
+    if ((flags & FS_RESOLVE_DIRECTORY) && !r.cur_is_dir) {
         sbxd_fail(err, SBXD_E_INVALID, ENOTDIR, "not a directory");
         goto out;
     }
-    ret = cur;
-    cur = -1;
+    ret = r.cur;
+    r.cur = -1;
 out:
-    if (cur >= 0)
-        close(cur);
-    free(pending);
-    free(stack);
+    if (r.cur >= 0)
+        close(r.cur);
+    free(r.pending);
+    free(r.stack);
     return ret;
 }

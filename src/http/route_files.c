@@ -16,6 +16,7 @@
 #include "sbxd/http_files.h"
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/urldecode.h"
 
 void files_user(const struct server *srv, struct fs_user *u)
 {
@@ -34,7 +35,7 @@ char *files_url_decode(const char *s, struct sbxd_err *err)
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    if (fs_url_decode(d, err) < 0) {
+    if (http_url_decode(d, err) < 0) {
         free(d);
         return NULL;
     }
@@ -126,7 +127,7 @@ static bool query_arg(struct MHD_Connection *c, const char *key, char *out, size
     if (!v)
         return false;
     snprintf(out, len, "%s", v);
-    *bad = strlen(v) >= len || fs_url_decode(out, &err) < 0;
+    *bad = strlen(v) >= len || http_url_decode(out, &err) < 0;
     return true;
 }
 

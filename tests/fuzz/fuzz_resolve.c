@@ -1,6 +1,6 @@
 /*
  * fuzz_resolve - workspace confinement (src/fs/resolve.c) and URL path decoding
- * (fs_url_decode in src/fs/files.c).
+ * (http_url_decode in src/http/urldecode.c).
  *
  * LLVMFuzzerInitialize builds a tree in a temporary directory: a workspace root with files,
  * directories and symlinks of every kind (inside, absolute, climbing out with "..", a loop,
@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sbxd/files.h"
 #include "sbxd/resolve.h"
+#include "sbxd/urldecode.h"
 
 #include "fuzz.h"
 
@@ -224,7 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (decode) {
         size_t before = strlen(path);
         struct sbxd_err err = {0};
-        if (fs_url_decode(path, &err) < 0) {
+        if (http_url_decode(path, &err) < 0) {
             check(err.kind == SBXD_E_INVALID);
             free(path);
             return 0;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/files.h"
 #include "sbxd/multipart.h"
+#include "sbxd/urldecode.h"
 #include "suites.h"
 
 struct sink {
@@ -114,12 +114,12 @@ START_TEST(url_decoding)
     char s[64];
     struct sbxd_err err = {0};
     snprintf(s, sizeof(s), "a%%2Fb%%2e%%2E/c%%20d+e");
-    ck_assert_int_eq(fs_url_decode(s, &err), 0);
+    ck_assert_int_eq(http_url_decode(s, &err), 0);
     ck_assert_str_eq(s, "a/b../c d+e");
     const char *bad[] = {"a%00b", "%", "%4", "%zz", "a%G1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(s, sizeof(s), "%s", bad[i]);
-        ck_assert_msg(fs_url_decode(s, &err) == -1, "%s", bad[i]);
+        ck_assert_msg(http_url_decode(s, &err) == -1, "%s", bad[i]);
         ck_assert_int_eq(err.kind, SBXD_E_INVALID);
     }
 }
