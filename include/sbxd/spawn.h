@@ -77,7 +77,7 @@ bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
 /*
  * PID-namespace mode, where children share the daemon's memory and sbxd is root: commands
  * run in namespace slots, PID namespaces whose init lives on, reaps what commands leave
- * behind and empties the namespace between commands (spawn.c). The command itself is the
+ * behind and empties the namespace between commands (spawn_pool.c). The command itself is the
  * daemon's child, reaped like any; spawn_ns_end() has its namespace emptied (call it when
  * the command is over, and to kill its tree), spawn_ns_put() gives the slot back.
  * Start the pool after harden_init, stop it at shutdown (every slot's init dies, and with

@@ -1,0 +1,125 @@
+/*
+ * How commands get PID namespaces here. spawn_pidns_probe (isolation.c, at start-up, before any
+ * thread exists) creates one: directly where the daemon may (CAP_SYS_ADMIN), else inside a user
+ * namespace of its own, and fixes which for good (spawn_ns_clone_flags). The test child runs
+ * the same first step as every namespace's init (spawn_ns_setup: the user namespace's identity
+ * map, a private mount table, the namespace's own /proc), which runs in a child that shares or
+ * copies the daemon's memory and so makes raw syscalls only.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sbxd/spawn.h"
+#include "spawn_internal.h"
+
+/* Whether the namespaces of a command also need a user namespace: a daemon without
+ * CAP_SYS_ADMIN gets its PID namespace through one it owns (spawn_pidns_probe decides). Its
+ * identity map ("uid uid 1"), formatted before any child runs. */
+static bool ns_user;
+static char ns_uid_map[32], ns_gid_map[32];
+
+unsigned long spawn_ns_clone_flags(void)
+{
+    return CLONE_NEWPID | CLONE_NEWNS | (ns_user ? CLONE_NEWUSER : 0);
+}
+
+bool spawn_ns_userns(void)
+{
+    return ns_user;
+}
+
+/* Write text to a /proc/self file (raw syscalls). */
+NO_SANITIZE static int write_proc_self(const char *path, const char *text)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = 0;
+    while (text[len])
+        len++;
+    long n = syscall(SYS_write, fd, text, len);
+    syscall(SYS_close, fd);
+    return n == (long)len ? 0 : -1;
+}
+
+/* In a user namespace of its own, the init maps its uid and gid to themselves (as
+ * `unshare --map-current-user` would). Then mounts, then its own /proc. */
+NO_SANITIZE int spawn_ns_setup(const char **step)
+{
+    if (ns_user) {
+        if (write_proc_self("/proc/self/setgroups", "deny") < 0 ||
+            write_proc_self("/proc/self/uid_map", ns_uid_map) < 0 ||
+            write_proc_self("/proc/self/gid_map", ns_gid_map) < 0) {
+            *step = "user namespace map";
+            return -1;
+        }
+    }
+    /* The namespace's own /proc, so $$ and /proc agree; only on a mount table made private
+     * first, else the mount would show through to the host's (or the sandbox's) /proc.
+     * gVisor releases without mount propagation refuse that (EINVAL), and there the command
+     * keeps the sandbox's /proc (/healthz says so). Returns 1 then, else 0. */
+    if (syscall(SYS_mount, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0) {
+        if (syscall(SYS_mount, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) <
+            0) {
+            *step = "mount /proc";
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != EINVAL) {
+        *step = "mount / private";
+        return -1;
+    }
+    return 1;
+}
+
+bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len)
+{
+    /* Directly where the daemon may (CAP_SYS_ADMIN), else through a user namespace. */
+    snprintf(ns_uid_map, sizeof(ns_uid_map), "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+    snprintf(ns_gid_map, sizeof(ns_gid_map), "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+    long pid = -1;
+    int e = 0;
+    for (int attempt = 0; attempt < 2 && pid < 0; attempt++) {
+        ns_user = attempt == 1;
+        pid = syscall(SYS_clone, spawn_ns_clone_flags() | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+            /* As ns_init does: exit 0 with its own /proc, 4 without (shared), else failure. */
+            const char *step = NULL;
+            int rc = spawn_ns_setup(&step);
+            if (rc < 0)
+                syscall(SYS_exit_group, step && step[0] == 'u' ? 5 : 2);
+            syscall(SYS_exit_group, syscall(SYS_getpid) == 1 ? (rc == 1 ? 4 : 0) : 3);
+        }
+        if (pid < 0 && !e)
+            e = errno;
+    }
+    *userns = ns_user;
+    if (pid < 0) {
+        snprintf(why, len, "cannot create a PID namespace (%s), nor one in a user namespace (%s)",
+                 strerror(e), strerror(errno));
+        return false;
+    }
+    int st;
+    while (waitpid((pid_t)pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 4)) {
+        *own_proc = WEXITSTATUS(st) == 0;
+        return true;
+    }
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(why, len, "a PID namespace's init cannot %s",
+             code == 5   ? "map its user namespace"
+             : code == 2 ? "set up its mounts or /proc"
+                         : "run as pid 1");
+    return false;
+}
