@@ -167,7 +167,6 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
     while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
-        job_kill_overdue();
         server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break; /* asked twice: do not wait out the grace period */
@@ -284,15 +283,14 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
     return 0;
 }
 
-/* The main thread from here on: signals, the watchdog, the server's ticks, sweeps. Returns
+/* The main thread from here on: signals (SIGCHLD: the reaper), the server's ticks, sweeps. Returns
  * on SIGTERM or SIGINT. */
 static void run_main_loop(struct server *srv, const sigset_t *set)
 {
     int64_t swept = time_mono_ns();
     uint64_t trimmed_at = 0;
     for (;;) {
-        int sig = wait_signal(set, SBXD_WATCHDOG_MS);
-        job_kill_overdue();
+        int sig = wait_signal(set, SBXD_MAIN_TICK_MS);
         server_tick(srv);
         trim_at_rest(srv, &trimmed_at);
         if (time_mono_ns() - swept >= 1000000000LL) {
@@ -347,9 +345,14 @@ int main(int argc, char **argv)
                             .output_bytes = (size_t)cfg.process_output_bytes,
                             .retention_ms = cfg.process_retention_s * 1000};
     bg_init(&bgc);
-    struct server *srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
+    struct server *srv = NULL;
+    if (job_keeper_start() < 0)
+        sbxd_fail_errno(&err, SBXD_E_INTERNAL, errno, "cannot start the deadline keeper");
+    else
+        srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        job_keeper_stop();
         spawn_pool_stop();
         harden_free(&harden);
         close(rootfd);
@@ -371,6 +374,7 @@ int main(int argc, char **argv)
     drain(srv, &cfg, &set);
     server_stop(srv);
     bg_shutdown();
+    job_keeper_stop();
     spawn_pool_stop();
     reaper_reap();
     harden_free(&harden);

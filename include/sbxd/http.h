@@ -33,9 +33,7 @@ struct server {
     struct exec_service exec; /* what the routes start commands through */
     int64_t start_ns;
     uint16_t port;
-    unsigned running;   /* atomic */
     unsigned streams;   /* atomic: process output streams being sent (a drain waits for them) */
-    unsigned starting;  /* atomic: commands admitted whose process is not started yet */
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
     bool draining;      /* atomic */
@@ -61,7 +59,7 @@ struct req_ctx {
     bool too_large;   /* the body passed --max-body-bytes: the rest is dropped */
     size_t discarded; /* bytes dropped so far */
     char client[64];
-    bool holds_running; /* counted in srv->running until the request completes */
+    bool holds_running; /* holds an exec_service_admit slot until the request completes */
     char method[8];
     char *url; /* as sent: percent-escapes are the route's to decode */
     /* A route that streams its body keeps its state here; freed with whether the request
@@ -187,11 +185,6 @@ size_t events_take(struct events *e, char *out, size_t max);
 /* A chunked response fed by read, with the event stream's headers. */
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
                                      void *cls, MHD_ContentReaderFreeCallback done);
-
-/* The fields of a command's result (design 3.2) into an open object: stdout and stderr only
- * with out/errb (a streamed answer sent them as events). */
-void result_fields(struct jsonw *w, const char *id, const struct job_result *r,
-                   const struct outbuf *out, const struct outbuf *errb, enum exec_encoding enc);
 
 /* Whether a request's Content-Type is one a JSON body may come with. */
 bool json_content_type(const char *ct);

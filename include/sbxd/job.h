@@ -7,8 +7,9 @@
  * capped buffers; a streamed response turns each into an NDJSON/SSE event; a background
  * process keeps them in a ring. The HTTP layer never touches pids or pipes.
  *
- * Kills reach the whole tree by the backend in force (isolation.h): on timeout, output limit,
- * cancellation (client gone, shutdown), and for leftovers after the main process exits.
+ * Kills reach the whole tree by the backend in force (contain.h): on timeout (the deadline
+ * keeper, whether or not anybody drives the job), output limit, cancellation (client gone,
+ * shutdown), and for leftovers after the main process exits. job_internal.h has the layout.
  */
 #ifndef SBXD_JOB_H
 #define SBXD_JOB_H
@@ -20,22 +21,10 @@
 
 #include "sbxd/cgroup.h"
 #include "sbxd/err.h"
+#include "sbxd/exec_result.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
 #include "sbxd/request.h"
-
-enum job_status {
-    JOB_RUNNING,
-    JOB_EXITED,
-    JOB_SIGNALED,
-    JOB_TIMEOUT,
-    JOB_OOM,
-    JOB_OUTPUT_LIMIT,
-    JOB_FAILED_TO_START,
-    JOB_CANCELED, /* stopped by sbxd: the client went away, or shutdown */
-};
-
-const char *job_status_name(enum job_status s);
 
 enum job_kill_reason {
     JOB_KILL_NONE = 0,
@@ -43,20 +32,6 @@ enum job_kill_reason {
     JOB_KILL_OUTPUT,
     JOB_KILL_CANCEL,
     JOB_KILL_SPAWN, /* still not exec'd at its spawn deadline (SBXD_SPAWN_DEADLINE_MS) */
-};
-
-struct job_result {
-    enum job_status status;
-    int exit_code; /* 128 + N when killed by signal N, as shells report it */
-    int signal;    /* 0 when none */
-    bool timed_out;
-    bool oom_killed;
-    double duration_ms;
-    double cpu_ms;
-    uint64_t memory_peak_bytes;
-    uint64_t stdout_bytes;
-    uint64_t stderr_bytes;
-    char error[256]; /* why it failed to start */
 };
 
 enum job_event_type {
@@ -116,9 +91,11 @@ bool job_stdin_open(struct job *job);
  * SIGWINCH). -1 with SBXD_E_CONFLICT for a job without one, or ended. */
 int job_resize(struct job *job, unsigned cols, unsigned rows, struct sbxd_err *err);
 
-/* Kill the jobs whose deadline passed while nobody drove them (the watchdog: the main
- * thread calls it a few times a second). */
-void job_kill_overdue(void);
+/* The deadline keeper (job_kill.c): the thread that enforces every job's deadline, the
+ * spawn's and the command's timeout, whether or not anybody drives the job. Start it before
+ * the first job_start (-1 with errno when the thread cannot be made); stop it at exit. */
+int job_keeper_start(void);
+void job_keeper_stop(void);
 
 /* Kill every live job (shutdown). */
 void job_kill_all(enum job_kill_reason why);

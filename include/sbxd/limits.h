@@ -102,13 +102,11 @@
 /* Stack of a background process's driver thread (its read buffer is on the heap). */
 #define SBXD_DRIVER_STACK (128 * 1024)
 
-/* The watchdog (main thread) wakes this often and kills a command this much past its
- * deadline when the thread that runs it is not there to (a streamed answer whose client
- * reads nothing). */
-#define SBXD_WATCHDOG_MS       200
-#define SBXD_WATCHDOG_SLACK_MS 100
+/* The main thread wakes this often for the connection guard's ticks, sweeps and the trim
+ * at rest (deadlines are the keeper's, which sleeps until the next one: job_kill.c). */
+#define SBXD_MAIN_TICK_MS 200
 /* How long a command may take from clone to execve (or its timeout, if shorter) before the
- * watchdog kills it: the thread that spawns it waits for it meanwhile. */
+ * deadline keeper kills it: the thread that spawns it waits for it meanwhile. */
 #define SBXD_SPAWN_DEADLINE_MS 5000
 
 /* The real-time signal by which sbxd asks a PID namespace's init to signal every process

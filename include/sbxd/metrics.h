@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sbxd/job.h"
+#include "sbxd/exec_result.h"
 #include "sbxd/jsonw.h"
 
 /* How a command ran. */

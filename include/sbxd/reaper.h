@@ -4,7 +4,9 @@
  * The main thread receives SIGCHLD (blocked in every thread) and calls reaper_reap(), which
  * reaps every exited child with wait4(-1) - jobs' children and any orphan that was handed
  * to sbxd (as PID 1 or a subreaper) - and hands each job's status and rusage to the
- * registered target, waking it through its eventfd.
+ * registered target, waking it through its eventfd. Where the kernel has pidfd, a job polls
+ * its process's pidfd and usually reaps it first itself (reaper_try); both take the lock,
+ * so whichever comes first delivers the status, once.
  *
  * A target is registered *before* its child is cloned, with pid 0; the kernel fills the pid
  * (CLONE_PARENT_SETTID) before the child can run, so no exit is ever unmatched.

@@ -1,8 +1,13 @@
+/*
+ * service.c - the exec service (exec_service.h): admission, policy, environment, start,
+ * collection and audit of a command, for every front alike.
+ */
 #include <unistd.h>
 
 #include "sbxd/exec_service.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
+#include "sbxd/spawn.h"
 
 void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
                          struct request_policy *pol)
@@ -50,4 +55,74 @@ void exec_service_audit(enum metrics_mode mode, const char *id, const struct exe
     };
     size_t n = sizeof(f) / sizeof(f[0]) - (client ? 0 : 1);
     log_event("info", mode == MX_BACKGROUND ? "process" : "exec", f, n);
+}
+
+int exec_service_admit(struct exec_service *s, struct sbxd_err *err)
+{
+    unsigned running = __atomic_add_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+    if (running <= s->cfg->max_running)
+        return 0;
+    __atomic_sub_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+    metrics_limit(LIM_MAX_RUNNING);
+    return sbxd_fail(err, SBXD_E_BUSY, 0,
+                     "%llu commands are running already (--max-running); retry later",
+                     (unsigned long long)s->cfg->max_running);
+}
+
+void exec_service_leave(struct exec_service *s)
+{
+    __atomic_sub_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+}
+
+unsigned exec_service_running(const struct exec_service *s)
+{
+    return __atomic_load_n(&s->running, __ATOMIC_ACQUIRE);
+}
+
+unsigned exec_service_starting(const struct exec_service *s)
+{
+    return __atomic_load_n(&s->starting, __ATOMIC_ACQUIRE);
+}
+
+struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
+                               const struct exec_request *req, int cancel_fd, struct sbxd_err *err)
+{
+    struct job_env env = exec_service_env(s, mode, cancel_fd);
+    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    struct job *job = job_start(req, &env, err);
+    __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    if (!job)
+        metrics_start_failed(mode);
+    return job;
+}
+
+struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_request *req,
+                                           struct sbxd_err *err)
+{
+    struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
+    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    struct bg_proc *p = bg_start(req, &env, err);
+    __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    /* --max-processes is the one refusal without a system error behind it. */
+    if (!p && err->kind == SBXD_E_BUSY && err->sys_errno == 0)
+        metrics_limit(LIM_MAX_PROCESSES);
+    else if (!p)
+        metrics_start_failed(MX_BACKGROUND);
+    return p;
+}
+
+void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *errb)
+{
+    char buf[SBXD_READ_CHUNK];
+    struct job_event ev;
+    do {
+        job_step(job, -1, buf, sizeof(buf), &ev);
+        if (ev.type == JOB_EV_OUTPUT)
+            outbuf_append(ev.stream == 1 ? out : errb, buf, ev.len);
+    } while (ev.type != JOB_EV_EXIT);
+}
+
+void exec_service_held(size_t bytes)
+{
+    spawn_note_daemon_peak(bytes);
 }

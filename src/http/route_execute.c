@@ -13,21 +13,15 @@
 #include "sbxd/log.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
-#include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-/* The result object of design 3.2, into w; a streamed one (out NULL) has no stdout and
- * stderr: they went out as events. type: the event type to start with, or NULL. */
+/* The result object of design 3.2, into w. */
 static void write_result(struct jsonw *w, const struct job *job, const struct outbuf *out,
-                         const struct outbuf *errb, enum exec_encoding enc, const char *type)
+                         const struct outbuf *errb, enum exec_encoding enc)
 {
     jw_obj_begin(w);
-    if (type) {
-        jw_key(w, "type");
-        jw_str(w, type);
-    }
-    result_fields(w, job_id(job), job_result(job), out, errb, enc);
+    exec_result_fields(w, job_id(job), job_result(job), out, errb, enc);
     jw_obj_end(w);
 }
 
@@ -79,19 +73,9 @@ static void output_event(struct exec_stream *s, int stream, const uint8_t *data,
     }
     if (!send)
         return;
-    const char *type = stream == 1 ? "stdout" : "stderr";
-    event_begin(&s->ev, type);
-    jw_obj_begin(&s->ev.pending);
-    jw_key(&s->ev.pending, "type");
-    jw_str(&s->ev.pending, type);
-    jw_key(&s->ev.pending, "data");
-    if (s->req.encoding == EXEC_ENC_BASE64)
-        jw_base64(&s->ev.pending, joined, send);
-    else
-        jw_str_utf8(&s->ev.pending, joined, send, false);
-    jw_key(&s->ev.pending, "offset");
-    jw_uint(&s->ev.pending, s->offset[stream]);
-    jw_obj_end(&s->ev.pending);
+    event_begin(&s->ev, exec_stream_name(stream));
+    exec_event_output(&s->ev.pending, stream, joined, send, s->req.encoding != EXEC_ENC_BASE64,
+                      s->offset[stream], false);
     event_end(&s->ev);
     s->offset[stream] += send;
 }
@@ -102,14 +86,7 @@ static bool next_event(struct exec_stream *s)
     if (!s->started) {
         s->started = true;
         event_begin(&s->ev, "start");
-        jw_obj_begin(&s->ev.pending);
-        jw_key(&s->ev.pending, "type");
-        jw_str(&s->ev.pending, "start");
-        jw_key(&s->ev.pending, "id");
-        jw_str(&s->ev.pending, job_id(s->job));
-        jw_key(&s->ev.pending, "pid");
-        jw_int(&s->ev.pending, job_pid(s->job));
-        jw_obj_end(&s->ev.pending);
+        exec_event_start(&s->ev.pending, job_id(s->job), job_pid(s->job), NULL);
         event_end(&s->ev);
         return true;
     }
@@ -143,7 +120,7 @@ static bool next_event(struct exec_stream *s)
                 }
             }
         event_begin(&s->ev, "exit");
-        write_result(&s->ev.pending, s->job, NULL, NULL, s->req.encoding, "exit");
+        exec_event_exit(&s->ev.pending, job_id(s->job), job_result(s->job), s->req.encoding, NULL);
         event_end(&s->ev);
         s->ended = true;
         exec_service_audit(MX_STREAM, job_id(s->job), &s->req, job_result(s->job), s->client);
@@ -258,27 +235,18 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_cannot_run(c, rc, &err);
 
-    unsigned running = __atomic_add_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
-    if (running > srv->cfg->max_running) {
-        __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
+    if (exec_service_admit(&srv->exec, &err) < 0) {
         exec_request_free(&req);
-        metrics_limit(LIM_MAX_RUNNING);
-        return reply_error(c, MHD_HTTP_TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED",
-                           "%llu commands are running already (--max-running); retry later",
-                           (unsigned long long)srv->cfg->max_running);
+        return reply_err(c, &err);
     }
-
-    struct job_env env = exec_service_env(&srv->exec, MX_SYNC, cancel_fd(c));
-    __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
-    struct job *job = job_start(&req, &env, &err);
-    __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
+    enum stream_format fmt = stream_format_of(c);
+    struct job *job = exec_service_start(&srv->exec, fmt != STREAM_NONE ? MX_STREAM : MX_SYNC, &req,
+                                         cancel_fd(c), &err);
     if (!job) {
-        metrics_start_failed(stream_format_of(c) != STREAM_NONE ? MX_STREAM : MX_SYNC);
-        __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
+        exec_service_leave(&srv->exec);
         exec_request_free(&req);
         return reply_cannot_run(c, rc, &err);
     }
-    enum stream_format fmt = stream_format_of(c);
     if (fmt != STREAM_NONE)
         return reply_stream(srv, c, rc, job, &req, fmt); /* it owns job and req now */
 
@@ -288,20 +256,14 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct outbuf out, errb;
     outbuf_init(&out, cap);
     outbuf_init(&errb, cap);
-    char buf[SBXD_READ_CHUNK];
-    struct job_event ev;
-    do {
-        job_step(job, -1, buf, sizeof(buf), &ev);
-        if (ev.type == JOB_EV_OUTPUT)
-            outbuf_append(ev.stream == 1 ? &out : &errb, buf, ev.len);
-    } while (ev.type != JOB_EV_EXIT);
+    exec_service_collect(job, &out, &errb);
 
     struct jsonw w;
     jw_init(&w, 512 + out.len + errb.len);
     bool legacy_failed = job_result(job)->status == JOB_FAILED_TO_START && legacy_shape(c, rc);
     if (!legacy_failed)
-        write_result(&w, job, &out, &errb, req.encoding, NULL);
-    spawn_note_daemon_peak(out.alloc + errb.alloc + w.cap + rc->body_cap);
+        write_result(&w, job, &out, &errb, req.encoding);
+    exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);
     exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), rc->client);
     outbuf_free(&out);
     outbuf_free(&errb);

@@ -117,7 +117,7 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_key(&w, "uptime_s");
     jw_double(&w, (double)(time_mono_ns() - srv->start_ns) / 1e9, 3);
     jw_key(&w, "running");
-    jw_uint(&w, __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
+    jw_uint(&w, exec_service_running(&srv->exec));
     jw_key(&w, "max_running");
     jw_uint(&w, srv->cfg->max_running);
     jw_key(&w, "processes");
@@ -260,15 +260,13 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_line(&w, "sbxd_draining", NULL, __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE));
     metrics_head(&w, "sbxd_commands_running", "gauge",
                  "Commands of /execute running now (their answer not yet sent).");
-    metrics_line(&w, "sbxd_commands_running", NULL,
-                 __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE));
+    metrics_line(&w, "sbxd_commands_running", NULL, exec_service_running(&srv->exec));
     metrics_head(&w, "sbxd_commands_max_running", "gauge", "--max-running.");
     metrics_line(&w, "sbxd_commands_max_running", NULL, (double)srv->cfg->max_running);
     metrics_head(&w, "sbxd_commands_queued", "gauge",
                  "Commands admitted and waiting for their process to start. sbxd keeps no "
                  "queue beyond that: over --max-running it answers 429.");
-    metrics_line(&w, "sbxd_commands_queued", NULL,
-                 __atomic_load_n(&srv->starting, __ATOMIC_ACQUIRE));
+    metrics_line(&w, "sbxd_commands_queued", NULL, exec_service_starting(&srv->exec));
     metrics_head(&w, "sbxd_processes_running", "gauge", "Background processes running now.");
     metrics_line(&w, "sbxd_processes_running", NULL, bg_running());
     metrics_head(&w, "sbxd_processes_max_running", "gauge", "--max-processes.");

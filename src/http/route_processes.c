@@ -36,7 +36,7 @@ static void write_process(struct jsonw *w, struct bg_proc *p, const struct bg_in
         jw_str(w, type);
     }
     if (in->finished) {
-        result_fields(w, in->id, &in->res, NULL, NULL, req->encoding);
+        exec_result_fields(w, in->id, &in->res, NULL, NULL, req->encoding);
     } else {
         jw_key(w, "id");
         jw_str(w, in->id);
@@ -134,15 +134,7 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_err(c, &err);
-    struct job_env env = exec_service_env(&srv->exec, MX_BACKGROUND, -1);
-    __atomic_add_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
-    struct bg_proc *p = bg_start(&req, &env, &err);
-    __atomic_sub_fetch(&srv->starting, 1, __ATOMIC_ACQ_REL);
-    /* --max-processes is the one refusal without a system error behind it. */
-    if (!p && err.kind == SBXD_E_BUSY && err.sys_errno == 0)
-        metrics_limit(LIM_MAX_PROCESSES);
-    else if (!p)
-        metrics_start_failed(MX_BACKGROUND);
+    struct bg_proc *p = exec_service_start_process(&srv->exec, &req, &err);
     if (!p)
         return reply_err(c, &err);
     struct bg_info in;
@@ -180,11 +172,6 @@ struct out_stream {
     char buf[SBXD_READ_CHUNK];
 };
 
-static const char *stream_type(int stream)
-{
-    return stream == 1 ? "stdout" : stream == 2 ? "stderr" : "pty";
-}
-
 static void simple_event(struct out_stream *s, const char *type, const char *k1, uint64_t v1,
                          const char *k2, uint64_t v2)
 {
@@ -210,16 +197,7 @@ static bool out_next(struct out_stream *s)
         struct bg_info in;
         bg_info(s->p, &in);
         event_begin(&s->ev, "start");
-        jw_obj_begin(w);
-        jw_key(w, "type");
-        jw_str(w, "start");
-        jw_key(w, "id");
-        jw_str(w, in.id);
-        jw_key(w, "pid");
-        jw_int(w, in.pid);
-        jw_key(w, "offset");
-        jw_uint(w, s->off);
-        jw_obj_end(w);
+        exec_event_start(w, in.id, in.pid, &s->off);
         event_end(&s->ev);
         return true;
     }
@@ -235,21 +213,8 @@ static bool out_next(struct out_stream *s)
         bg_read(s->p, s->off, s->buf, sizeof(s->buf), s->utf8, wait, &n, &stream, &next);
     switch (rr) {
     case BG_READ_DATA: {
-        const char *type = stream_type(stream);
-        event_begin(&s->ev, type);
-        jw_obj_begin(w);
-        jw_key(w, "type");
-        jw_str(w, type);
-        jw_key(w, "data");
-        if (s->utf8)
-            jw_str_utf8(w, s->buf, n, false);
-        else
-            jw_base64(w, s->buf, n);
-        jw_key(w, "offset");
-        jw_uint(w, s->off);
-        jw_key(w, "bytes");
-        jw_uint(w, n);
-        jw_obj_end(w);
+        event_begin(&s->ev, exec_stream_name(stream));
+        exec_event_output(w, stream, s->buf, n, s->utf8, s->off, true);
         event_end(&s->ev);
         s->off = next;
         return true;
@@ -272,13 +237,7 @@ static bool out_next(struct out_stream *s)
     struct bg_info in;
     bg_info(s->p, &in);
     event_begin(&s->ev, "exit");
-    jw_obj_begin(w);
-    jw_key(w, "type");
-    jw_str(w, "exit");
-    result_fields(w, in.id, &in.res, NULL, NULL, bg_request(s->p)->encoding);
-    jw_key(w, "output_end");
-    jw_uint(w, in.out_end);
-    jw_obj_end(w);
+    exec_event_exit(w, in.id, &in.res, bg_request(s->p)->encoding, &in.out_end);
     event_end(&s->ev);
     s->ended = true;
     return true;

@@ -411,7 +411,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         /* A command's answer is out (or its client gone): only now is it no longer running,
          * so a drain that waits for none running never cuts an answer off. */
         if (rc->holds_running)
-            __atomic_sub_fetch(&srv->running, 1, __ATOMIC_ACQ_REL);
+            exec_service_leave(&srv->exec);
         if (rc->state_free)
             rc->state_free(rc->state, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         free(rc->url);
@@ -543,7 +543,7 @@ void server_set_draining(struct server *srv)
 
 unsigned server_running(const struct server *srv)
 {
-    return __atomic_load_n(&srv->running, __ATOMIC_ACQUIRE);
+    return exec_service_running(&srv->exec);
 }
 
 uint64_t server_completed(const struct server *srv)

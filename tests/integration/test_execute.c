@@ -169,6 +169,45 @@ START_TEST(timeout_kills_the_whole_group)
 }
 END_TEST
 
+/* A timeout shorter than the spawn itself takes (1 ms, from 8 clients at once: clone to
+ * exec is longer then) is the command's timeout, never a start that failed: the spawn
+ * deadline's failed_to_start is for a child held before exec past SBXD_SPAWN_DEADLINE_MS,
+ * not for a short timeout on a busy machine. */
+static char short_failure[512];
+static pthread_mutex_t short_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *short_timeout_one(void *arg)
+{
+    (void)arg;
+    for (int k = 0; k < 10; k++) {
+        struct http_resp resp;
+        const char *body = "{\"command\":\"sleep 5\",\"timeout_ms\":1}";
+        int rc = http_request(&g_sbxd, "POST", "/execute", NULL, body, strlen(body), 0, &resp);
+        const cJSON *st = rc == 0 ? cJSON_GetObjectItem(resp.json, "status") : NULL;
+        if (!cJSON_IsString(st) || strcmp(st->valuestring, "timeout") != 0) {
+            pthread_mutex_lock(&short_lock);
+            if (!short_failure[0])
+                snprintf(short_failure, sizeof(short_failure), "%ld %.400s", (long)resp.status,
+                         rc == 0 ? resp.body : "no answer");
+            pthread_mutex_unlock(&short_lock);
+        }
+        if (rc == 0)
+            http_resp_free(&resp);
+    }
+    return NULL;
+}
+
+START_TEST(timeout_shorter_than_the_spawn_is_a_timeout)
+{
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, short_timeout_one, NULL);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_msg(!short_failure[0], "not a timeout: %s", short_failure);
+}
+END_TEST
+
 START_TEST(background_child_does_not_hold_the_answer)
 {
     double t0 = now_ms();
@@ -577,6 +616,7 @@ Suite *execute_suite(void)
     tcase_add_test(tc, environment_is_minimal_and_merged);
     tcase_add_test(tc, cwd_confined_to_workspace);
     tcase_add_test(tc, timeout_kills_the_whole_group);
+    tcase_add_test(tc, timeout_shorter_than_the_spawn_is_a_timeout);
     tcase_add_test(tc, background_child_does_not_hold_the_answer);
     tcase_add_test(tc, output_flood_is_capped_with_bounded_memory);
 #ifndef SBXD_SANITIZED

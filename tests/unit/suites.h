@@ -14,5 +14,6 @@ Suite *auth_suite(void);
 Suite *list_suite(void);
 Suite *contain_suite(void);
 Suite *walk_suite(void);
+Suite *job_suite(void);
 
 #endif
