@@ -1003,13 +1003,14 @@ static void print_file_tail(const char *dir, pid_t pid)
 }
 
 /* The suppression of valgrind false positives: its mount(2) wrapper reads `type` as a string
- * even for MS_PRIVATE/MS_REMOUNT calls, where the kernel ignores it and sbxd passes NULL. */
+ * even for MS_PRIVATE/MS_REMOUNT calls, where the kernel ignores it and sbxd passes NULL (in
+ * spawn_ns_setup, spawn_probe.c, which a namespace's init runs). */
 static const char vg_supp[] = "{\n"
                               "   sbxd-mount-null-type\n"
                               "   Memcheck:Param\n"
                               "   mount(type)\n"
                               "   ...\n"
-                              "   fun:ns_*\n"
+                              "   fun:*ns_setup\n"
                               "}\n";
 
 /* Whether the sbxd started here has ended (then reaped: g_d.status). */

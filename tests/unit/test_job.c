@@ -103,16 +103,43 @@ static void parse(const char *json, struct exec_request *req)
     ck_assert_msg(exec_request_parse(json, strlen(json), &pol, req, &err) == 0, "%s", err.msg);
 }
 
+/* job_start on a thread of its own, as sbxd spawns from its connection threads: the spawning
+ * thread takes the commands' seccomp filter (harden_thread), which the test's own thread must
+ * not have (LeakSanitizer's tracer, cloned from it at exit, needs ptrace). */
+struct starter {
+    const struct exec_request *req;
+    struct job_env env;
+    struct sbxd_err err;
+    struct job *job;
+};
+
+static void *starter_main(void *arg)
+{
+    struct starter *st = arg;
+    st->job = job_start(st->req, &st->env, &st->err);
+    return NULL;
+}
+
+static struct job *try_start(const struct exec_request *req, bool interactive, struct sbxd_err *err)
+{
+    struct starter st = {.req = req,
+                         .env = {.rootfd = rootfd,
+                                 .cancel_fd = -1,
+                                 .harden = &plan,
+                                 .iso = &iso,
+                                 .interactive = interactive}};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, starter_main, &st), 0);
+    pthread_join(th, NULL);
+    *err = st.err;
+    return st.job;
+}
+
 static struct job *start(const char *json, struct exec_request *req, bool interactive)
 {
     parse(json, req);
-    struct job_env env = {.rootfd = rootfd,
-                          .cancel_fd = -1,
-                          .harden = &plan,
-                          .iso = &iso,
-                          .interactive = interactive};
     struct sbxd_err err = {0};
-    struct job *job = job_start(req, &env, &err);
+    struct job *job = try_start(req, interactive, &err);
     ck_assert_msg(job != NULL, "job_start: %s", err.msg);
     return job;
 }
@@ -320,9 +347,8 @@ START_TEST(job_start_refusal_leaves_nothing)
     int before = fds_at_rest();
     struct exec_request req;
     parse("{\"argv\":[\"true\"],\"cwd\":\"no/such/dir\"}", &req);
-    struct job_env env = {.rootfd = rootfd, .cancel_fd = -1, .harden = &plan, .iso = &iso};
     struct sbxd_err err = {0};
-    ck_assert_ptr_null(job_start(&req, &env, &err));
+    ck_assert_ptr_null(try_start(&req, false, &err));
     ck_assert_int_eq(err.kind, SBXD_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err.msg, "cwd"));
     exec_request_free(&req);
