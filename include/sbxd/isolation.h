@@ -110,6 +110,11 @@ struct iso_description {
 void isolation_describe(const struct isolation *iso, const struct harden_plan *h,
                         uint64_t memory_max, struct iso_description *d);
 
+/* The uid mechanism (exec/contain/uid_range.c). At start: whether --uid-range can serve
+ * (root, at least 2 uids, mapped, the helper can become them); with may_use, processes left
+ * running as its uids are killed first. false with iso->uid_why. */
+bool uid_range_probe(struct isolation *iso, const struct sbxd_config *cfg, bool may_use);
+
 /* uid backend: take a free uid (false when all are in use), and give it back. */
 bool uid_slot_take(struct uid_slots *s, uid_t *uid);
 void uid_slot_put(struct uid_slots *s, uid_t uid);

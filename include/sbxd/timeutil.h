@@ -20,6 +20,10 @@ int time_ms_until(int64_t deadline_ns);
  * condition variable waits on that clock). */
 struct timespec time_after_ms(clockid_t clock, int64_t ms);
 
+/* A monotonic time in ns as a timespec: a deadline for pthread_cond_timedwait on a condition
+ * variable that waits on CLOCK_MONOTONIC. */
+struct timespec time_mono_timespec(int64_t mono_ns);
+
 /* RFC 3339 UTC timestamp with milliseconds, e.g. 2026-01-02T03:04:05.678Z. */
 void time_rfc3339(int64_t real_ns, char *buf, size_t len);
 

@@ -1,3 +1,8 @@
+/*
+ * background.c - background processes (background.h): the table with its references and
+ * retention, one driver thread per process that runs its job into the output ring, readers
+ * of that ring, signals, removal and shutdown. Stdin is background_stdin.c's.
+ */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -8,7 +13,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "sbxd/background.h"
+#include "background_internal.h"
 #include "sbxd/exec_service.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
@@ -16,53 +21,6 @@
 #include "sbxd/ring.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
-
-/* One stdin write while its writer waits: on the writer's stack, in the queue until all of it
- * is handed to the job. Under its process's lock. */
-struct stdin_write {
-    struct stdin_write *next;
-    const uint8_t *data;
-    size_t len;
-    size_t taken;   /* bytes handed to the job so far */
-    size_t written; /* of those, in the pipe */
-    bool eof;
-    bool done;       /* all in; or failed, with why */
-    bool open_after; /* stdin was still open once all was in */
-    enum sbxd_errkind fail_kind;
-    const char *why;
-};
-
-struct bg_proc {
-    struct bg_proc *next; /* the table, oldest first (under tab.lock) */
-    bool listed;          /* in the table (under tab.lock) */
-    unsigned refs;        /* under tab.lock */
-    struct job *job;
-    struct exec_request req;
-    char id[25];
-    pid_t pid;
-    int64_t started_real_ns;
-    /* Under lock: */
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* output arrived, or the end */
-    struct ring ring;
-    bool finished;
-    unsigned pty_cols, pty_rows; /* the terminal's size now */
-    int64_t finished_real_ns, finished_mono_ns;
-    struct job_result res;
-    /* stdin: writes queue here and one thread of the process's own, the feeder, hands them
-     * to the job a chunk at a time. job_stdin_write waits, without end, for the process to
-     * read: only the feeder ever waits there, so a writer can give up (a timeout, its
-     * client gone) and take back what it had not handed over yet. */
-    pthread_cond_t in_cond;        /* the queue moved, stdin closed, or the process ended */
-    struct stdin_write *in_head;   /* oldest first */
-    struct stdin_write *in_flight; /* whose chunk the feeder writes; NULL once its writer left */
-    uint64_t in_pending;           /* bytes queued or being written, not yet in the pipe */
-    bool feeder;                   /* the feeder runs (it holds a reference) */
-    bool in_closed;                /* the feeder found stdin closed: every write fails, why */
-    enum sbxd_errkind in_kind;
-    const char *in_why;
-    uint8_t *in_buf; /* the feeder's chunk (SBXD_STDIN_CHUNK) */
-};
 
 static struct {
     pthread_mutex_t lock;
@@ -402,7 +360,7 @@ enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t m
     return rr;
 }
 
-static bool ended(struct bg_proc *p)
+bool bg_ended(struct bg_proc *p)
 {
     pthread_mutex_lock(&p->lock);
     bool f = p->finished;
@@ -410,255 +368,16 @@ static bool ended(struct bg_proc *p)
     return f;
 }
 
-/* Why job_stdin_write failed, in words that last (its message names the chunk's counts, not
- * the writer's): from the error's flags, never its text. */
-static const char *stdin_why(const struct sbxd_err *err)
+void bg_ref(struct bg_proc *p)
 {
-    if (err->kind != SBXD_E_CONFLICT)
-        return "out of memory";
-    if (err->flags & SBXD_EF_ENDED)
-        return "the process has ended";
-    if (err->flags & SBXD_EF_INPUT_CLOSED)
-        return "the process closed its input";
-    return "stdin is closed";
-}
-
-/* Under p->lock: w leaves the queue; what it had not handed to the job is dropped. */
-static void stdin_withdraw_locked(struct bg_proc *p, struct stdin_write *w)
-{
-    for (struct stdin_write **pp = &p->in_head; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
-    if (p->in_flight == w)
-        p->in_flight = NULL;
-    p->in_pending -= w->len - w->taken;
-}
-
-/* Under p->lock: every write waiting fails with why; with close, stdin is closed for good. */
-static void stdin_fail_locked(struct bg_proc *p, enum sbxd_errkind kind, const char *why,
-                              bool close)
-{
-    for (struct stdin_write *w = p->in_head; w; w = w->next) {
-        p->in_pending -= w->len - w->taken;
-        w->done = true;
-        w->fail_kind = kind;
-        w->why = why;
-    }
-    p->in_head = NULL;
-    if (close) {
-        p->in_closed = true;
-        p->in_kind = kind;
-        p->in_why = why;
-    }
-    pthread_cond_broadcast(&p->in_cond);
-}
-
-/* The feeder: hands the queued writes to the job, a chunk at a time, oldest first, until
- * stdin closes or the process ends. It is the one thread that waits for the process to read. */
-static void *feeder_main(void *arg)
-{
-    struct bg_proc *p = arg;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        while (!p->in_head && !p->finished && !p->in_closed)
-            pthread_cond_wait(&p->in_cond, &p->lock);
-        struct stdin_write *w = p->in_head;
-        if (!w)
-            break;
-        /* The chunk is copied: its writer may leave while the job writes it. */
-        size_t k = w->len - w->taken < SBXD_STDIN_CHUNK ? w->len - w->taken : SBXD_STDIN_CHUNK;
-        if (k)
-            memcpy(p->in_buf, w->data + w->taken, k);
-        w->taken += k;
-        bool last = w->taken == w->len, eof = last && w->eof;
-        if (last)
-            p->in_head = w->next;
-        p->in_flight = w;
-        pthread_mutex_unlock(&p->lock);
-        struct sbxd_err err = {0};
-        uint64_t n = 0;
-        int rc = job_stdin_write(p->job, p->in_buf, k, eof, &n, &err);
-        pthread_mutex_lock(&p->lock);
-        p->in_pending -= k;
-        w = p->in_flight; /* NULL when its writer gave up meanwhile */
-        p->in_flight = NULL;
-        if (w)
-            w->written += n;
-        if (rc < 0) {
-            /* This write fails; when stdin closed (or the process ended), every one after
-             * it too (out of memory: this one alone). */
-            if (w && !last)
-                stdin_withdraw_locked(p, w);
-            if (w) {
-                w->done = true;
-                w->fail_kind = err.kind;
-                w->why = stdin_why(&err);
-            }
-            if (err.kind == SBXD_E_CONFLICT)
-                stdin_fail_locked(p, err.kind, stdin_why(&err), true);
-        } else {
-            if (w && last) {
-                w->done = true;
-                w->open_after = job_stdin_open(p->job);
-            }
-            if (eof && !job_stdin_open(p->job))
-                stdin_fail_locked(p, SBXD_E_CONFLICT, "stdin is closed", true);
-        }
-        pthread_cond_broadcast(&p->in_cond);
-    }
-    p->feeder = false;
-    pthread_mutex_unlock(&p->lock);
-    bg_put(p);
-    return NULL;
-}
-
-/* Under p->lock: the feeder, with the reference the caller took for it. */
-static int feeder_start_locked(struct bg_proc *p, struct sbxd_err *err)
-{
-    if (!p->in_buf && !(p->in_buf = malloc(SBXD_STDIN_CHUNK)))
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, SBXD_DRIVER_STACK);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&th, &attr, feeder_main, p);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        return sbxd_fail(err, SBXD_E_BUSY, rc, "cannot start a thread for the process's stdin");
-    p->feeder = true;
-    return 0;
-}
-
-/* Whether the client on fd hung up. POLLRDHUP says so, but gVisor never reports it: there a
- * readable socket is peeked at, until it shows the next pipelined request (then only a
- * hang-up proper can tell). */
-static bool client_hung_up(int fd, bool *peek)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLRDHUP | (*peek ? POLLIN : 0)};
-    if (fd < 0 || poll(&pfd, 1, 0) <= 0)
-        return false;
-    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))
-        return true;
-    char c;
-    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
-        *peek = false;
-        return false;
-    }
-    return true; /* 0: end of stream; < 0: the connection is broken */
-}
-
-/* Under p->lock: whether a write of n bytes may queue; starts the feeder (*started: it took
- * the caller's reference). */
-static int stdin_admit_locked(struct bg_proc *p, size_t n, bool *started, struct sbxd_err *err)
-{
-    if (p->in_closed)
-        return sbxd_fail(err, p->in_kind, 0, "%s", p->in_why);
-    /* The bound of bytes waiting: writers to a process that does not read cannot pile up
-     * their bodies in sbxd. A body alone always fits (it is within --max-body-bytes). */
-    if (p->in_pending > 0 && p->in_pending + n > SBXD_STDIN_PENDING_MAX)
-        return sbxd_fail(err, SBXD_E_BUSY, 0,
-                         "%llu bytes already wait for the process to read its stdin, and %zu "
-                         "more would pass the bound of %d: retry once it has read them",
-                         (unsigned long long)p->in_pending, n, SBXD_STDIN_PENDING_MAX);
-    if (!p->feeder) {
-        if (feeder_start_locked(p, err) < 0)
-            return -1;
-        *started = true;
-    }
-    return 0;
-}
-
-enum bg_stdin_result bg_stdin(struct bg_proc *p, const void *data, size_t n, bool eof,
-                              uint64_t timeout_ms, int cancel_fd, uint64_t *written,
-                              bool *open_after, struct sbxd_err *err)
-{
-    *written = 0;
-    *open_after = false;
-    if (ended(p)) {
-        sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
-        return BG_STDIN_FAILED;
-    }
-    if (!job_stdin_open(p->job)) {
-        sbxd_fail(err, SBXD_E_CONFLICT, 0, "stdin is closed");
-        return BG_STDIN_FAILED;
-    }
-    /* A reference for the feeder, should this write start it (tab.lock goes before p->lock). */
     pthread_mutex_lock(&tab.lock);
     p->refs++;
     pthread_mutex_unlock(&tab.lock);
-    bool ref_used = false;
-    struct stdin_write w = {.data = data, .len = n, .eof = eof};
-    int64_t deadline = time_mono_ns() + (int64_t)timeout_ms * 1000000;
-    bool hung_up = false, peek = true;
-    pthread_mutex_lock(&p->lock);
-    if (stdin_admit_locked(p, n, &ref_used, err) < 0) {
-        pthread_mutex_unlock(&p->lock);
-        bg_put(p);
-        return BG_STDIN_FAILED;
-    }
-    struct stdin_write **tail = &p->in_head;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = &w;
-    p->in_pending += n;
-    pthread_cond_broadcast(&p->in_cond);
-    while (!w.done) {
-        int64_t now = time_mono_ns();
-        if (now >= deadline)
-            break;
-        int64_t until = now + (int64_t)SBXD_STDIN_POLL_MS * 1000000;
-        if (until > deadline)
-            until = deadline;
-        struct timespec ts = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
-        pthread_cond_timedwait(&p->in_cond, &p->lock, &ts);
-        if (w.done)
-            break;
-        /* A writer whose client left gives up at once: its thread, descriptor and connection
-         * slot must not wait for a process that may never read (see docs/api.md). */
-        pthread_mutex_unlock(&p->lock);
-        hung_up = client_hung_up(cancel_fd, &peek);
-        pthread_mutex_lock(&p->lock);
-        if (hung_up)
-            break;
-    }
-    enum bg_stdin_result rr = BG_STDIN_DONE;
-    if (!w.done) {
-        stdin_withdraw_locked(p, &w);
-        *written = w.taken; /* handed to the job: in the pipe, or will be as the process reads */
-        rr = hung_up ? BG_STDIN_HUNG_UP : BG_STDIN_TIMED_OUT;
-        if (!hung_up)
-            sbxd_fail(err, SBXD_E_CONFLICT, 0,
-                      "stdin write timed out after %llu ms (--stdin-timeout-ms): the process did "
-                      "not read it; %llu of %zu bytes went in, the rest was dropped",
-                      (unsigned long long)timeout_ms, (unsigned long long)w.taken, n);
-    } else {
-        *written = w.written;
-        *open_after = w.open_after;
-        if (w.why) {
-            rr = BG_STDIN_FAILED;
-            if (w.written == 0)
-                sbxd_fail(err, w.fail_kind, 0, "%s", w.why);
-            else if (w.fail_kind == SBXD_E_CONFLICT)
-                sbxd_fail(err, w.fail_kind, 0, "stdin closed after %llu of %zu bytes: %s",
-                          (unsigned long long)w.written, n, w.why);
-            else
-                sbxd_fail(err, w.fail_kind, 0, "%s after %llu of %zu bytes", w.why,
-                          (unsigned long long)w.written, n);
-        }
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (!ref_used)
-        bg_put(p);
-    return rr;
 }
 
 int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)
 {
-    if (ended(p) || !job_signal(p->job, sig))
+    if (bg_ended(p) || !job_signal(p->job, sig))
         return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
     return 0;
 }
@@ -669,7 +388,7 @@ int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *
         return sbxd_fail(err, SBXD_E_CONFLICT, 0,
                          "the process has no terminal (start it with "
                          "\"pty\")");
-    if (ended(p))
+    if (bg_ended(p))
         return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
     if (job_resize(p->job, cols, rows, err) < 0)
         return -1;
@@ -700,7 +419,7 @@ void bg_signal_all(int sig)
     struct bg_proc **v;
     size_t n = bg_list(&v);
     for (size_t i = 0; v && i < n; i++) {
-        if (!ended(v[i]))
+        if (!bg_ended(v[i]))
             job_signal(v[i]->job, sig);
         bg_put(v[i]);
     }

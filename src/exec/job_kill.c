@@ -129,8 +129,7 @@ static void *keeper_main(void *arg)
             continue;
         }
         if (keeper.next) {
-            struct timespec at = {.tv_sec = keeper.next / 1000000000LL,
-                                  .tv_nsec = keeper.next % 1000000000LL};
+            struct timespec at = time_mono_timespec(keeper.next);
             pthread_cond_timedwait(&keeper.cond, &keeper.lock, &at);
         } else {
             pthread_cond_wait(&keeper.cond, &keeper.lock);

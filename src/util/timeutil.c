@@ -54,3 +54,9 @@ struct timespec time_after_ms(clockid_t clock, int64_t ms)
     }
     return ts;
 }
+
+struct timespec time_mono_timespec(int64_t mono_ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(mono_ns / 1000000000LL),
+                             .tv_nsec = (long)(mono_ns % 1000000000LL)};
+}

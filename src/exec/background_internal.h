@@ -1,0 +1,69 @@
+/*
+ * background_internal.h - what background.c (the table, the drivers, output) and
+ * background_stdin.c (stdin writes and the feeder) share; background.h is the API.
+ */
+#ifndef SBXD_BACKGROUND_INTERNAL_H
+#define SBXD_BACKGROUND_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sbxd/background.h"
+#include "sbxd/job.h"
+#include "sbxd/ring.h"
+
+/* One stdin write while its writer waits: on the writer's stack, in the queue until all of it
+ * is handed to the job. Under its process's lock. */
+struct stdin_write {
+    struct stdin_write *next;
+    const uint8_t *data;
+    size_t len;
+    size_t taken;   /* bytes handed to the job so far */
+    size_t written; /* of those, in the pipe */
+    bool eof;
+    bool done;       /* all in; or failed, with why */
+    bool open_after; /* stdin was still open once all was in */
+    enum sbxd_errkind fail_kind;
+    const char *why;
+};
+
+struct bg_proc {
+    struct bg_proc *next; /* the table, oldest first (under tab.lock) */
+    bool listed;          /* in the table (under tab.lock) */
+    unsigned refs;        /* under tab.lock */
+    struct job *job;
+    struct exec_request req;
+    char id[25];
+    pid_t pid;
+    int64_t started_real_ns;
+    /* Under lock: */
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* output arrived, or the end */
+    struct ring ring;
+    bool finished;
+    unsigned pty_cols, pty_rows; /* the terminal's size now */
+    int64_t finished_real_ns, finished_mono_ns;
+    struct job_result res;
+    /* stdin: writes queue here and one thread of the process's own, the feeder, hands them
+     * to the job a chunk at a time. job_stdin_write waits, without end, for the process to
+     * read: only the feeder ever waits there, so a writer can give up (a timeout, its
+     * client gone) and take back what it had not handed over yet. */
+    pthread_cond_t in_cond;        /* the queue moved, stdin closed, or the process ended */
+    struct stdin_write *in_head;   /* oldest first */
+    struct stdin_write *in_flight; /* whose chunk the feeder writes; NULL once its writer left */
+    uint64_t in_pending;           /* bytes queued or being written, not yet in the pipe */
+    bool feeder;                   /* the feeder runs (it holds a reference) */
+    bool in_closed;                /* the feeder found stdin closed: every write fails, why */
+    enum sbxd_errkind in_kind;
+    const char *in_why;
+    uint8_t *in_buf; /* the feeder's chunk (SBXD_STDIN_CHUNK) */
+};
+
+/* Whether p's command has ended (its result is final). */
+bool bg_ended(struct bg_proc *p);
+/* One more reference to p (bg_put gives it back). Takes the table's lock: never call it
+ * under p->lock. */
+void bg_ref(struct bg_proc *p);
+
+#endif
