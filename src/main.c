@@ -167,6 +167,7 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
     while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
+        reaper_reap();
         server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break; /* asked twice: do not wait out the grace period */
@@ -291,6 +292,7 @@ static void run_main_loop(struct server *srv, const sigset_t *set)
     uint64_t trimmed_at = 0;
     for (;;) {
         int sig = wait_signal(set, SBXD_MAIN_TICK_MS);
+        reaper_reap(); /* quiet children nobody waits for any more (reaper.h) */
         server_tick(srv);
         trim_at_rest(srv, &trimmed_at);
         if (time_mono_ns() - swept >= 1000000000LL) {

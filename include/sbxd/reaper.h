@@ -1,12 +1,14 @@
 /*
  * reaper.h - the one place that waits for children.
  *
- * The main thread receives SIGCHLD (blocked in every thread) and calls reaper_reap(), which
- * reaps every exited child with wait4(-1) - jobs' children and any orphan that was handed
- * to sbxd (as PID 1 or a subreaper) - and hands each job's status and rusage to the
- * registered target, waking it through its eventfd. Where the kernel has pidfd, a job polls
- * its process's pidfd and usually reaps it first itself (reaper_try); both take the lock,
- * so whichever comes first delivers the status, once.
+ * Where the kernel has pidfd, a command is cloned with no exit signal (spawn_spec.quiet_exit):
+ * its job polls the process's pidfd and reaps it itself (reaper_try), and the main thread is
+ * not woken at all. Elsewhere (gVisor) the main thread receives SIGCHLD (blocked in every
+ * thread) and calls reaper_reap(), which reaps every exited child with wait4(-1, __WALL) -
+ * jobs' children and any orphan handed to sbxd (as PID 1 or a subreaper) - and hands each
+ * job's status and rusage to the registered target, waking it through its eventfd. The main
+ * thread also calls it on every tick, which collects a quiet child nobody waits for any more
+ * (an abandoned job's). Both take the lock, so whichever comes first delivers, once.
  *
  * A target is registered *before* its child is cloned, with pid 0; the kernel fills the pid
  * (CLONE_PARENT_SETTID) before the child can run, so no exit is ever unmatched.

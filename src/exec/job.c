@@ -326,7 +326,8 @@ static void set_rlimits(struct spawn_spec *spec, const struct exec_request *req,
 }
 
 /* A pidfd for the job's process, opened under the reaper's lock while it is unreaped (so the
- * number is still the job's). Only where the kernel has pidfd (gVisor has not). */
+ * number is still the job's; a zombie's pidfd is readable at once). Should it fail (no fd
+ * left), the main thread's tick still reaps the quiet child and wakes the job. */
 static void open_pidfd(struct reap_target *t, void *arg)
 {
     struct job *job = arg;
@@ -363,7 +364,7 @@ static int spawn(struct job *job, const struct exec_request *req, struct spawn_s
     }
     isolation_recovered(job->iso);
     job_deadline_arm(job, job->start_ns + (int64_t)req->timeout_ms * 1000000);
-    if (job->iso->pidfd)
+    if (spec->quiet_exit)
         reaper_call(&job->rt, open_pidfd, job);
     if (__atomic_load_n(&job->kill_reason, __ATOMIC_ACQUIRE) == JOB_KILL_SPAWN) {
         job->res.status = JOB_FAILED_TO_START;
@@ -465,6 +466,9 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         goto fail;
     }
     set_rlimits(&spec, req, mem, job->cg);
+    /* Where the kernel has pidfd the job waits on its process, not on the main thread's
+     * SIGCHLD (reaper.h). A one-command init reports on its pipe and keeps its signal. */
+    spec.quiet_exit = job->iso->pidfd && !job_init_reports(job);
     if (spawn(job, req, &spec, err) < 0)
         goto fail;
     adopt_io(job, req, &io);

@@ -31,8 +31,8 @@ struct job {
     int out_fd, err_fd, in_fd, cancel_fd;
     /* ev_fd wakes the owner: the reaper writes it when the job's process is reaped, a stdin
      * writer when it queued bytes. pidfd (where the kernel has it) becomes readable when the
-     * process exits, so the owner reaps it at once instead of waiting for the main thread's
-     * SIGCHLD round trip; -1 under gVisor, where ev_fd alone says it. */
+     * process exits: the process was cloned without an exit signal, and the owner reaps it
+     * itself (reaper.h); -1 under gVisor, where the reaper's ev_fd says it. */
     int ev_fd, pidfd;
     /* stdin: bytes queued for the child, written from job_step as it reads. Under in_lock,
      * with ev_fd and in_fd, because an interactive job (a background process) takes more

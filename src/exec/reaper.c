@@ -68,7 +68,7 @@ int reaper_reap(void)
     for (;;) {
         int status;
         struct rusage ru;
-        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        pid_t pid = wait4(-1, &status, WNOHANG | __WALL, &ru);
         if (pid <= 0)
             break; /* 0: children remain, none exited; -1/ECHILD: no children */
         count++;
@@ -90,7 +90,7 @@ bool reaper_try(struct reap_target *t)
     if (!t->reaped && t->pid > 0) {
         int status;
         struct rusage ru;
-        if (wait4(t->pid, &status, WNOHANG, &ru) == t->pid)
+        if (wait4(t->pid, &status, WNOHANG | __WALL, &ru) == t->pid)
             deliver_locked(t, status, &ru);
     }
     bool reaped = t->reaped;

@@ -293,8 +293,9 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
     /* Without CLONE_VM the child runs on its own copy of this stack. CLONE_VFORK either way:
      * we resume once it has exec'd or failed. */
     pid_t pid = clone(spawn_child_main, stack + sizeof(stack),
-                      (share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD, &ctx,
-                      pid_slot);
+                      (share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID |
+                          (spec->quiet_exit ? 0 : SIGCHLD),
+                      &ctx, pid_slot);
     int e = errno;
     if (in_slot)
         spawn_slot_leave(spec, slot_cwd, pid);

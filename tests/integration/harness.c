@@ -305,9 +305,11 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     abort();
 }
 
+static int stop_keep_log(struct daemon *d, int timeout_ms);
+
 bool daemon_stop_clean(struct daemon *d, int timeout_ms)
 {
-    int st = daemon_stop(d, timeout_ms);
+    int st = stop_keep_log(d, timeout_ms);
     bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!clean)
         fprintf(stderr, "sbxd did not stop cleanly (wait status %d)\n", st);
@@ -328,7 +330,8 @@ bool daemon_log_has_sanitizer_report(const struct daemon *d)
     return bad;
 }
 
-int daemon_stop(struct daemon *d, int timeout_ms)
+/* Stop the daemon and remove its workspace; its log stays for the caller to read. */
+static int stop_keep_log(struct daemon *d, int timeout_ms)
 {
     int st = -1;
     if (d->pid > 0)
@@ -349,6 +352,13 @@ int daemon_stop(struct daemon *d, int timeout_ms)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->ws);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", d->ws);
+    return st;
+}
+
+int daemon_stop(struct daemon *d, int timeout_ms)
+{
+    int st = stop_keep_log(d, timeout_ms);
+    remove(d->log);
     return st;
 }
 

@@ -47,7 +47,9 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-static void setup(void)
+static bool with_reaper;
+
+static void setup_common(void)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -69,15 +71,30 @@ static void setup(void)
     rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ck_assert_int_ge(rootfd, 0);
     reaper_stop = 0;
-    ck_assert_int_eq(pthread_create(&reaper_thread, NULL, reaper_main, NULL), 0);
+    if (with_reaper)
+        ck_assert_int_eq(pthread_create(&reaper_thread, NULL, reaper_main, NULL), 0);
     ck_assert_int_eq(job_keeper_start(), 0);
+}
+
+static void setup(void)
+{
+    with_reaper = true;
+    setup_common();
+}
+
+/* No thread reaps on SIGCHLD: where the kernel has pidfd, the job's owner alone must. */
+static void setup_pidfd_only(void)
+{
+    with_reaper = false;
+    setup_common();
 }
 
 static void teardown(void)
 {
     job_keeper_stop();
     reaper_stop = 1;
-    pthread_join(reaper_thread, NULL);
+    if (with_reaper)
+        pthread_join(reaper_thread, NULL);
     close(rootfd);
     rmdir(root);
     harden_free(&plan);
@@ -356,6 +373,28 @@ START_TEST(job_start_refusal_leaves_nothing)
 }
 END_TEST
 
+/* Where the kernel has pidfd a command is cloned without an exit signal and its owner reaps
+ * it on the pidfd's notice: nothing else needs to be woken, nor run, for a job to end. */
+START_TEST(job_ends_on_its_pidfd_without_a_reaper)
+{
+    if (!iso.pidfd) {
+        fprintf(stderr, "job: no pidfd on this kernel: the reaper's notice is the one path\n");
+        return;
+    }
+    for (int i = 0; i < 20; i++) {
+        struct exec_request req;
+        struct job *job = start(i % 2 ? "{\"command\":\"exit 7\"}"
+                                      : "{\"command\":\"exec 1>&- 2>&-; sleep 0.05\"}",
+                                &req, false);
+        drive(job, NULL, 0);
+        ck_assert_int_eq(job_result(job)->status, JOB_EXITED);
+        ck_assert_int_eq(job_result(job)->exit_code, i % 2 ? 7 : 0);
+        job_free(job);
+        exec_request_free(&req);
+    }
+}
+END_TEST
+
 Suite *job_suite(void)
 {
     Suite *s = suite_create("job");
@@ -371,5 +410,10 @@ Suite *job_suite(void)
     tcase_add_test(tc, job_release_leaves_no_fd_and_no_process);
     tcase_add_test(tc, job_start_refusal_leaves_nothing);
     suite_add_tcase(s, tc);
+    TCase *quiet = tcase_create("pidfd");
+    tcase_add_checked_fixture(quiet, setup_pidfd_only, teardown);
+    tcase_set_timeout(quiet, 30);
+    tcase_add_test(quiet, job_ends_on_its_pidfd_without_a_reaper);
+    suite_add_tcase(s, quiet);
     return s;
 }
