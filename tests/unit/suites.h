@@ -2,6 +2,11 @@
 #define SBXD_TEST_SUITES_H
 
 #include <check.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* Running, not a zombie (a zombie waits for whoever reaps it: it runs no more). procs.c */
+bool proc_running(pid_t pid);
 
 Suite *config_suite(void);
 Suite *request_suite(void);

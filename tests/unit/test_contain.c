@@ -53,29 +53,14 @@ static pid_t start_tree(bool setsid_first, bool escape, pid_t out[3])
     return child;
 }
 
-/* Running, not a zombie: a grandchild's zombie waits for whoever it was handed to. */
-static bool alive(pid_t pid)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-}
-
 /* Wait (bounded) until pid is gone; grandchildren are not ours to reap, so poll. */
 static bool gone(pid_t pid)
 {
-    for (int i = 0; i < 200 && alive(pid); i++) {
+    for (int i = 0; i < 200 && proc_running(pid); i++) {
         waitpid(pid, NULL, WNOHANG);
         usleep(5000);
     }
-    return !alive(pid);
+    return !proc_running(pid);
 }
 
 static void handle(struct contain *c, const struct contain_ops *ops, struct isolation *iso)
@@ -97,7 +82,7 @@ START_TEST(pgid_kill_reaches_the_group_not_a_setsid_escapee)
     ck_assert(gone(v[0]));
     ck_assert(gone(v[1]));
     /* The degraded mode, as documented: a process that left the group survives. */
-    ck_assert(alive(v[2]));
+    ck_assert(proc_running(v[2]));
     kill(v[2], SIGKILL);
     ck_assert(gone(v[2]));
 }
@@ -114,7 +99,7 @@ START_TEST(kill_during_spawn_reaches_a_child_not_yet_a_group_leader)
     struct reap_target rt = {.pid = v[0]};
     c.ops->kill(&c, &rt, true, false);
     usleep(20000);
-    ck_assert(alive(v[0]));
+    ck_assert(proc_running(v[0]));
     c.ops->kill(&c, &rt, true, true);
     ck_assert(gone(v[0]));
     kill(v[1], SIGKILL);
@@ -153,7 +138,7 @@ START_TEST(pidns_init_kill_goes_through_the_reaper_when_unlocked)
     rt.reaped = true; /* as the reaper leaves a reaped init: its pid may be another's now */
     c.ops->kill(&c, &rt, false, false);
     usleep(20000);
-    ck_assert(alive(v[0]));
+    ck_assert(proc_running(v[0]));
     rt.reaped = false;
     c.ops->kill(&c, &rt, false, false);
     ck_assert(gone(v[0]));
