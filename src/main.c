@@ -145,14 +145,14 @@ static void trim_at_rest(struct server *srv, uint64_t *trimmed_at)
     *trimmed_at = done;
 }
 
-/* Wait up to ms for a signal in set; reap on SIGCHLD. Returns the signal, 0 on timeout. */
+/* Wait up to ms for a signal in set, then reap: on SIGCHLD, and on every tick for a quiet
+ * child nobody waits for any more (reaper.h). Returns the signal, 0 on timeout. */
 static int wait_signal(const sigset_t *set, int64_t ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
     siginfo_t si;
     int sig = sigtimedwait(set, &si, ms < 0 ? NULL : &ts);
-    if (sig == SIGCHLD)
-        reaper_reap();
+    reaper_reap();
     return sig < 0 ? 0 : sig;
 }
 
@@ -167,7 +167,6 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
     while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
-        reaper_reap();
         server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break; /* asked twice: do not wait out the grace period */
@@ -292,7 +291,6 @@ static void run_main_loop(struct server *srv, const sigset_t *set)
     uint64_t trimmed_at = 0;
     for (;;) {
         int sig = wait_signal(set, SBXD_MAIN_TICK_MS);
-        reaper_reap(); /* quiet children nobody waits for any more (reaper.h) */
         server_tick(srv);
         trim_at_rest(srv, &trimmed_at);
         if (time_mono_ns() - swept >= 1000000000LL) {

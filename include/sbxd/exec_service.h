@@ -40,11 +40,6 @@ struct exec_service {
 void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
                          struct request_policy *pol);
 
-/* What job_start needs besides the request: cancel_fd is a socket whose hang-up cancels the
- * command (-1: none); a background process keeps its stdin open for later writes. */
-struct job_env exec_service_env(const struct exec_service *s, enum metrics_mode mode,
-                                int cancel_fd);
-
 /* A running slot among --max-running for a command whose answer a client waits for. 0, or
  * -1 with SBXD_E_BUSY (counted as the limit's rejection). */
 int exec_service_admit(struct exec_service *s, struct sbxd_err *err);
@@ -53,8 +48,9 @@ void exec_service_leave(struct exec_service *s);
 unsigned exec_service_running(const struct exec_service *s);
 unsigned exec_service_starting(const struct exec_service *s);
 
-/* Start req (mode MX_SYNC or MX_STREAM; cancel_fd as for exec_service_env). NULL with err
- * when it cannot run at all (counted as a start failure). */
+/* Start req (mode MX_SYNC or MX_STREAM): cancel_fd is a socket whose hang-up cancels the
+ * command (-1: none). NULL with err when it cannot run at all (counted as a start
+ * failure). */
 struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
                                const struct exec_request *req, int cancel_fd, struct sbxd_err *err);
 /* Start req as a background process (background.h; req is taken over, also on failure).

@@ -117,9 +117,9 @@ static void finish(struct job *job)
         }
     }
     r->timed_out = r->status == JOB_TIMEOUT;
-    /* Nothing of the command runs any more (the kill above): everything is let go. */
+    /* Nothing of the command runs any more (the kill above): everything is let go, and the
+     * job is finished (job_release marks it). */
     job_release(job, true);
-    job->finished = true;
 }
 
 /* Read one chunk from *fd into buf: > 0 bytes, or 0 when the pipe is done (closed). */

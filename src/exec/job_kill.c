@@ -163,7 +163,9 @@ int job_keeper_start(void)
         errno = rc;
         return -1;
     }
-    keeper.started = true;
+    pthread_mutex_lock(&keeper.lock);
+    keeper.started = true; /* read under the lock by job_deadline_arm */
+    pthread_mutex_unlock(&keeper.lock);
     return 0;
 }
 
@@ -173,11 +175,11 @@ void job_keeper_stop(void)
         return;
     pthread_mutex_lock(&keeper.lock);
     keeper.stop = true;
+    keeper.started = false; /* no arm signals the condition variable from here on */
     pthread_cond_signal(&keeper.cond);
     pthread_mutex_unlock(&keeper.lock);
     pthread_join(keeper.thread, NULL);
     pthread_cond_destroy(&keeper.cond);
-    keeper.started = false;
 }
 
 void job_deadline_arm(struct job *job, int64_t at_ns)

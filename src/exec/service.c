@@ -24,7 +24,10 @@ void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
     };
 }
 
-struct job_env exec_service_env(const struct exec_service *s, enum metrics_mode mode, int cancel_fd)
+/* What job_start needs besides the request; a background process keeps its stdin open for
+ * later writes. */
+static struct job_env exec_service_env(const struct exec_service *s, enum metrics_mode mode,
+                                       int cancel_fd)
 {
     return (struct job_env){.rootfd = s->rootfd,
                             .cancel_fd = cancel_fd,
