@@ -8,6 +8,13 @@
  * children that a pids and a memory limit really bite (under gVisor they are accounting
  * only). Nothing is ever created outside sbxd's own cgroup.
  *
+ * Adoption: when sbxd was started by a wrapper that stays in the same cgroup (tini,
+ * dumb-init, `docker run --init`, `sh -c 'sbxd ...; ...'`), the kernel refuses to enable the
+ * controllers (EBUSY) while those processes are there. cg_probe() then moves every process
+ * that cgroup.procs of sbxd's own cgroup lists into the "sbxd" leaf, next to the daemon, and
+ * enables the controllers as if sbxd had been alone; r->adopted counts them. A process of
+ * any other cgroup is never moved.
+ *
  * Per command: cg_leaf_create() makes "job-<id>" with its limits; the child moves itself in
  * before exec (spawn.h); cg_leaf_kill() kills everything in it (cgroup.kill: setsid and
  * double-fork escapees included); cg_leaf_stats() reads peak memory, OOM kills and CPU;
@@ -30,6 +37,7 @@ struct cg_root {
     bool memory_enforced;   /* the self-test saw a memory limit kill */
     bool pids_enforced;     /* the self-test saw a pids limit refuse a fork */
     bool has_kill;          /* cgroup.kill (Linux 5.14) */
+    unsigned adopted;       /* processes of sbxd's cgroup moved into its leaf (0: it was alone) */
     char why[256];          /* when not available: why */
 };
 

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,16 @@
 #define CG_MOUNT       "/sys/fs/cgroup"
 #define CG_DAEMON_LEAF "sbxd"
 #define CG_JOB_PREFIX  "job-"
+/* Passes of adoption (move what cgroup.procs lists, try the controllers again) before giving
+ * up on a cgroup whose processes keep forking new ones into it. */
+#define CG_ADOPT_ROUNDS 10
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 /* Write a short value to a cgroup file; 0 or -1 with errno. */
 static int cg_write(int dirfd, const char *file, const char *val)
@@ -156,6 +167,180 @@ static int try_allocate(void)
     return 1; /* still alive: the limit did not bite */
 }
 
+/* The cgroup v2 path of a process ("self" or a pid) as /proc/PID/cgroup states it, relative
+ * to our cgroup namespace's root ("/" for the root). 0; -1 (errno) when it cannot be read; -2
+ * when it has no cgroup v2 entry. */
+static int proc_cgroup(const char *pid, char *out, size_t len)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%s/cgroup", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0) {
+        errno = n < 0 ? e : 0;
+        return -1;
+    }
+    buf[n] = '\0';
+    char *line = strstr(buf, "0::");
+    if (!line || (line != buf && line[-1] != '\n'))
+        return -2;
+    line += 3;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(out, len, "%s", line);
+    return 0;
+}
+
+/* Enable memory, pids and cpu for the leaves, those the cgroup offers. -1 with errno EBUSY
+ * when the kernel refused because the cgroup itself holds processes (cgroup v2's "no
+ * internal processes" rule; the root cgroup is exempt), else 0 with the flags set. */
+static int enable_controllers(struct cg_root *r, const char *ctrl)
+{
+    static const char *const names[] = {"memory", "pids", "cpu"};
+    bool *flags[] = {&r->memory, &r->pids, &r->cpu};
+    bool busy = false;
+    for (int i = 0; i < 3; i++) {
+        char en[16];
+        snprintf(en, sizeof(en), "+%s", names[i]);
+        *flags[i] = false;
+        if (!has_word(ctrl, names[i]))
+            continue;
+        *flags[i] = cg_write(r->basefd, "cgroup.subtree_control", en) == 0;
+        if (!*flags[i] && errno == EBUSY)
+            busy = true;
+    }
+    errno = busy ? EBUSY : 0;
+    return busy ? -1 : 0;
+}
+
+struct adoption {
+    unsigned moved;
+    unsigned unseen; /* listed as pid 0: outside our PID namespace, cannot be named */
+    char pids[512];  /* "PID(comm) ..." for the log */
+};
+
+/* Move pid, if it is still a process of sbxd's own cgroup (rel), into the daemon's leaf
+ * (leaffd). 0 (moved, or not ours to move, or gone); -1 with r->why set. */
+static int adopt_one(struct cg_root *r, int leaffd, const char *rel, pid_t pid, struct adoption *a)
+{
+    char spid[24], comm[32] = "?", where[PATH_MAX];
+    snprintf(spid, sizeof(spid), "%d", (int)pid);
+    /* A pidfd before the check: if the process is still alive after the move, the number
+     * written was its own, not one reused by a process elsewhere (a live process keeps its
+     * pid). Without pidfd (before 5.3) the check alone narrows that window to microseconds. */
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0 && errno == ESRCH)
+        return 0; /* it has exited */
+    /* Never a process of another cgroup: one moved away meanwhile, or a reused pid, is not
+     * ours. Taking it would put it under sbxd's limits and within reach of sbxd's commands'
+     * cgroup, beyond the subtree that was delegated to sbxd. */
+    int rc = proc_cgroup(spid, where, sizeof(where));
+    if (rc < 0 || strcmp(where, rel) != 0) {
+        if (pidfd >= 0)
+            close(pidfd);
+        return 0;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, comm, sizeof(comm) - 1);
+        comm[n > 0 ? n : 0] = '\0';
+        comm[strcspn(comm, "\n")] = '\0';
+        close(fd);
+    }
+    rc = cg_write(leaffd, "cgroup.procs", spid);
+    int e = errno;
+    bool alive = pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+    if (pidfd >= 0)
+        close(pidfd);
+    if (rc < 0) {
+        if (e == ESRCH)
+            return 0; /* it exited between the list and the move */
+        snprintf(r->why, sizeof(r->why),
+                 "cannot move process %d (%s) of sbxd's cgroup into its leaf: %s", (int)pid, comm,
+                 strerror(e));
+        return -1;
+    }
+    if (!alive)
+        LOG_EVENT("warn", "cgroup",
+                  LOG_S("action", "adopted process ended while moved (pid reused?)"),
+                  LOG_I("pid", pid));
+    a->moved++;
+    size_t used = strlen(a->pids);
+    if (used + 48 < sizeof(a->pids))
+        snprintf(a->pids + used, sizeof(a->pids) - used, "%s%d(%s)", used ? " " : "", (int)pid,
+                 comm);
+    else if (used + 4 < sizeof(a->pids) && strcmp(a->pids + used - 3, "...") != 0)
+        snprintf(a->pids + used, sizeof(a->pids) - used, " ...");
+    return 0;
+}
+
+/* One pass over cgroup.procs of sbxd's cgroup: every process listed moves into the daemon's
+ * leaf. 0; -1 with r->why set. */
+static int adopt_round(struct cg_root *r, int leaffd, const char *rel, struct adoption *a)
+{
+    char buf[16384];
+    ssize_t n = cg_read(r->basefd, "cgroup.procs", buf, sizeof(buf));
+    if (n < 0) {
+        unavailable(r, "cannot read cgroup.procs of sbxd's cgroup", errno);
+        return -1;
+    }
+    /* A full buffer may end in half a pid: leave that line to the next round. */
+    if ((size_t)n == sizeof(buf) - 1) {
+        char *nl = strrchr(buf, '\n');
+        *(nl ? nl + 1 : buf) = '\0';
+    }
+    a->unseen = 0;
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        while (*end == '\n')
+            end++;
+        if (pid == 0)
+            a->unseen++;
+        else if (pid > 0 && pid != getpid() && adopt_one(r, leaffd, rel, (pid_t)pid, a) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Enable the controllers for the leaves. A wrapper that started sbxd and stays in its cgroup
+ * (tini, dumb-init, a shell) makes the kernel refuse them: then every process of that cgroup
+ * is adopted into the daemon's leaf and the controllers are tried again, until they are
+ * enabled or CG_ADOPT_ROUNDS passes have not outrun the wrapper's forks. Only a refusal
+ * triggers adoption: sbxd alone is never disturbed, and in the root cgroup (exempt from the
+ * rule) the system's processes are never taken. 0; -1 with r->why set. */
+static int claim_controllers(struct cg_root *r, const char *ctrl, int leaffd, const char *rel)
+{
+    struct adoption a = {0};
+    int round = 0;
+    for (;; round++) {
+        if (enable_controllers(r, ctrl) == 0 || errno != EBUSY)
+            break; /* enabled, or refused for another reason: the caller decides */
+        if (round == CG_ADOPT_ROUNDS) {
+            snprintf(r->why, sizeof(r->why),
+                     "sbxd's cgroup still holds other processes after %d rounds of moving them "
+                     "into its leaf%s",
+                     CG_ADOPT_ROUNDS, a.unseen ? " (some are outside sbxd's PID namespace)" : "");
+            return -1;
+        }
+        if (adopt_round(r, leaffd, rel, &a) < 0)
+            return -1;
+        if (round > 0)
+            usleep(1000u << (round < 6 ? round : 6)); /* let a forking wrapper settle */
+    }
+    r->adopted = a.moved;
+    if (a.moved)
+        LOG_EVENT("info", "cgroup", LOG_S("action", "adopted the processes of sbxd's cgroup"),
+                  LOG_I("count", a.moved), LOG_S("pids", a.pids), LOG_I("rounds", round),
+                  LOG_S("leaf", CG_DAEMON_LEAF));
+    return 0;
+}
+
 void cg_probe(struct cg_root *r)
 {
     memset(r, 0, sizeof(*r));
@@ -165,28 +350,22 @@ void cg_probe(struct cg_root *r)
         unavailable(r, "no cgroup2 mounted at " CG_MOUNT, 0);
         return;
     }
-    char buf[4096];
-    int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0) {
-        unavailable(r, "cannot read /proc/self/cgroup", errno);
+    char line[PATH_MAX];
+    int rc = proc_cgroup("self", line, sizeof(line));
+    if (rc < 0) {
+        unavailable(r,
+                    rc == -1 ? "cannot read /proc/self/cgroup"
+                             : "no cgroup v2 entry in /proc/self/cgroup",
+                    rc == -1 ? errno : 0);
         return;
     }
-    buf[n] = '\0';
-    char *line = strstr(buf, "0::");
-    if (!line || (line != buf && line[-1] != '\n')) {
-        unavailable(r, "no cgroup v2 entry in /proc/self/cgroup", 0);
-        return;
-    }
-    line += 3;
-    line[strcspn(line, "\n")] = '\0';
     /* Already in our own leaf (a restart in the same cgroup): its parent is the base. */
     size_t ll = strlen(line);
     if (ll >= strlen("/" CG_DAEMON_LEAF) &&
         strcmp(line + ll - strlen("/" CG_DAEMON_LEAF), "/" CG_DAEMON_LEAF) == 0)
         line[ll - strlen("/" CG_DAEMON_LEAF)] = '\0';
+    /* sbxd's cgroup as /proc/PID/cgroup names it: a process that says so is one to adopt. */
+    const char *rel = line[0] ? line : "/";
     if (strlen(CG_MOUNT) + strlen(line) >= sizeof(r->base)) {
         unavailable(r, "sbxd's cgroup path is too long", 0);
         return;
@@ -204,7 +383,7 @@ void cg_probe(struct cg_root *r)
         goto fail;
     }
     /* The daemon moves into a leaf of its own first: controllers can be enabled for
-     * children only in a cgroup that holds no processes. */
+     * children only in a cgroup that holds no processes (any others are adopted below). */
     if (mkdirat(r->basefd, CG_DAEMON_LEAF, 0755) < 0 && errno != EEXIST) {
         unavailable(r, "cgroup not writable (not delegated)", errno);
         goto fail;
@@ -219,20 +398,15 @@ void cg_probe(struct cg_root *r)
         goto fail;
     }
     r->has_kill = faccessat(dfd, "cgroup.kill", F_OK, 0) == 0;
-    close(dfd);
     remove_stale(r);
-    static const char *const names[] = {"memory", "pids", "cpu"};
-    bool *flags[] = {&r->memory, &r->pids, &r->cpu};
-    for (int i = 0; i < 3; i++) {
-        char en[16];
-        snprintf(en, sizeof(en), "+%s", names[i]);
-        *flags[i] =
-            has_word(ctrl, names[i]) && cg_write(r->basefd, "cgroup.subtree_control", en) == 0;
-    }
+    rc = claim_controllers(r, ctrl, dfd, rel);
+    close(dfd);
+    if (rc < 0)
+        goto fail;
     if (!r->memory && !r->pids) {
         unavailable(r,
-                    "neither the memory nor the pids controller can be enabled (other "
-                    "processes in sbxd's cgroup?)",
+                    "neither the memory nor the pids controller can be enabled (are they in "
+                    "sbxd's cgroup.controllers?)",
                     0);
         goto fail;
     }

@@ -28,6 +28,12 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     if (cg) {
         jw_key(w, "cgroup_base");
         jw_str(w, cg->base);
+        /* How sbxd got its cgroup: alone in it, or by adopting the processes that shared it
+         * (a wrapper such as tini or a shell) into its own leaf. */
+        jw_key(w, "cgroup_how");
+        jw_str(w, cg->adopted ? "adopted" : "alone");
+        jw_key(w, "cgroup_adopted");
+        jw_uint(w, cg->adopted);
     }
     jw_key(w, "memory");
     jw_str(w, m.memory);

@@ -477,6 +477,7 @@ static Suite *vm_suite(void)
 }
 
 Suite *cgroup_suite(void);
+Suite *adopt_suite(void);
 
 /* In a container sbxd is the pod cgroup's only process. Here the runner (and every test it
  * forks) moves into a "runner" leaf, and the harness starts each sbxd in the "sbxd" leaf
@@ -502,6 +503,7 @@ int main(void)
     daemon_start(&g_sbxd, NULL, NULL);
     SRunner *sr = srunner_create(vm_suite());
     srunner_add_suite(sr, cgroup_suite());
+    srunner_add_suite(sr, adopt_suite());
     srunner_run_all(sr, CK_VERBOSE);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
