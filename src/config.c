@@ -124,12 +124,15 @@ static const struct opt opts[] = {
      "both. Empty: no token is required."},
     {"max-connections", "N", "SBXD_MAX_CONNECTIONS", NULL, 0, "256", OPT_UINT, OFF(max_connections),
      1, 65536,
-     "Open connections at once. Requests on connections beyond it get 503 and are closed; "
-     "the health checks are still answered. A kept-alive connection holds about 260 KiB."},
+     "Open connections at once. Beyond it, the connection that has waited longest for a "
+     "request is closed to make room; when every one is busy, requests get 503 and are "
+     "closed (the health checks are still answered), and past 64 more, connections are "
+     "closed at accept."},
     {"max-client-connections", "N", "SBXD_MAX_CLIENT_CONNECTIONS", NULL, 0, "128", OPT_UINT,
      OFF(max_client_connections), 1, 65536,
-     "Open connections from one client address at once; beyond it, 429 and closed. Behind a "
-     "proxy every request shares the proxy's address."},
+     "Open connections from one client address at once. Beyond it, that address's connection "
+     "that has waited longest for a request is closed to make room; when every one is busy, "
+     "429 and closed. Behind a proxy every request shares the proxy's address."},
     {"idle-timeout-ms", "MS", "SBXD_IDLE_TIMEOUT_MS", NULL, 0, "60000", OPT_UINT,
      OFF(idle_timeout_ms), 1000, 3600000,
      "A connection that sends nothing for this long while sbxd waits for it is closed "

@@ -5,7 +5,7 @@ SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian packages the build, the tests and the benchmark need.
 SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
-    libcap-ng-dev check libcurl4-openssl-dev clang-format)
+    libcap-ng-dev check libcurl4-openssl-dev clang-format patch)
 # What tools/test needs on top: the conformance tier (tests/conformance) is Python with
 # Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them);
 # the fuzz tier (tests/fuzz) is clang with its libFuzzer runtime; the soak tier (tools/soak)

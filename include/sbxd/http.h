@@ -20,6 +20,8 @@
 #include "sbxd/exec_service.h"
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
+#include "sbxd/limits.h"
+#include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
 
@@ -43,7 +45,17 @@ struct server {
     struct conn *conns;
     unsigned conns_open;
     int64_t guard_tick_ns;
+    uint64_t conns_evicted; /* atomic: shut down to make room for a new one */
+    uint64_t conns_shed;    /* atomic: closed at accept, over the caps */
+    struct front *front;    /* accept.c: the listening socket and its thread */
 };
+
+/* Sockets libmicrohttpd may hold at once: every connection sbxd admits, with room for those
+ * ending. */
+static inline unsigned server_conn_hard_limit(const struct sbxd_config *cfg)
+{
+    return (unsigned)(cfg->max_connections + SBXD_CONN_SPARE + SBXD_CONN_DYING);
+}
 
 /* One request's state, kept by MHD between calls of the access handler. */
 struct req_ctx {
@@ -56,6 +68,7 @@ struct req_ctx {
     char *body;
     size_t body_len, body_cap;
     bool replied;     /* a response is queued already (an early error) */
+    bool body_in;     /* the whole request is in (the access handler's last call) */
     bool too_large;   /* the body passed --max-body-bytes: the rest is dropped */
     size_t discarded; /* bytes dropped so far */
     char client[64];
@@ -123,10 +136,27 @@ size_t http_stream_out(const struct jsonw *w, size_t *off, char *out, size_t max
 /* Whether the request being answered on this thread is a HEAD. */
 bool http_is_head(void);
 
+/* accept.c: the listening socket (front_open, which sets srv->port), the thread accepting on
+ * it (front_start; connections go to libmicrohttpd once guard_admit lets them in), lingering
+ * close. front_stop ends the thread and closes the listening socket; front_free the rest. */
+int front_open(struct server *srv, struct sbxd_err *err);
+int front_start(struct server *srv, struct sbxd_err *err);
+void front_stop(struct server *srv);
+void front_free(struct server *srv);
+/* Read and drop what still comes on fd (a duplicate, closed by this) for a bounded time. */
+void front_linger(struct server *srv, int fd);
+
 /* guard.c: connection caps, request deadlines, head size and the bearer token. */
 enum guard_verdict { GUARD_PASS, GUARD_STOP };
 void guard_init(struct server *srv);
 void guard_destroy(struct server *srv);
+/* A connection just accepted on fd: LIM_N, and it has an entry (making room if the caps are
+ * reached), or the cap it is over, and it is to be closed at once. */
+enum metrics_limit guard_admit(struct server *srv, int fd, const struct sockaddr *sa);
+/* libmicrohttpd did not take fd (it closed it): drop its entry. */
+void guard_forget(struct server *srv, int fd);
+/* The request was answered before it was all in: linger when the connection closes. */
+void guard_answered_early(struct req_ctx *rc);
 void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                   enum MHD_ConnectionNotificationCode code);
 /* The checks on a request's head, before any route sees it. GUARD_STOP: *ret is the answer

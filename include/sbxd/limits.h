@@ -86,14 +86,28 @@
 
 /* libmicrohttpd's memory per connection: headers and the read buffer a body arrives
  * through. 32 KiB (its default) caps an upload at ~200 MB/s in 16 KiB reads; 256 KiB
- * reaches ~1.1 GB/s on loopback, and is touched only by connections that carry bodies. */
+ * reaches ~1.1 GB/s on loopback, and is touched only by connections that carry bodies
+ * (tools/mhd-patches: between requests a kept-alive connection gives its pages back). */
 #define SBXD_CONN_MEMORY (256 * 1024)
 
-/* Stack of each connection thread. */
-/* Connections accepted past --max-connections, to be answered 503 (or served, for a health
- * check) rather than dropped unanswered; libmicrohttpd closes any beyond at once. */
+/* Connections accepted past --max-connections when none waiting for a request can make
+ * room, to be answered 503 (or served, for a health check) rather than dropped unanswered;
+ * beyond them a connection is closed at accept (accept.c). */
 #define SBXD_CONN_SPARE 64
+/* Connections shut down (to make room, or cut off) whose threads have not ended yet: room
+ * for them in libmicrohttpd's count, so that it never refuses one sbxd admitted. */
+#define SBXD_CONN_DYING 1024
 
+/* The listening socket's queue of connections not yet accepted. */
+#define SBXD_LISTEN_BACKLOG 512
+/* Lingering close (accept.c): sockets read and dropped from at once, and for how long. */
+#define SBXD_LINGER_MAX  256
+#define SBXD_LINGER_MS   2000
+#define SBXD_LINGER_READ (64 * 1024)
+/* Stack of the accepting thread. */
+#define SBXD_FRONT_STACK (64 * 1024)
+
+/* Stack of each connection thread. */
 /* libmicrohttpd warnings logged per second at most (the rest are counted). */
 #define SBXD_HTTP_LOG_BURST 20
 

@@ -3,9 +3,17 @@
  * per client address), the deadline for a request to arrive, the size of a request's head,
  * and the bearer token.
  *
- * Every open connection has an entry here from libmicrohttpd's "started" notice to its
- * "closed" one; the entry is removed before libmicrohttpd closes the socket, so the watchdog,
- * which holds the same lock, never touches a descriptor that could have been reused. While
+ * Every open connection has an entry here from its accept (accept.c asks guard_admit) to
+ * libmicrohttpd's "closed" notice; the entry is removed before libmicrohttpd closes the
+ * socket, so the watchdog, which holds the same lock, never touches a descriptor that could
+ * have been reused. Until libmicrohttpd's "started" notice claims it, an entry is "unclaimed":
+ * nothing is ever done to its descriptor (libmicrohttpd may have closed it on a failure it
+ * does not report), and one left unclaimed is dropped.
+ *
+ * At a cap, a new connection takes the place of the one that has waited longest for a request
+ * (from the same address at the per-address cap, from any at the total one): that one is shut
+ * down, and the new one (a health probe, say) is served. Only when every connection is busy
+ * is the new one refused, with an answer, or beyond SBXD_CONN_SPARE closed at accept. While
  * sbxd waits for a request (its head, or a JSON body) the connection has a deadline; a client
  * that trickles bytes to hold it open (slowloris) is answered 408 by the watchdog and its
  * socket shut down, which ends libmicrohttpd's read on it. No response can be on its way then:
@@ -13,6 +21,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +37,8 @@
  * refusal; one that sends nothing is refused by the watchdog when it runs out. */
 #define REJECT_GRACE_NS 1000000000LL
 #define TICK_NS         100000000LL
+/* An entry libmicrohttpd has not claimed within this was closed by it unannounced. */
+#define UNCLAIMED_NS 2000000000LL
 
 struct conn {
     struct conn *prev, *next;
@@ -35,14 +46,28 @@ struct conn {
     int family;
     unsigned char addr[16];
     int64_t deadline_ns;
+    int64_t since_ns;          /* accepted, or waiting again for a request since */
+    bool claimed;              /* libmicrohttpd's "started" notice came: fd is its socket */
     bool waiting;              /* sbxd waits for a request: the deadline applies */
-    bool killed;               /* the watchdog answered and shut it down */
+    bool killed;               /* shut down: by the watchdog, or to make room */
+    bool linger;               /* answered before the request was all in: linger at close */
     enum metrics_limit reject; /* LIM_N: within the caps */
 };
 
 void guard_init(struct server *srv)
 {
     pthread_mutex_init(&srv->guard_lock, NULL);
+}
+
+static void unlink_conn(struct server *srv, struct conn *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        srv->conns = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    srv->conns_open--;
 }
 
 void guard_destroy(struct server *srv)
@@ -57,17 +82,15 @@ void guard_destroy(struct server *srv)
     pthread_mutex_destroy(&srv->guard_lock);
 }
 
-static void client_addr(struct MHD_Connection *c, struct conn *k)
+static void client_addr(const struct sockaddr *sa, struct conn *k)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr)
+    if (!sa)
         return;
-    k->family = ci->client_addr->sa_family;
+    k->family = sa->sa_family;
     if (k->family == AF_INET)
-        memcpy(k->addr, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, 4);
+        memcpy(k->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
     else if (k->family == AF_INET6)
-        memcpy(k->addr, &((const struct sockaddr_in6 *)ci->client_addr)->sin6_addr, 16);
+        memcpy(k->addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 }
 
 static bool same_client(const struct conn *a, const struct conn *b)
@@ -80,6 +103,96 @@ static int64_t wait_ns(const struct server *srv)
     return (int64_t)srv->cfg->request_timeout_ms * 1000000;
 }
 
+/* Make room by shutting down the connection that has waited longest for a request, of the
+ * client of `like` (or of any client, when like is NULL). Lock held. */
+static bool evict_oldest(struct server *srv, const struct conn *like)
+{
+    struct conn *victim = NULL;
+    for (struct conn *o = srv->conns; o; o = o->next)
+        if (o->claimed && o->waiting && !o->killed && (!like || same_client(o, like)) &&
+            (!victim || o->since_ns < victim->since_ns))
+            victim = o;
+    if (!victim)
+        return false;
+    victim->killed = true; /* no answer: it asked nothing; the close is its answer */
+    shutdown(victim->fd, SHUT_RDWR);
+    __atomic_add_fetch(&srv->conns_evicted, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
+enum metrics_limit guard_admit(struct server *srv, int fd, const struct sockaddr *sa)
+{
+    struct conn *k = calloc(1, sizeof(*k));
+    if (!k)
+        return LIM_MAX_CONNECTIONS;
+    k->fd = fd;
+    client_addr(sa, k);
+    k->waiting = true;
+    k->reject = LIM_N;
+    int64_t now = time_mono_ns();
+    k->since_ns = now;
+    pthread_mutex_lock(&srv->guard_lock);
+    unsigned live = 0, same = 0, total = 0;
+    for (struct conn *o = srv->conns, *next; o; o = next) {
+        next = o->next;
+        if (!o->claimed && (o->fd == fd || now - o->since_ns > UNCLAIMED_NS)) {
+            /* Closed by libmicrohttpd before it ever announced it: fd is free again. */
+            unlink_conn(srv, o);
+            free(o);
+            continue;
+        }
+        total++;
+        if (!o->killed) {
+            live++;
+            same += same_client(o, k);
+        }
+    }
+    const struct sbxd_config *cfg = srv->cfg;
+    enum metrics_limit shed = LIM_N;
+    if (same >= cfg->max_client_connections) {
+        if (evict_oldest(srv, k))
+            live--;
+        else
+            k->reject = LIM_CLIENT_CONNECTIONS;
+    }
+    if (k->reject == LIM_N && live >= cfg->max_connections) {
+        if (evict_oldest(srv, NULL))
+            live--;
+        else
+            k->reject = LIM_MAX_CONNECTIONS;
+    }
+    /* Beyond the spare ones (which get an answer, and health checks are served), or with
+     * as many sockets open as libmicrohttpd is told to take: closed at once. */
+    if ((k->reject != LIM_N && live >= cfg->max_connections + SBXD_CONN_SPARE) ||
+        total >= server_conn_hard_limit(cfg))
+        shed = k->reject != LIM_N ? k->reject : LIM_MAX_CONNECTIONS;
+    if (shed != LIM_N) {
+        pthread_mutex_unlock(&srv->guard_lock);
+        free(k);
+        return shed;
+    }
+    k->deadline_ns = now + (k->reject == LIM_N ? wait_ns(srv) : REJECT_GRACE_NS);
+    k->next = srv->conns;
+    if (k->next)
+        k->next->prev = k;
+    srv->conns = k;
+    srv->conns_open++;
+    pthread_mutex_unlock(&srv->guard_lock);
+    return LIM_N;
+}
+
+void guard_forget(struct server *srv, int fd)
+{
+    pthread_mutex_lock(&srv->guard_lock);
+    for (struct conn *o = srv->conns; o; o = o->next)
+        if (!o->claimed && o->fd == fd) {
+            unlink_conn(srv, o);
+            free(o);
+            break;
+        }
+    pthread_mutex_unlock(&srv->guard_lock);
+}
+
 void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                   enum MHD_ConnectionNotificationCode code)
 {
@@ -89,43 +202,34 @@ void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         if (!k)
             return;
         pthread_mutex_lock(&srv->guard_lock);
-        if (k->prev)
-            k->prev->next = k->next;
-        else
-            srv->conns = k->next;
-        if (k->next)
-            k->next->prev = k->prev;
-        srv->conns_open--;
+        unlink_conn(srv, k);
+        /* Answered before its request was all in (or closed by libmicrohttpd mid-request, as
+         * when a head outgrows its buffer): the client may still be sending, and a close
+         * with its bytes unread would reset the connection under the answer. */
+        bool linger = !k->killed && (k->linger || k->waiting);
         pthread_mutex_unlock(&srv->guard_lock);
+        if (linger && k->fd >= 0) {
+            int d = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
+            if (d >= 0)
+                front_linger(srv, d);
+        }
         free(k);
         *socket_context = NULL;
         return;
     }
-    struct conn *k = calloc(1, sizeof(*k));
-    if (!k)
-        return; /* untracked: it has the idle timeout only */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    k->fd = ci ? ci->connect_fd : -1;
-    client_addr(c, k);
-    k->waiting = true;
-    k->reject = LIM_N;
+    int fd = ci ? ci->connect_fd : -1;
+    struct conn *k = NULL;
     pthread_mutex_lock(&srv->guard_lock);
-    unsigned same = 1;
     for (struct conn *o = srv->conns; o; o = o->next)
-        same += same_client(o, k);
-    srv->conns_open++;
-    if (srv->conns_open > srv->cfg->max_connections)
-        k->reject = LIM_MAX_CONNECTIONS;
-    else if (same > srv->cfg->max_client_connections)
-        k->reject = LIM_CLIENT_CONNECTIONS;
-    k->deadline_ns = time_mono_ns() + (k->reject == LIM_N ? wait_ns(srv) : REJECT_GRACE_NS);
-    k->next = srv->conns;
-    if (k->next)
-        k->next->prev = k;
-    srv->conns = k;
+        if (!o->claimed && o->fd == fd) {
+            k = o;
+            k->claimed = true;
+            break;
+        }
     pthread_mutex_unlock(&srv->guard_lock);
-    *socket_context = k;
+    *socket_context = k; /* NULL (never: accept.c admits every socket): idle timeout only */
 }
 
 static struct conn *conn_of(struct MHD_Connection *c)
@@ -208,7 +312,7 @@ void server_tick(struct server *srv)
     unsigned cut = 0;
     pthread_mutex_lock(&srv->guard_lock);
     for (struct conn *k = srv->conns; k; k = k->next)
-        if (k->waiting && !k->killed && k->deadline_ns && now > k->deadline_ns) {
+        if (k->claimed && k->waiting && !k->killed && k->deadline_ns && now > k->deadline_ns) {
             answer_and_shut(srv, k);
             cut++;
         }
@@ -250,6 +354,7 @@ enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, stru
         pthread_mutex_lock(&srv->guard_lock);
         bool killed = k->killed;
         reject = k->reject;
+        k->linger = false; /* a new request: whether it is answered early is yet to come */
         pthread_mutex_unlock(&srv->guard_lock);
         if (killed) {
             *ret = MHD_NO; /* answered by the watchdog already */
@@ -292,6 +397,16 @@ enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, stru
     return GUARD_PASS;
 }
 
+void guard_answered_early(struct req_ctx *rc)
+{
+    struct conn *k = rc->conn;
+    if (!k)
+        return;
+    pthread_mutex_lock(&rc->srv->guard_lock);
+    k->linger = true;
+    pthread_mutex_unlock(&rc->srv->guard_lock);
+}
+
 void guard_wait_over(struct req_ctx *rc)
 {
     struct conn *k = rc->conn;
@@ -309,6 +424,7 @@ void guard_request_done(struct server *srv, struct req_ctx *rc)
         return;
     pthread_mutex_lock(&srv->guard_lock);
     k->waiting = true;
+    k->since_ns = time_mono_ns();
     /* Kept alive: the next request may come after up to the idle timeout, and then has the
      * request timeout to arrive whole. */
     k->deadline_ns =

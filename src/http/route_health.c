@@ -283,6 +283,16 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_line(&w, "sbxd_connections_open", NULL, server_connections(srv));
     metrics_head(&w, "sbxd_connections_max", "gauge", "--max-connections.");
     metrics_line(&w, "sbxd_connections_max", NULL, (double)srv->cfg->max_connections);
+    metrics_head(&w, "sbxd_connections_evicted_total", "counter",
+                 "Connections waiting for a request shut down to make room for a new one, at "
+                 "--max-connections or --max-client-connections.");
+    metrics_line(&w, "sbxd_connections_evicted_total", NULL,
+                 (double)__atomic_load_n(&srv->conns_evicted, __ATOMIC_RELAXED));
+    metrics_head(&w, "sbxd_connections_shed_total", "counter",
+                 "Connections closed at accept: over the caps with none to make room, or with "
+                 "sbxd out of descriptors.");
+    metrics_line(&w, "sbxd_connections_shed_total", NULL,
+                 (double)__atomic_load_n(&srv->conns_shed, __ATOMIC_RELAXED));
     process_metrics(&w);
     server_render_route_metrics(&w);
     size_t len;

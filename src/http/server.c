@@ -77,6 +77,8 @@ enum MHD_Result http_queue(struct MHD_Connection *c, unsigned status, struct MHD
         if (strcmp(rc->method, "HEAD") != 0)
             rc->bytes_out += body_len;
         guard_wait_over(rc);
+        if (!rc->body_in)
+            guard_answered_early(rc);
         if (status == MHD_HTTP_CONTENT_TOO_LARGE)
             metrics_limit(LIM_BODY_BYTES);
     }
@@ -421,44 +423,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
-/*
- * libmicrohttpd (0.9.75) with a thread per connection polls its listening socket whatever
- * its own "at the limit" flag says: an accept() that fails for want of descriptors (EMFILE,
- * ENFILE) or memory is retried at once, forever, and each failure is logged twice. Measured
- * (tests/integration/test_faults.c): a whole CPU and ~450 000 log lines a second for as
- * long as sbxd is out of descriptors. This logger is the one hook on that path: after such
- * a failure it holds the listening thread ACCEPT_BACKOFF_MS (accept() cannot succeed
- * meanwhile anyway; new connections wait in the listen queue), and accept errors are
- * logged at most once a second, with how many were not.
- */
-#define ACCEPT_BACKOFF_MS 20
-
+/* libmicrohttpd's warnings come from connection threads, mostly clients gone mid-request: a
+ * flood of bad connections must not become a flood of log lines. At most
+ * SBXD_HTTP_LOG_BURST a second, then one line with how many were left out. */
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     msg[strcspn(msg, "\n")] = '\0';
-    bool out_of_resources = strncmp(msg, "Hit process or system resource limit", 36) == 0;
-    if (out_of_resources || strncmp(msg, "Error accepting connection", 26) == 0) {
-        /* Only the listening thread accepts: these are its own. */
-        static int64_t logged_ns;
-        static unsigned not_logged;
-        int64_t now = time_mono_ns();
-        if (logged_ns && now - logged_ns < 1000000000LL) {
-            not_logged++;
-        } else {
-            LOG_EVENT("warn", "http", LOG_S("message", msg), LOG_I("not_logged", not_logged));
-            logged_ns = now;
-            not_logged = 0;
-        }
-        if (out_of_resources)
-            usleep(ACCEPT_BACKOFF_MS * 1000);
-        return;
-    }
-    /* The rest come from connection threads, mostly clients gone mid-request: a flood of bad
-     * connections must not become a flood of log lines. At most SBXD_HTTP_LOG_BURST a
-     * second, then one line with how many were left out. */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static int64_t window;
     static unsigned in_window, dropped;
@@ -502,32 +475,32 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     route_labels_init();
     guard_init(srv);
 
+    /* sbxd accepts (accept.c); libmicrohttpd is handed each connection admitted, and runs a
+     * thread for it. */
+    if (front_open(srv, err) < 0) {
+        server_stop(srv);
+        return NULL;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
-    if (cfg->listen_addr.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->listen_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, guard_notify,
         srv, MHD_OPTION_THREAD_STACK_SIZE, (size_t)SBXD_THREAD_STACK, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)((cfg->idle_timeout_ms + 999) / 1000),
-        /* Past --max-connections, connections are still accepted (and refused with an
-         * answer, or a health check served) up to this hard stop. */
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + SBXD_CONN_SPARE),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes,
-        NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, NULL, MHD_OPTION_END);
+        /* A bound above what guard_admit lets in: libmicrohttpd never refuses one of those. */
+        MHD_OPTION_CONNECTION_LIMIT, server_conn_hard_limit(cfg) + 16,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK,
+        keep_escapes, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, NULL, MHD_OPTION_END);
     if (!srv->mhd) {
-        int e = errno;
-        free_strv(srv->metadata);
-        guard_destroy(srv);
-        free(srv);
-        sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot listen on %s", cfg->listen);
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot start the HTTP server");
+        server_stop(srv);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = di ? di->port : 0;
+    if (front_start(srv, err) < 0) {
+        server_stop(srv);
+        return NULL;
+    }
     return srv;
 }
 
@@ -560,7 +533,10 @@ void server_stop(struct server *srv)
 {
     if (!srv)
         return;
-    MHD_stop_daemon(srv->mhd);
+    front_stop(srv); /* no new connection from here on */
+    if (srv->mhd)
+        MHD_stop_daemon(srv->mhd);
+    front_free(srv);
     free_strv(srv->metadata);
     guard_destroy(srv);
     free(srv);

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -579,17 +581,31 @@ START_TEST(slowloris_does_not_starve_healthz)
 }
 END_TEST
 
+/* A connection from src busy with a command (its answer not read): nothing sbxd may close to
+ * make room. */
+static int busy_connection(const struct daemon *d, const char *src)
+{
+    int fd = raw_connect(d, src);
+    ck_assert_int_ge(fd, 0);
+    const char *body = "{\"command\":\"sleep 5\"}";
+    char req[256];
+    int n = snprintf(req, sizeof(req),
+                     "POST /execute HTTP/1.1\r\nHost: sbxd\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    ck_assert_int_eq(send_all(fd, req, (size_t)n), 0);
+    return fd;
+}
+
 START_TEST(connection_cap_answers_503_and_still_serves_health)
 {
     struct daemon d;
     const char *args[] = {"--max-connections", "8", NULL};
     daemon_start(&d, args, NULL);
     int held[8];
-    for (int i = 0; i < 8; i++) {
-        held[i] = raw_connect(&d, NULL);
-        ck_assert_int_ge(held[i], 0);
-    }
-    usleep(100000);
+    for (int i = 0; i < 8; i++)
+        held[i] = busy_connection(&d, NULL);
+    usleep(300000);
     struct raw r;
     char code[64];
     ck_assert_int_eq(
@@ -618,7 +634,225 @@ START_TEST(connection_cap_answers_503_and_still_serves_health)
     ck_assert_int_eq(r.status, 200);
     char *t = scrape(&d, NULL);
     ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_connections\"}"), 2);
+    ck_assert_double_eq(metric(t, "sbxd_connections_evicted_total"), 0);
     free(t);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* At the cap, connections that only wait (opened and silent, or kept alive after a request)
+ * make room for new ones, the longest-waiting first: the new request is served, not
+ * refused. */
+START_TEST(idle_connections_make_room_at_the_cap)
+{
+    struct daemon d;
+    const char *args[] = {"--max-connections", "8", "--max-client-connections", "4", NULL};
+    daemon_start(&d, args, NULL);
+    int held[8];
+    for (int i = 0; i < 8; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.0.%d", 10 + i);
+        held[i] = raw_connect(&d, src);
+        ck_assert_int_ge(held[i], 0);
+        if (i % 2) { /* kept alive after a request */
+            const char *req = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\n\r\n";
+            ck_assert_int_eq(send_all(held[i], req, strlen(req)), 0);
+            struct raw *r = malloc(sizeof(*r));
+            ck_assert_int_eq(raw_read(held[i], r, 3000), 0);
+            ck_assert_int_eq(r->status, 200);
+            free(r);
+        }
+        usleep(20000);
+    }
+    struct raw r;
+    ck_assert_int_eq(
+        raw_request(&d, NULL, "POST", "/execute", NULL, "{\"command\":\"true\"}", 18, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    /* The first one (silent longest) was closed for it, without an answer; the rest are
+     * open. */
+    struct pollfd p = {.fd = held[0], .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 2000), 1);
+    char b;
+    ck_assert_int_eq(recv(held[0], &b, 1, 0), 0);
+    for (int i = 1; i < 8; i++) {
+        p = (struct pollfd){.fd = held[i], .events = POLLIN};
+        ck_assert_int_eq(poll(&p, 1, 0), 0);
+    }
+    /* At the per-address cap, the same: that address's longest-waiting one goes. */
+    int mine[4];
+    for (int i = 0; i < 4; i++) {
+        mine[i] = raw_connect(&d, "127.0.0.30");
+        ck_assert_int_ge(mine[i], 0);
+        usleep(20000);
+    }
+    ck_assert_int_eq(raw_request(&d, "127.0.0.30", "GET", "/files/", NULL, NULL, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    p = (struct pollfd){.fd = mine[0], .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 2000), 1);
+    ck_assert_int_eq(recv(mine[0], &b, 1, 0), 0);
+    char *t = scrape(&d, NULL);
+    ck_assert_double_ge(metric(t, "sbxd_connections_evicted_total"), 2);
+    ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_connections\"}"), 0);
+    ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_client_connections\"}"),
+                        0);
+    free(t);
+    for (int i = 0; i < 8; i++)
+        close(held[i]);
+    for (int i = 0; i < 4; i++)
+        close(mine[i]);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+#define FLOOD 1000
+
+static int threads_of(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* FLOOD connections from one address or from many, half of them silent (half-open), half
+ * kept alive after a request (idle); then the health routes from fresh connections, timed.
+ * Returns the flood's sockets (those sbxd closed read end-of-stream). */
+static int *flood(const struct daemon *d, bool many)
+{
+    struct rlimit rl;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * FLOOD + 256) {
+        rl.rlim_cur = rl.rlim_max;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    int *fds = malloc(FLOOD * sizeof(int));
+    struct raw *r = malloc(sizeof(*r));
+    int idle = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.%d.%d", 1 + i / 250, 2 + i % 250);
+        fds[i] = raw_connect(d, many ? src : NULL);
+        ck_assert_int_ge(fds[i], 0);
+        if (i % 2) { /* what the flood's own requests get is not the point */
+            const char *req = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\n\r\n";
+            if (send_all(fds[i], req, strlen(req)) == 0 && raw_read(fds[i], r, 5000) == 0 &&
+                r->status == 200)
+                idle++;
+        }
+    }
+    free(r);
+    fprintf(stderr, "flood: %d of %d requests answered 200\n", idle, FLOOD / 2);
+    return fds;
+}
+
+static void probe_health(const struct daemon *d, const char *what)
+{
+    static const char *const paths[] = {"/healthz", "/v1/health", "/"};
+    double lat[60];
+    struct raw *r = malloc(sizeof(*r));
+    for (int i = 0; i < 60; i++) {
+        double t0 = now_ms();
+        ck_assert_msg(raw_request(d, NULL, "GET", paths[i % 3], NULL, NULL, 0, r) == 0,
+                      "%s: %s from a fresh connection got no answer", what, paths[i % 3]);
+        lat[i] = now_ms() - t0;
+        ck_assert_int_eq(r->status, 200);
+        usleep(5000);
+    }
+    free(r);
+    qsort(lat, 60, sizeof(lat[0]), cmp_double);
+    fprintf(stderr, "%s: health p50 %.2f ms, p95 %.2f ms, max %.2f ms\n", what, lat[30], lat[57],
+            lat[59]);
+    ck_assert_msg(lat[57] < 100.0 * SLOW, "%s: health p95 %.1f ms", what, lat[57]);
+}
+
+static void flood_test(bool many)
+{
+    struct daemon d;
+    daemon_start(&d, NULL, NULL); /* the default caps: 256 in all, 128 per address */
+    const char *what =
+        many ? "1000 connections from 250 addresses" : "1000 connections from one address";
+    int *fds = flood(&d, many);
+    probe_health(&d, what);
+    /* The flood was shed: within the caps, no thread for the rest. */
+    if (!under_gvisor()) {
+        int threads = threads_of(d.pid);
+        fprintf(stderr, "%s: sbxd has %d threads\n", what, threads);
+        ck_assert_int_le(threads, 256 + 64 + 16);
+    }
+    int closed = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        char b;
+        if (poll(&p, 1, 0) == 1 && recv(fds[i], &b, 1, MSG_DONTWAIT) == 0)
+            closed++;
+    }
+    ck_assert_int_ge(closed, FLOOD - (many ? 256 : 128));
+    char *t = scrape(&d, NULL);
+    ck_assert_double_ge(metric(t, "sbxd_connections_evicted_total"), FLOOD - (many ? 256 : 128));
+    ck_assert_double_le(metric(t, "sbxd_connections_open"), many ? 257 : 129);
+    free(t);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    free(fds);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+
+START_TEST(flood_from_one_address_leaves_health_answering)
+{
+    flood_test(false);
+}
+END_TEST
+
+START_TEST(flood_from_many_addresses_leaves_health_answering)
+{
+    flood_test(true);
+}
+END_TEST
+
+/* An answer given before the body is read (413 here, 401 below) reaches a client that sends
+ * its whole body before it reads, as Python's http.client does: sbxd reads and drops the rest
+ * for a while before it closes, instead of resetting the connection under its answer. */
+static void send_whole_then_read(const struct daemon *d, const char *extra, unsigned want)
+{
+    static char body[4 << 20];
+    memset(body, 'x', sizeof(body));
+    int fd = raw_connect(d, NULL);
+    ck_assert_int_ge(fd, 0);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    char head[512];
+    int n = snprintf(head, sizeof(head),
+                     "POST /execute HTTP/1.1\r\nHost: sbxd\r\nContent-Type: application/json\r\n"
+                     "%sContent-Length: %zu\r\n\r\n",
+                     extra, sizeof(body));
+    ck_assert_int_eq(send_all(fd, head, (size_t)n), 0);
+    ck_assert_msg(send_all(fd, body, sizeof(body)) == 0, "the body could not be sent whole: %s",
+                  strerror(errno));
+    struct raw *r = malloc(sizeof(*r));
+    ck_assert_msg(raw_read(fd, r, 5000) == 0, "no answer after the whole body (%s)",
+                  strerror(errno));
+    ck_assert_int_eq(r->status, (int)want);
+    ck_assert_ptr_nonnull(strstr(r->body, "\"code\""));
+    free(r);
+    close(fd);
+}
+
+START_TEST(early_answer_survives_a_client_that_sends_everything_first)
+{
+    struct daemon d;
+    const char *args[] = {"--max-body-bytes", "64KiB", NULL};
+    daemon_start(&d, args, NULL);
+    send_whole_then_read(&d, "", 413);
+    ck_assert(daemon_stop_clean(&d, 10000));
+    const char *env[] = {"SBXD_TOKEN=s3cret-token-for-linger", NULL};
+    daemon_start(&d, NULL, env);
+    send_whole_then_read(&d, "", 401);
     ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
@@ -629,11 +863,9 @@ START_TEST(client_cap_answers_429_to_that_client_only)
     const char *args[] = {"--max-client-connections", "4", NULL};
     daemon_start(&d, args, NULL);
     int held[4];
-    for (int i = 0; i < 4; i++) {
-        held[i] = raw_connect(&d, "127.0.0.3");
-        ck_assert_int_ge(held[i], 0);
-    }
-    usleep(100000);
+    for (int i = 0; i < 4; i++)
+        held[i] = busy_connection(&d, "127.0.0.3");
+    usleep(300000);
     struct raw r;
     char code[64];
     ck_assert_int_eq(raw_request(&d, "127.0.0.3", "GET", "/files/", NULL, NULL, 0, &r), 0);
@@ -675,6 +907,27 @@ START_TEST(oversized_head_is_431)
     big[1502] = '\0';
     ck_assert_int_eq(raw_request(&d, NULL, "GET", "/healthz", big, NULL, 0, &r), 0);
     ck_assert_int_eq(r.status, 200);
+    /* A head larger than the connection's whole buffer: the same JSON 431, read by a client
+     * that sent all of it first. */
+    size_t huge_len = 1 << 20;
+    char *huge = malloc(huge_len + 16);
+    memcpy(huge, "X-Huge: ", 8);
+    memset(huge + 8, 'h', huge_len - 8);
+    memcpy(huge + huge_len, "\r\n", 3);
+    int fd = raw_connect(&d, NULL);
+    ck_assert_int_ge(fd, 0);
+    const char *line = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\n";
+    ck_assert_int_eq(send_all(fd, line, strlen(line)), 0);
+    ck_assert_int_eq(send_all(fd, huge, huge_len + 2), 0);
+    ck_assert_int_eq(send_all(fd, "\r\n", 2), 0);
+    struct raw *rh = malloc(sizeof(*rh));
+    ck_assert_int_eq(raw_read(fd, rh, 5000), 0);
+    ck_assert_int_eq(rh->status, 431);
+    ck_assert(header_has(rh, "Content-Type: application/json"));
+    ck_assert_str_eq(body_code(rh, code, sizeof(code)), "HEADERS_TOO_LARGE");
+    free(rh);
+    free(huge);
+    close(fd);
     char *t = scrape(&d, NULL);
     ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_header_bytes\"}"), 1);
     free(t);
@@ -788,6 +1041,10 @@ Suite *hardening_suite(void)
     tcase_add_test(tc, slowloris_does_not_starve_healthz);
     tcase_add_test(tc, connection_cap_answers_503_and_still_serves_health);
     tcase_add_test(tc, client_cap_answers_429_to_that_client_only);
+    tcase_add_test(tc, idle_connections_make_room_at_the_cap);
+    tcase_add_test(tc, flood_from_one_address_leaves_health_answering);
+    tcase_add_test(tc, flood_from_many_addresses_leaves_health_answering);
+    tcase_add_test(tc, early_answer_survives_a_client_that_sends_everything_first);
     tcase_add_test(tc, oversized_head_is_431);
     tcase_add_test(tc, every_route_limits_its_body);
     tcase_add_test(tc, idle_connection_is_closed);
