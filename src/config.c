@@ -21,7 +21,8 @@ enum opt_type {
     OPT_USER,   /* UID:GID */
     OPT_RANGE,  /* FIRST:COUNT of uids */
     OPT_CHOICE, /* one of help's words in braces */
-    OPT_LIST    /* comma-separated words, validated by main */
+    OPT_LIST,   /* comma-separated words, validated by main */
+    OPT_BOOL    /* a flag alone (true), or =true/false, 1/0 (a bool field) */
 };
 
 struct opt {
@@ -110,6 +111,10 @@ static const struct opt opts[] = {
      "Refuse to start unless each of these is in force, and answer /healthz with 503 "
      "\"degraded\" should one fail later: cgroup, memory, pids, cpu, seccomp, tree_kill (any "
      "of cgroup, pidns, uid), pidns, uid, capabilities, non_root (comma-separated)."},
+    {"degraded-ok", "", "SBXD_DEGRADED_OK", NULL, 0, "false", OPT_BOOL, OFF(degraded_ok), 0, 0,
+     "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), start "
+     "anyway: health checks answer 503 \"degraded\" with the reason and commands are refused "
+     "with 503. Without it sbxd refuses to start then."},
     {"memory-max", "SIZE", "SBXD_MEMORY_MAX", NULL, 0, "0", OPT_SIZE, OFF(memory_max), 0,
      1ULL << 50,
      "Memory of a command (cgroup memory.max; RLIMIT_AS without cgroups): the default and the "
@@ -416,6 +421,15 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     case OPT_USER:
     case OPT_RANGE:
         return apply_pair(cfg, o, field, val, src, errbuf, errlen);
+    case OPT_BOOL:
+        if (strcmp(val, "true") != 0 && strcmp(val, "1") != 0 && strcmp(val, "false") != 0 &&
+            strcmp(val, "0") != 0) {
+            snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: true, false, 1, 0", o->flag, val,
+                     src);
+            return -1;
+        }
+        *(bool *)field = strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
+        return 0;
     case OPT_UINT:
         if (parse_uint(val, &v) < 0) {
             snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);
@@ -480,7 +494,7 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
             snprintf(errbuf, errlen, "unknown option '--%.*s' (see --help)", (int)nlen, name);
             return CONFIG_EXIT_2;
         }
-        const char *val = eq ? eq + 1 : NULL;
+        const char *val = eq ? eq + 1 : o->type == OPT_BOOL ? "true" : NULL;
         if (!val) {
             if (i + 1 >= argc) {
                 snprintf(errbuf, errlen, "--%s needs a value (%s)", o->flag, o->metavar);

@@ -337,7 +337,7 @@ int main(int argc, char **argv)
         return rc;
     }
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
-    if (iso.tree_kill == ISO_KILL_PIDNS)
+    if (iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&iso, NULL, 0))
         spawn_pool_start(&harden, (unsigned)(cfg.max_running + cfg.max_processes), rootfd,
                          workspace);
     contain_choose(&iso); /* the backend's implementation, once (contain.h) */

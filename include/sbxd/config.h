@@ -7,6 +7,7 @@
 #define SBXD_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -36,6 +37,7 @@ struct sbxd_config {
     char isolation[16];          /* auto | cgroup | pidns | uid | pgid */
     char uid_range[32];          /* "FIRST:COUNT" as given */
     char require_isolation[128]; /* comma-separated ISO_REQ_* words (isolation.h) */
+    bool degraded_ok;            /* start even when commands cannot run as --user */
     char metadata_prefix[128];   /* /v1/metadata: the environment variables it serves */
     char token_file[PATH_MAX];   /* --token-file; empty: none */
     uint64_t max_connections;

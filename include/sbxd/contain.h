@@ -10,6 +10,7 @@
  *                which reports the command's end on a pipe; its death kills the namespace
  *   uid          a uid of --uid-range per command; kill(-1) as that uid (isolation.h)
  *   pgid         the process group alone (setsid escapes it: the degraded mode)
+ *   (refuse)     none runs: sbxd cannot switch to --user and was started with --degraded-ok
  * contain_choose() picks the one in force once, at start-up, from what isolation_setup()
  * found; a job holds a struct contain with that table and the backend's state, and nothing
  * outside src/exec/contain/ asks which backend it is.

@@ -71,7 +71,9 @@ struct isolation {
     bool clone3, clone_into_cgroup, pidfd;
     struct uid_slots slots; /* ISO_KILL_UID */
     unsigned required;      /* ISO_REQ_* */
-    int degraded;           /* atomic: a required mechanism failed at run time */
+    int degraded;           /* atomic: 1, a required mechanism failed at run time (until it
+                             * works again); 2, sbxd cannot run commands as --user and was
+                             * started with --degraded-ok (for good) */
     char degraded_why[256]; /* under degraded_lock */
     pthread_mutex_t degraded_lock;
 };

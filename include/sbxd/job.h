@@ -75,7 +75,8 @@ void job_step(struct job *job, int timeout_ms, void *buf, size_t buflen, struct 
 void job_kill(struct job *job, enum job_kill_reason why);
 
 /* Send sig to every process of the job's tree, by the backend in force. Safe from any thread.
- * Returns false when the job's process is gone already. */
+ * false with errno when it was not sent: ESRCH, the job's process has exited (reaped or not);
+ * else the kernel's refusal (EPERM). */
 bool job_signal(struct job *job, int sig);
 
 /* Interactive jobs: queue n bytes for the command's stdin and wait until they are in its pipe

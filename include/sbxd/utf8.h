@@ -18,6 +18,13 @@ int utf8_decode(const uint8_t *s, size_t n);
  * last 4 bytes only. */
 size_t utf8_whole(const uint8_t *s, size_t n);
 
+/* Where the n bytes at s stop being UTF-8: n when all of them are well-formed, else the
+ * offset of the first byte of the first ill-formed or cut-off sequence (an overlong form, a
+ * surrogate, a code point above U+10FFFF, a stray continuation byte, C0, C1, F5..FF, or a
+ * character the end cuts short). The rules are utf8_decode's; runs of ASCII are checked a
+ * word at a time. */
+size_t utf8_valid(const uint8_t *s, size_t n);
+
 /* Copy src to dst replacing invalid sequences (and a cut-off tail) with U+FFFD. dst must hold
  * 3 * n bytes. Returns the bytes written. */
 size_t utf8_sanitize(const uint8_t *src, size_t n, uint8_t *dst);

@@ -377,9 +377,17 @@ void bg_ref(struct bg_proc *p)
 
 int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)
 {
-    if (bg_ended(p) || !job_signal(p->job, sig))
+    if (bg_ended(p))
         return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
-    return 0;
+    if (job_signal(p->job, sig))
+        return 0;
+    /* Not delivered: never answered as if it were. */
+    if (errno == ESRCH)
+        return sbxd_fail(err, SBXD_E_CONFLICT, 0,
+                         "the process has exited: the signal was not delivered");
+    if (errno == EPERM)
+        return sbxd_fail_errno(err, SBXD_E_DENIED, errno, "the kernel refused the signal");
+    return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "the signal could not be sent");
 }
 
 int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err)

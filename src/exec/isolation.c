@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +26,10 @@
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
+
+/* iso->degraded: 1 while a required mechanism fails (until it works again); this for a
+ * daemon that can run no command at all (--degraded-ok), which nothing undoes. */
+#define DEGRADED_FOR_GOOD 2
 
 const char *iso_tree_kill_name(enum iso_tree_kill k)
 {
@@ -83,6 +88,61 @@ static void probe_syscalls(struct isolation *iso)
         close(fd);
 }
 
+/*
+ * sbxd as root runs every command as --user: setgroups, setresgid and setresuid in the child
+ * (harden.c), which take CAP_SETGID and CAP_SETUID. A root without them (capsh --drop, setpriv
+ * --bounding-set, a runtime's capability list) would look healthy while every command failed
+ * to start, so a child tries the switch once, here. 0 when it works (or sbxd is not root:
+ * commands keep its ids), else -1 with why.
+ */
+static int probe_user_switch(const struct sbxd_config *cfg, char *why, size_t len)
+{
+    if (geteuid() != 0)
+        return 0;
+    struct {
+        const char *step;
+        int err;
+    } r = {"fork", 0};
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        r.step = "pipe";
+        r.err = errno;
+        goto fail;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        r.step = NULL;
+        if (setgroups(0, NULL) < 0)
+            r.step = "setgroups";
+        else if (setresgid(cfg->user_gid, cfg->user_gid, cfg->user_gid) < 0)
+            r.step = "setresgid";
+        else if (setresuid(cfg->user_uid, cfg->user_uid, cfg->user_uid) < 0)
+            r.step = "setresuid";
+        r.err = r.step ? errno : 0;
+        ssize_t w = write(p[1], &r, sizeof(r)); /* (a copy of our memory: the pointer holds) */
+        _exit(w == (ssize_t)sizeof(r) ? 0 : 1);
+    }
+    r.err = errno;
+    close(p[1]);
+    if (pid > 0) {
+        if (read(p[0], &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+            r.step = "probe";
+            r.err = EIO; /* the child died before it said */
+        }
+        waitpid(pid, NULL, 0);
+    }
+    close(p[0]);
+    if (pid > 0 && !r.step)
+        return 0;
+fail:
+    snprintf(why, len,
+             "sbxd runs as root but cannot run commands as --user %u:%u (%s: %s): it lacks "
+             "CAP_SETUID/CAP_SETGID, and every command would fail to start",
+             (unsigned)cfg->user_uid, (unsigned)cfg->user_gid, r.step, strerror(r.err));
+    return -1;
+}
+
 int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *why, size_t len)
 {
     memset(iso, 0, sizeof(*iso));
@@ -103,6 +163,19 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
             return -2;
         }
         iso->required |= req_words[i].bit;
+    }
+
+    if (probe_user_switch(cfg, iso->degraded_why, sizeof(iso->degraded_why)) < 0) {
+        if (!cfg->degraded_ok) {
+            snprintf(why, len,
+                     "%s; give sbxd those capabilities, run it as the command user, "
+                     "or start it with --degraded-ok to serve health checks as degraded",
+                     iso->degraded_why);
+            return -1;
+        }
+        /* Up, but honest: health checks say so and commands are refused (main.c). */
+        iso->degraded = DEGRADED_FOR_GOOD;
+        LOG_EVENT("error", "isolation_degraded", LOG_S("reason", iso->degraded_why));
     }
 
     const char *mode = cfg->isolation;
@@ -210,6 +283,8 @@ bool isolation_degrade(struct isolation *iso, unsigned req, const char *what)
 {
     if (!(iso->required & req))
         return false;
+    if (__atomic_load_n(&iso->degraded, __ATOMIC_ACQUIRE) == DEGRADED_FOR_GOOD)
+        return true; /* its reason stays the one that stops everything */
     pthread_mutex_lock(&iso->degraded_lock);
     bool was = __atomic_exchange_n(&iso->degraded, 1, __ATOMIC_ACQ_REL);
     snprintf(iso->degraded_why, sizeof(iso->degraded_why), "%s", what);
@@ -223,7 +298,9 @@ void isolation_recovered(struct isolation *iso)
 {
     if (!__atomic_load_n(&iso->degraded, __ATOMIC_ACQUIRE))
         return;
-    if (__atomic_exchange_n(&iso->degraded, 0, __ATOMIC_ACQ_REL))
+    int was = 1;
+    if (__atomic_compare_exchange_n(&iso->degraded, &was, 0, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
         LOG_EVENT("info", "isolation_recovered");
 }
 

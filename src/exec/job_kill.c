@@ -11,9 +11,14 @@
  * it is freed, so the keeper never sees freed memory. Lock order: keeper, then reaper.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "job_internal.h"
 #include "sbxd/limits.h"
@@ -61,17 +66,66 @@ void job_kill_all(enum job_kill_reason why)
     reaper_foreach(kill_live, (void *)(intptr_t)why);
 }
 
+struct signal_req {
+    int sig;
+    int err; /* 0 once sent; else why not (ESRCH: the process has exited) */
+};
+
+/*
+ * Whether pid (unreaped, so still ours) has exited: a zombie until its owner or the reaper
+ * collects it. /proc says so even while only a tracer may see the exit; without /proc,
+ * waitid with WNOWAIT looks without reaping (the reap stays the owner's; __WALL because a
+ * command cloned without an exit signal is a "clone" child).
+ */
+static bool exited(pid_t pid)
+{
+    char path[32], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n > 0) {
+        buf[n] = '\0';
+        const char *paren = strrchr(buf, ')'); /* the name may hold anything, ')' too */
+        if (paren && paren[1] == ' ')
+            return paren[2] == 'Z' || paren[2] == 'X';
+    }
+    siginfo_t si = {0};
+    return waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT | __WALL) == 0 &&
+           si.si_pid == pid;
+}
+
 /* Under the reaper's lock, the job's process unreaped: sig to every process of the tree. */
 static void signal_cb(struct reap_target *t, void *arg)
 {
     struct job *job = (struct job *)t;
-    job->box.ops->signal(&job->box, __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE),
-                         *(const int *)arg);
+    struct signal_req *s = arg;
+    pid_t pid = __atomic_load_n(&job->rt.pid, __ATOMIC_ACQUIRE);
+    /* Unreaped is not running: the kernel takes a signal for a zombie (or a group of one)
+     * with success while nothing receives it. */
+    if (exited(pid)) {
+        s->err = ESRCH;
+        return;
+    }
+    /* Whether the kernel lets sbxd signal the process at all: a refusal (EPERM) is said,
+     * never answered as a signal sent. */
+    if (kill(pid, 0) < 0) {
+        s->err = errno;
+        return;
+    }
+    job->box.ops->signal(&job->box, pid, s->sig);
+    s->err = 0;
 }
 
+/* false with errno: ESRCH when the process has exited (reaped or not), else the kernel's
+ * refusal (EPERM). */
 bool job_signal(struct job *job, int sig)
 {
-    return reaper_call(&job->rt, signal_cb, &sig);
+    struct signal_req s = {.sig = sig, .err = ESRCH}; /* reaped: the callback never runs */
+    reaper_call(&job->rt, signal_cb, &s);
+    errno = s.err;
+    return s.err == 0;
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -140,15 +140,23 @@ enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct 
 {
     (void)rc;
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    char why[256];
+    bool degraded = !draining && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 128);
     jw_obj_begin(&w);
     jw_key(&w, "status");
-    jw_str(&w, draining ? "draining" : "ok");
+    jw_str(&w, draining ? "draining" : degraded ? "degraded" : "ok");
     jw_key(&w, "message");
-    jw_str(&w, draining ? "sbxd is shutting down" : "sbxd is running");
+    jw_str(&w, draining   ? "sbxd is shutting down"
+               : degraded ? "sbxd is degraded (see reason)"
+                          : "sbxd is running");
+    if (degraded) {
+        jw_key(&w, "reason");
+        jw_str(&w, why);
+    }
     jw_obj_end(&w);
-    return reply_jsonw(c, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+    return reply_jsonw(c, draining || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }
 
 /* GET /v1/health: the standardized API's probe (HealthResponse, or Error when not ready). */
@@ -158,10 +166,22 @@ enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, st
     char why[256];
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
-    if (isolation_degraded(srv->iso, why, sizeof(why)))
-        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
-                           "required isolation failed: %s", why);
     struct jsonw w;
+    if (isolation_degraded(srv->iso, why, sizeof(why))) {
+        /* The contract's Error, with /healthz's status and reason beside it. */
+        jw_init(&w, 128 + strlen(why));
+        jw_obj_begin(&w);
+        jw_key(&w, "code");
+        jw_str(&w, "UNAVAILABLE");
+        jw_key(&w, "message");
+        jw_str(&w, "sbxd is degraded (see reason)");
+        jw_key(&w, "status");
+        jw_str(&w, "degraded");
+        jw_key(&w, "reason");
+        jw_str(&w, why);
+        jw_obj_end(&w);
+        return reply_jsonw(c, MHD_HTTP_SERVICE_UNAVAILABLE, &w);
+    }
     jw_init(&w, 64);
     jw_obj_begin(&w);
     jw_key(&w, "status");

@@ -12,6 +12,7 @@
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
 
 static void write_time(struct jsonw *w, const char *key, int64_t real_ns)
 {
@@ -395,6 +396,15 @@ static cJSON *json_body(struct MHD_Connection *c, struct req_ctx *rc, const char
     if (!json_content_type(ct)) {
         *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
                            "Content-Type '%.100s' is not accepted; send application/json", ct);
+        return NULL;
+    }
+    /* JSON is UTF-8, as for the bodies server.c collects (these routes also take raw stdin,
+     * so the check is here). */
+    size_t at = rc->body ? utf8_valid((const uint8_t *)rc->body, rc->body_len) : 0;
+    if (rc->body && at < rc->body_len) {
+        *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "the body is not valid UTF-8: byte 0x%02X at offset %zu",
+                           (uint8_t)rc->body[at], at);
         return NULL;
     }
     cJSON *o = rc->body ? cJSON_ParseWithLength(rc->body, rc->body_len) : NULL;

@@ -14,6 +14,7 @@
 #include "sbxd/metrics.h"
 #include "sbxd/server.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
 
 static const struct route routes[] = {
     {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz",
@@ -386,11 +387,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return r;
     }
     rc->replied = true;
+    rc->body_in = true;
     guard_wait_over(rc); /* the request is in: what follows is sbxd's time, not the client's */
     if (rc->too_large)
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",
                            (unsigned long long)srv->cfg->max_body_bytes);
+    /* JSON is UTF-8 (RFC 8259). cJSON passes any bytes through, so a body that is not would
+     * run a command with text nobody sent: it is refused whole, saying where it goes wrong. */
+    if (rc->route->json_body && rc->body_len) {
+        size_t at = utf8_valid((const uint8_t *)rc->body, rc->body_len);
+        unsigned bad = at < rc->body_len ? (uint8_t)rc->body[at] : 0;
+        if (at < rc->body_len && rc->route->face == FACE_LEGACY)
+            return reply_message(c, MHD_HTTP_BAD_REQUEST,
+                                 "the body is not valid UTF-8: byte 0x%02X at offset %zu", bad, at);
+        if (at < rc->body_len)
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "the body is not valid UTF-8: byte 0x%02X at offset %zu", bad, at);
+    }
     return rc->route->fn(srv, c, rc);
 }
 

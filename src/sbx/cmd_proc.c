@@ -384,5 +384,5 @@ int cmd_health(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **
     response_free(&resp);
     if (fflush(stdout) != 0)
         return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
-    return ok ? SBX_OK : SBX_FAIL;
+    return ok ? SBX_OK : SBX_UNHEALTHY;
 }

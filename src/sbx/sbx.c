@@ -10,8 +10,8 @@
 #include "sbx.h"
 
 #define EXIT_STATUS_HELP                                                                           \
-    "Exit status: 0 on success; 1 when sbxd refused (its message is printed) or the\n"             \
-    "operation failed, or sbxd cannot be reached; 2 for a usage error.\n"
+    "Exit status: 0 on success; 125 when sbx fails: sbxd refused (its message is printed),\n"      \
+    "the operation failed, sbxd cannot be reached, or a usage error.\n"
 
 static const struct sbx_cmd commands[] = {
     {"exec", "[OPTIONS] [--] CMD [ARG]...", "Run a program with its arguments, without a shell",
@@ -38,8 +38,9 @@ static const struct sbx_cmd commands[] = {
      "start: ...'.\n"
      "\n"
      "Exit status: the command's (128+N after signal N, so 137 after a timeout; 127 when it\n"
-     "could not start); 1 when sbxd refused the request or cannot be reached; 2 for a usage\n"
-     "error. sbx's own errors are the stderr lines that start with 'sbx:'.\n"
+     "could not start); 125 when sbx itself fails: sbxd refused the request or cannot be\n"
+     "reached, or a usage error (as docker run and env use 125). sbx's own errors are the\n"
+     "stderr lines that start with 'sbx:'.\n"
      "\n"
      "Examples:\n"
      "  sbx exec -- ls -la\n"
@@ -61,8 +62,8 @@ static const struct sbx_cmd commands[] = {
      "      --no-network        the command can open Unix sockets only (no IP, netlink...)\n"
      "  -h, --help              show this help\n"
      "\n"
-     "Exit status: the command's; 1 when sbxd refused the request or cannot be reached; 2 for\n"
-     "a usage error.\n"
+     "Exit status: the command's; 125 when sbx itself fails: sbxd refused the request or\n"
+     "cannot be reached, or a usage error.\n"
      "\n"
      "Examples:\n"
      "  sbx run 'echo $HOME; ls | wc -l'\n"
@@ -189,8 +190,8 @@ static const struct sbx_cmd commands[] = {
      "Options:\n"
      "  -h, --help  show this help\n"
      "\n"
-     "Exit status: 0 when sbxd says ok; 1 when it is draining, degraded, or cannot be\n"
-     "reached; 2 for a usage error.\n"
+     "Exit status: 0 when sbxd says ok; 1 when it is draining or degraded; 125 when it\n"
+     "cannot be reached, or for a usage error.\n"
      "\n"
      "Examples:\n"
      "  sbx health\n"
@@ -233,8 +234,9 @@ static int print_overview(void)
            "\n"
            "Exit status:\n"
            "  exec, run  the command's own (128+N after signal N, 127 when it could not start)\n"
-           "  others     0 on success, 1 when sbxd refused or the operation failed\n"
-           "  all        1 when sbxd cannot be reached, 2 for a usage error\n"
+           "  others     0 on success (health: 1 when sbxd is draining or degraded)\n"
+           "  all        125 when sbx itself fails: sbxd refused or cannot be reached, the\n"
+           "             operation failed, or a usage error (as docker run and env use 125)\n"
            "sbx's own errors are one line on stderr: 'sbx: COMMAND: message (HTTP status)'.\n"
            "\n"
            "Environment:\n"

@@ -23,9 +23,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define SBX_OK    0 /* success */
-#define SBX_FAIL  1 /* sbxd refused, the operation failed, or sbxd is unreachable */
-#define SBX_USAGE 2 /* the command line is wrong */
+/* sbx's own failures are 125, as docker run and env have it: exec and run exit with the
+ * command's own status (1 is often a command's), so sbx's must be one no command commonly
+ * uses. */
+#define SBX_OK        0   /* success */
+#define SBX_UNHEALTHY 1   /* health: sbxd answered, and is not ok (draining, degraded) */
+#define SBX_FAIL      125 /* sbxd refused, the operation failed, or sbxd is unreachable */
+#define SBX_USAGE     125 /* the command line is wrong */
 
 #define SBX_DEFAULT_URL "http://127.0.0.1:8888"
 

@@ -77,3 +77,29 @@ size_t utf8_whole(const uint8_t *s, size_t n)
     }
     return n;
 }
+
+size_t utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        /* ASCII, 8 bytes at a time: most JSON bodies are nothing else. */
+        while (n - i >= 8) {
+            uint64_t w;
+            memcpy(&w, s + i, sizeof(w));
+            if (w & 0x8080808080808080ULL)
+                break;
+            i += 8;
+        }
+        if (i == n)
+            break;
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int k = utf8_decode(s + i, n - i);
+        if (k <= 0)
+            return i; /* ill-formed, or cut off by the end: the body ends inside a character */
+        i += (size_t)k;
+    }
+    return n;
+}

@@ -6,6 +6,11 @@
  * workspace of "/" (every absolute cwd is inside it), bit 2 takes the memory and pids
  * maxima away. A body the decoder accepts must describe a command that can be run as it
  * stands; one it refuses must leave nothing to free and say why.
+ *
+ * The body's UTF-8 check (utf8_valid, which server.c applies to every JSON body first) must
+ * agree with the decoder (utf8_decode) on where the body stops being UTF-8; and a valid body
+ * the request decoder accepts must give strings that are UTF-8 too (JSON's escapes included:
+ * a lone surrogate escape must never come out as bytes).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 
 #include "sbxd/limits.h"
 #include "sbxd/request.h"
+#include "sbxd/utf8.h"
 
 #include "fuzz.h"
 
@@ -47,6 +53,35 @@ static void check_strv(char **v, size_t n_expected, bool env)
             check(strchr(v[n], '=') != NULL && v[n][0] != '=');
     if (n_expected)
         check(n == n_expected);
+}
+
+/* Where decoding one sequence at a time first fails: the reference for utf8_valid. */
+static size_t first_invalid(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        int k = utf8_decode(s + i, n - i);
+        if (k <= 0)
+            return i;
+        i += (size_t)k;
+    }
+    return n;
+}
+
+static bool is_utf8(const char *s)
+{
+    size_t n = strlen(s);
+    return utf8_valid((const uint8_t *)s, n) == n;
+}
+
+static void check_strings_utf8(const struct exec_request *req)
+{
+    for (size_t i = 0; req->argv[i]; i++)
+        check(is_utf8(req->argv[i]));
+    for (size_t i = 0; req->envp[i]; i++)
+        check(is_utf8(req->envp[i]));
+    check(is_utf8(req->cwd));
+    if (req->has_stdin)
+        check(is_utf8((const char *)req->stdin_data));
 }
 
 static void check_request(const struct exec_request *req, const struct request_policy *pol)
@@ -89,6 +124,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
 
+    size_t valid = utf8_valid((const uint8_t *)body, len);
+    check(valid == first_invalid((const uint8_t *)body, len));
+    check(utf8_valid(data, size) == first_invalid(data, size));
+
     int clean = json_check_no_nul(body, len);
     (void)json_check_no_nul((const char *)data, size);
 
@@ -97,6 +136,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (exec_request_parse(body, len, &pol, &req, &err) == 0) {
         check(clean == 0); /* no NUL can reach a C string of the request */
         check_request(&req, &pol);
+        if (valid == len)
+            check_strings_utf8(&req);
         exec_request_free(&req);
     } else {
         check(err.kind != SBXD_E_NONE && memchr(err.msg, '\0', sizeof(err.msg)) && err.msg[0]);

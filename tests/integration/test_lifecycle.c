@@ -1,6 +1,7 @@
 /* Start-up, configuration errors, and the SIGTERM drain. */
 #include <check.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,6 +42,124 @@ START_TEST(port_in_use_exits_1)
     ck_assert_int_eq(sbxd_run(a, NULL, out, sizeof(out)), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot listen"));
     rmdir("/tmp/sbxd-it-portclash");
+}
+END_TEST
+
+/*
+ * sbxd under setpriv with CAP_SETUID and CAP_SETGID gone from its bounding set (as capsh
+ * --drop or a runtime's capability list leaves a root daemon): SBXD_BIN points at a script
+ * that starts the real one so. Returns false (the test is skipped) when that cannot be
+ * arranged: not root, no setpriv, or sbxd in a wrap (gVisor) of its own.
+ */
+static char capless_script[64];
+
+static bool capless_begin(int timeout_s)
+{
+    if (geteuid() != 0 || under_gvisor() || access("/usr/bin/setpriv", X_OK) != 0) {
+        fprintf(stderr, "skipped: needs root and setpriv, outside gVisor\n");
+        return false;
+    }
+    snprintf(capless_script, sizeof(capless_script), "/tmp/sbxd-it-capless-XXXXXX");
+    int fd = mkstemp(capless_script);
+    ck_assert_int_ge(fd, 0);
+    /* timeout: an sbxd that starts anyway (the old behaviour) fails the test, never hangs it. */
+    dprintf(fd,
+            "#!/bin/sh\nexec timeout -s KILL %d /usr/bin/setpriv --bounding-set "
+            "-setuid,-setgid '%s' \"$@\"\n",
+            timeout_s, sbxd_bin());
+    ck_assert_int_eq(fchmod(fd, 0755), 0);
+    close(fd);
+    ck_assert_int_eq(setenv("SBXD_BIN", capless_script, 1), 0);
+    return true;
+}
+
+static void capless_end(const char *real_bin)
+{
+    if (real_bin)
+        setenv("SBXD_BIN", real_bin, 1);
+    else
+        unsetenv("SBXD_BIN");
+    unlink(capless_script);
+}
+
+/* Root that cannot switch to --user would look healthy while every command failed to
+ * start: it refuses to start instead, saying why, before it listens. */
+START_TEST(no_user_switch_refuses_to_start)
+{
+    const char *real = getenv("SBXD_BIN");
+    char saved[512] = "";
+    if (real)
+        snprintf(saved, sizeof(saved), "%s", real);
+    if (!capless_begin(20))
+        return;
+    char out[8192];
+    const char *a[] = {"--listen", "127.0.0.1:0", "--workspace", "/tmp/sbxd-it-capless", NULL};
+    int st = sbxd_run(a, NULL, out, sizeof(out));
+    capless_end(real ? saved : NULL);
+    rmdir("/tmp/sbxd-it-capless");
+    ck_assert_msg(st == 1, "exit status %d: %s", st, out);
+    ck_assert_msg(strstr(out, "cannot run commands as --user 1000:1000") &&
+                      strstr(out, "CAP_SETUID") && strstr(out, "--degraded-ok"),
+                  "%s", out);
+    ck_assert_msg(!strstr(out, "\"listening\""), "%s", out);
+}
+END_TEST
+
+static void expect_degraded(const struct daemon *d, const char *path)
+{
+    struct http_resp r;
+    ck_assert_int_eq(http_request(d, "GET", path, NULL, NULL, 0, 0, &r), 0);
+    ck_assert_msg(r.status == 503, "%s: %ld %s", path, r.status, r.body);
+    ck_assert_str_eq(jstr(r.json, "status"), "degraded");
+    ck_assert_msg(strstr(jstr(r.json, "reason"), "--user 1000:1000"), "%s: %s", path, r.body);
+    http_resp_free(&r);
+}
+
+/* With --degraded-ok (or SBXD_DEGRADED_OK) it starts, and says it is degraded on every health
+ * route; commands are refused with 503 and that reason, never run. */
+START_TEST(no_user_switch_with_degraded_ok_serves_503)
+{
+    const char *real = getenv("SBXD_BIN");
+    char saved[512] = "";
+    if (real)
+        snprintf(saved, sizeof(saved), "%s", real);
+    if (!capless_begin(120))
+        return;
+    struct daemon d;
+    const char *args[] = {"--degraded-ok", NULL};
+    daemon_start(&d, args, NULL);
+    capless_end(real ? saved : NULL);
+    expect_degraded(&d, "/healthz");
+    expect_degraded(&d, "/v1/health");
+    expect_degraded(&d, "/");
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&d, "GET", "/v1/health", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_str_eq(jstr(r.json, "code"), "UNAVAILABLE");
+    http_resp_free(&r);
+    static const char *const starts[][2] = {
+        {"/execute", "{\"command\":\"touch degraded-ran\"}"}, /* the legacy shape too */
+        {"/execute", "{\"argv\":[\"touch\",\"degraded-ran\"],\"timeout_ms\":5000}"},
+        {"/processes", "{\"argv\":[\"touch\",\"degraded-ran\"]}"},
+    };
+    for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+        const char *b = starts[i][1];
+        ck_assert_int_eq(http_request(&d, "POST", starts[i][0], NULL, b, strlen(b), 0, &r), 0);
+        assert_error(&r, 503, "UNAVAILABLE");
+        ck_assert_msg(strstr(jstr(r.json, "message"), "--user 1000:1000"), "%s", r.body);
+        http_resp_free(&r);
+    }
+    char marker[PATH_MAX];
+    snprintf(marker, sizeof(marker), "%s/degraded-ran", d.ws);
+    ck_assert_int_ne(access(marker, F_OK), 0);
+    ck_assert(daemon_stop_clean(&d, 10000));
+
+    /* The variable does the same. */
+    capless_begin(120);
+    const char *env[] = {"SBXD_DEGRADED_OK=1", NULL};
+    daemon_start(&d, NULL, env);
+    capless_end(real ? saved : NULL);
+    expect_degraded(&d, "/healthz");
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
@@ -175,6 +294,8 @@ Suite *lifecycle_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bad_option_exits_2_naming_it);
     tcase_add_test(tc, port_in_use_exits_1);
+    tcase_add_test(tc, no_user_switch_refuses_to_start);
+    tcase_add_test(tc, no_user_switch_with_degraded_ok_serves_503);
     tcase_add_test(tc, workspace_is_created);
     tcase_add_test(tc, sigterm_drains_running_commands);
     tcase_add_test(tc, sigterm_kills_what_outlives_the_grace);

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -970,6 +972,43 @@ START_TEST(signal_errors)
 }
 END_TEST
 
+/* A process that has exited but is not collected yet (a zombie: here a tracer holds its exit,
+ * as a debugger would) takes no signal, though the kernel accepts one for a zombie without a
+ * word: 409 rather than a 200 for a signal nobody received. It then ends as it did. */
+START_TEST(a_signal_to_an_exited_process_is_409)
+{
+    if (under_gvisor()) {
+        gvisor_skip("a_signal_to_an_exited_process_is_409",
+                    "the test cannot trace a process inside the sandbox");
+        return;
+    }
+    struct bg p = bg_start(&g_sbxd, "{\"argv\":[\"head\",\"-c\",\"1\"]}");
+    ck_assert_msg(ptrace(PTRACE_SEIZE, (pid_t)p.pid, 0, 0) == 0, "PTRACE_SEIZE %ld: %s", p.pid,
+                  strerror(errno));
+    struct http_resp r;
+    bg_stdin(&g_sbxd, p.id, NULL, "x", &r); /* head reads it and exits */
+    ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+    http_resp_free(&r);
+    char state = 0;
+    pid_t ppid;
+    for (int i = 0; i < 500 && proc_stat((pid_t)p.pid, &state, &ppid) && state != 'Z'; i++)
+        usleep(10000);
+    ck_assert_int_eq(state, 'Z');
+    req(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal", p.id);
+    assert_error(&r, 409, "CONFLICT");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "exited"), "%s", r.body);
+    http_resp_free(&r);
+    /* The tracer lets go: sbxd collects it, exited as it did (not signaled). */
+    int st;
+    ck_assert_int_eq(waitpid((pid_t)p.pid, &st, __WALL), (pid_t)p.pid);
+    cJSON *o = bg_wait_end(&g_sbxd, p.id, 5000);
+    ck_assert_str_eq(jstr(o, "status"), "exited");
+    ck_assert_int_eq((int)jnum(o, "exit_code"), 0);
+    cJSON_Delete(o);
+    bg_delete_expect(&g_sbxd, p.id, "exited");
+}
+END_TEST
+
 START_TEST(pty_is_the_controlling_terminal)
 {
     struct bg p =
@@ -1653,6 +1692,7 @@ Suite *processes_suite(void)
     tcase_add_test(api, bad_requests);
     TCase *sig = tcase_create("signals");
     tcase_add_test(sig, signals_end_a_process_as_a_shell_reports);
+    tcase_add_test(sig, a_signal_to_an_exited_process_is_409);
     tcase_add_test(sig, a_trapped_signal_is_delivered);
     tcase_add_test(sig, sigstop_pauses_and_sigcont_resumes);
     tcase_add_test(sig, a_signal_reaches_the_whole_tree);

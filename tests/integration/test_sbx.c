@@ -463,7 +463,7 @@ START_TEST(server_errors_are_one_line_with_its_message)
     struct run r;
     /* sbxd refuses a cwd that does not exist: its message, verbatim, and the status. */
     SBX(&r, "exec", "--cwd", "sbx-no-such-dir", "--", "true");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     const char *body = "{\"command\":\"true\",\"cwd\":\"sbx-no-such-dir\"}";
     struct http_resp h;
     ck_assert_int_eq(http_request(&g_sbxd, "POST", "/execute", NULL, body, strlen(body), 30000, &h),
@@ -564,7 +564,7 @@ START_TEST(a_failed_get_leaves_no_partial_file)
     snprintf(dst, sizeof(dst), "%s/out.bin", dir);
     struct run r;
     SBX(&r, "get", "sbx-it/missing/nothing.bin", dst);
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     char *msg = server_message("GET", "/files/sbx-it/missing/nothing.bin");
     char want[512];
     snprintf(want, sizeof(want), "sbx: get: %s (HTTP 404)\n", msg);
@@ -576,7 +576,7 @@ START_TEST(a_failed_get_leaves_no_partial_file)
     /* An existing LOCAL keeps its content when the download fails. */
     write_local(dst, "old", 3);
     SBX(&r, "get", "sbx-it/missing/nothing.bin", dst);
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     run_free(&r);
     size_t len;
     char *got = read_local(dst, &len);
@@ -588,7 +588,7 @@ START_TEST(a_failed_get_leaves_no_partial_file)
     SBX(&r, "mkdir", "sbx-it/adir");
     run_free(&r);
     SBX(&r, "get", "sbx-it/adir", dst);
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "is a directory");
     run_free(&r);
     got = read_local(dst, &len);
@@ -598,7 +598,7 @@ START_TEST(a_failed_get_leaves_no_partial_file)
 
     /* Out of the workspace: sbxd's 403, with the path sent as written. */
     SBX(&r, "get", "../etc/passwd", dst);
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 403)");
     run_free(&r);
     SBX(&r, "rm", "sbx-it/adir");
@@ -660,7 +660,7 @@ START_TEST(an_interrupted_get_leaves_no_partial_file)
     child_wait(&c, &r, 30000);
     pthread_join(cs.thread, NULL);
     close(cs.fd);
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "sbx: get: ");
     run_free(&r);
     /* The old file as it was, and nothing beside it. */
@@ -777,7 +777,7 @@ START_TEST(ls_lists_a_directory_and_shows_a_file)
     run_free(&r);
 
     SBX(&r, "ls", "sbx-it/ls/nope");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     char *msg = server_message("GET", "/files/sbx-it/ls/nope");
     assert_one_line_error(&r, msg);
     free(msg);
@@ -804,7 +804,7 @@ START_TEST(rm_and_mkdir)
 
     /* Not empty: sbxd's 409 and its message; nothing deleted. */
     SBX(&r, "rm", "sbx-it/rm/x");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 409)");
     run_free(&r);
     ck_assert_int_eq(http_status("HEAD", "/files/sbx-it/rm/x/y/z"), 200);
@@ -814,9 +814,9 @@ START_TEST(rm_and_mkdir)
     run_free(&r);
     ck_assert_int_eq(http_status("HEAD", "/files/sbx-it/rm/x"), 404);
 
-    /* Missing: 1, unless -f. Every path is tried. */
+    /* Missing: 125, unless -f. Every path is tried. */
     SBX(&r, "rm", "sbx-it/rm/gone", "sbx-it/rm/w");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 404)");
     run_free(&r);
     ck_assert_int_eq(http_status("HEAD", "/files/sbx-it/rm/w"), 404);
@@ -831,7 +831,7 @@ START_TEST(rm_and_mkdir)
     close(fd);
     run_free(&r);
     SBX(&r, "mkdir", "sbx-it/rm/file");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 409)");
     run_free(&r);
     SBX(&r, "rm", "-rf", "sbx-it/rm");
@@ -1047,7 +1047,7 @@ START_TEST(kill_sends_the_signal_asked_for)
         if (i == 0) {
             /* It has ended: sbxd's 409, one line. */
             SBX(&r, "kill", id);
-            ck_assert_int_eq(r.code, 1);
+            ck_assert_int_eq(r.code, 125);
             char path[128];
             snprintf(path, sizeof(path), "/processes/%s/signal", id);
             const char *body = "{\"signal\":\"SIGTERM\"}";
@@ -1065,27 +1065,55 @@ START_TEST(kill_sends_the_signal_asked_for)
     struct run r;
     /* Signals sbxd does not send are usage errors, found before asking. */
     SBX(&r, "kill", "-s", "5", "whatever");
-    ck_assert_int_eq(r.code, 2);
+    ck_assert_int_eq(r.code, 125);
     run_free(&r);
     SBX(&r, "kill", "-s", "BOGUS", "whatever");
-    ck_assert_int_eq(r.code, 2);
+    ck_assert_int_eq(r.code, 125);
     run_free(&r);
     SBX(&r, "kill", "-40", "whatever");
-    ck_assert_int_eq(r.code, 2);
+    ck_assert_int_eq(r.code, 125);
     run_free(&r);
     /* An unknown process: sbxd's 404. */
     SBX(&r, "kill", "sbx-no-such-process");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 404)");
     run_free(&r);
     SBX(&r, "logs", "sbx-no-such-process");
-    ck_assert_int_eq(r.code, 1);
+    ck_assert_int_eq(r.code, 125);
     assert_one_line_error(&r, "(HTTP 404)");
     run_free(&r);
 }
 END_TEST
 
 /* ------------------------------------------------------------------ health, url, usage */
+
+/* sbx's own failures are 125, as docker run's and env's are: a command's own 1 (grep that
+ * found nothing, a failed test) or 2 is never taken for sbx's, nor sbx's for the command's. */
+START_TEST(a_commands_exit_1_is_not_sbxs_125)
+{
+    struct run r;
+    SBX(&r, "exec", "--", "sh", "-c", "exit 1");
+    ck_assert_int_eq(r.code, 1);
+    ck_assert_uint_eq(r.err_len, 0);
+    run_free(&r);
+    SBX(&r, "run", "grep -q sbx-nothing-here /dev/null");
+    ck_assert_int_eq(r.code, 1);
+    ck_assert_uint_eq(r.err_len, 0);
+    run_free(&r);
+    SBX(&r, "exec", "--", "sh", "-c", "exit 2");
+    ck_assert_int_eq(r.code, 2);
+    run_free(&r);
+    /* sbxd refused it (a cwd that does not exist): sbx's 125 and its one line. */
+    SBX(&r, "exec", "--cwd", "sbx-no-such-dir", "--", "sh", "-c", "exit 1");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "sbx: exec: ");
+    run_free(&r);
+    /* A usage error: 125 too, nothing sent. */
+    SBX(&r, "run", "--timeout", "soon", "exit 1");
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+}
+END_TEST
 
 START_TEST(health_summarises_healthz)
 {
@@ -1130,7 +1158,7 @@ START_TEST(an_unreachable_sbxd_is_one_clear_line)
         child_start(&c, words, false, -1, -1, NULL);
         struct run r;
         child_wait(&c, &r, 30000);
-        ck_assert_msg(r.code == 1, "%s: exit %d", cmds[i][0], r.code);
+        ck_assert_msg(r.code == 125, "%s: exit %d", cmds[i][0], r.code);
         assert_one_line_error(&r, want);
         ck_assert_uint_eq(r.out_len, 0);
         run_free(&r);
@@ -1159,7 +1187,7 @@ START_TEST(the_url_comes_from_sbx_url_or_url)
 }
 END_TEST
 
-START_TEST(usage_errors_exit_2)
+START_TEST(usage_errors_exit_125)
 {
     const char *cases[][6] = {
         {NULL},
@@ -1191,7 +1219,7 @@ START_TEST(usage_errors_exit_2)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct run r;
         sbx_words(&r, -1, cases[i]);
-        ck_assert_msg(r.code == 2, "case %zu (%s): exit %d, %s", i, cases[i][0], r.code, r.err);
+        ck_assert_msg(r.code == 125, "case %zu (%s): exit %d, %s", i, cases[i][0], r.code, r.err);
         ck_assert_msg(strncmp(r.err, "sbx: ", 5) == 0 && strstr(r.err, "--help"), "case %zu: %s", i,
                       r.err);
         ck_assert_uint_eq(r.out_len, 0);
@@ -1292,7 +1320,8 @@ Suite *sbx_suite(void)
     tcase_add_test(cli, health_summarises_healthz);
     tcase_add_test(cli, an_unreachable_sbxd_is_one_clear_line);
     tcase_add_test(cli, the_url_comes_from_sbx_url_or_url);
-    tcase_add_test(cli, usage_errors_exit_2);
+    tcase_add_test(cli, usage_errors_exit_125);
+    tcase_add_test(cli, a_commands_exit_1_is_not_sbxs_125);
     tcase_add_test(cli, help_names_every_command_and_option);
     TCase *all[] = {exec, files, procs, cli};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {

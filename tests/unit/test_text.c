@@ -38,6 +38,84 @@ START_TEST(decode_rules)
 }
 END_TEST
 
+/* The offset utf8_valid should give: where decoding the bytes one sequence at a time first
+ * fails (the decoder's verdict, the reference). */
+static size_t first_invalid_by_decoder(const uint8_t *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        int k = utf8_decode(s + i, n - i);
+        if (k <= 0)
+            return i;
+        i += (size_t)k;
+    }
+    return n;
+}
+
+#define VALID(lit) utf8_valid((const uint8_t *)(lit), sizeof(lit) - 1)
+
+START_TEST(validate_rules)
+{
+    ck_assert_uint_eq(utf8_valid(NULL, 0), 0);
+    ck_assert_uint_eq(VALID("plain ascii, longer than one word"), 33);
+    ck_assert_uint_eq(VALID("\xC3\xA9\xE6\x97\xA5\xE6\x9C\xAC\xF0\x9F\x98\x80"),
+                      12);                                      /* U+E9 U+65E5 U+672C U+1F600 */
+    ck_assert_uint_eq(VALID("\xF4\x8F\xBF\xBF"), 4);            /* U+10FFFF, the last */
+    ck_assert_uint_eq(VALID("\xEF\xBF\xBF"), 3);                /* U+FFFF */
+    ck_assert_uint_eq(VALID("{\"command\":\"\xFF\xFE\"}"), 12); /* the body */
+    ck_assert_uint_eq(VALID("abc\x80"), 3);                     /* stray continuation */
+    ck_assert_uint_eq(VALID("ab\xC0\xAF"), 2);                  /* overlong '/' */
+    ck_assert_uint_eq(VALID("ab\xC1\xBF"), 2);                  /* overlong (C1) */
+    ck_assert_uint_eq(VALID("a\xE0\x80\xAF"), 1);               /* overlong, 3 bytes */
+    ck_assert_uint_eq(VALID("a\xF0\x80\x80\xAF"), 1);           /* overlong, 4 bytes */
+    ck_assert_uint_eq(VALID("12345678\xED\xA0\x80"), 8);        /* U+D800 */
+    ck_assert_uint_eq(VALID("12345678\xED\xBF\xBF"), 8);        /* U+DFFF */
+    ck_assert_uint_eq(VALID("\xF4\x90\x80\x80"), 0);            /* U+110000 */
+    ck_assert_uint_eq(VALID("x\xF5\x80\x80\x80"), 1);           /* F5..FF never */
+    ck_assert_uint_eq(VALID("x\xF8\x88\x80\x80\x80"), 1);       /* 5-byte form */
+    ck_assert_uint_eq(VALID("123456789\xFF"), 9);
+    ck_assert_uint_eq(VALID("\xE2\x82"
+                            "A"),
+                      0);                            /* cut inside */
+    ck_assert_uint_eq(VALID("abcdefgh\xE2\x82"), 8); /* cut by the end */
+    ck_assert_uint_eq(VALID("\xF0\x9F\x98"), 0);
+}
+END_TEST
+
+/* The validator agrees with the decoder on every non-ASCII byte followed by every byte,
+ * behind ASCII prefixes of each length around the 8-byte words; and for the leads of 3- and
+ * 4-byte forms, on a sample of the bytes that decide (each range's edges). */
+START_TEST(validate_agrees_with_decoder)
+{
+    uint8_t buf[32];
+    static const uint8_t last[] = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF,
+                                   0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xF0, 0xF4, 0xF5, 0xFF};
+    for (size_t pre = 0; pre <= 17; pre += 1) {
+        memset(buf, 'a', pre);
+        for (unsigned a = 0x80; a < 0x100; a++) {
+            buf[pre] = (uint8_t)a;
+            ck_assert_uint_eq(utf8_valid(buf, pre + 1), first_invalid_by_decoder(buf, pre + 1));
+            for (unsigned b = 0; b < 0x100; b++) {
+                buf[pre + 1] = (uint8_t)b;
+                ck_assert_uint_eq(utf8_valid(buf, pre + 2), first_invalid_by_decoder(buf, pre + 2));
+                if (a < 0xE0 || pre % 8 != 1 || !memchr(last, (int)b, sizeof(last)))
+                    continue; /* longer forms: their leads, at fewer prefixes and edges */
+                for (size_t c = 0; c < sizeof(last); c++) {
+                    buf[pre + 2] = last[c];
+                    ck_assert_uint_eq(utf8_valid(buf, pre + 3),
+                                      first_invalid_by_decoder(buf, pre + 3));
+                    for (size_t d = 0; d < sizeof(last); d++) {
+                        buf[pre + 3] = last[d];
+                        buf[pre + 4] = 'z';
+                        ck_assert_uint_eq(utf8_valid(buf, pre + 5),
+                                          first_invalid_by_decoder(buf, pre + 5));
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
 START_TEST(sanitize)
 {
     uint8_t out[64];
@@ -186,6 +264,8 @@ Suite *text_suite(void)
     Suite *s = suite_create("text");
     TCase *tc = tcase_create("utf8-json-base64");
     tcase_add_test(tc, decode_rules);
+    tcase_add_test(tc, validate_rules);
+    tcase_add_test(tc, validate_agrees_with_decoder);
     tcase_add_test(tc, sanitize);
     tcase_add_test(tc, json_strings);
     tcase_add_test(tc, json_every_ascii_byte_at_every_position);

@@ -3,8 +3,51 @@
 
 #include "sbxd/contain.h"
 
+/*
+ * The backend in force when sbxd cannot run commands at all (--degraded-ok, isolation.c: the
+ * switch to --user is impossible): each command is refused, 503 with the reason, before
+ * anything is made for it, rather than left to fail in its child while health checks say ok.
+ */
+static int refuse_prepare(struct contain *c, const char *id, const struct cg_limits *lim,
+                          struct spawn_spec *spec, struct sbxd_err *err)
+{
+    (void)id, (void)lim, (void)spec;
+    char why[256] = "";
+    isolation_degraded(c->iso, why, sizeof(why));
+    return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "sbxd is degraded and runs no command: %s", why);
+}
+
+static void refuse_kill(struct contain *c, struct reap_target *rt, bool reaper_locked,
+                        bool spawning)
+{
+    (void)c, (void)rt, (void)reaper_locked, (void)spawning; /* nothing ever started */
+}
+
+static void refuse_signal(struct contain *c, pid_t pid, int sig)
+{
+    (void)c, (void)pid, (void)sig;
+}
+
+static void refuse_release(struct contain *c, bool ran)
+{
+    (void)c, (void)ran;
+}
+
+static const struct contain_ops refuse_ops = {
+    .name = "none",
+    .prepare = refuse_prepare,
+    .kill = refuse_kill,
+    .signal = refuse_signal,
+    .release = refuse_release,
+};
+
 void contain_choose(struct isolation *iso)
 {
+    /* Degraded at start can only be for good (--degraded-ok): no command runs. */
+    if (isolation_degraded(iso, NULL, 0)) {
+        iso->contain = &refuse_ops;
+        return;
+    }
     switch (iso->tree_kill) {
     case ISO_KILL_CGROUP:
         iso->contain = &contain_cgroup_ops;
