@@ -70,7 +70,15 @@ static const struct opt opts[] = {
      "A streamed /execute or a followed process output sends a heartbeat event after this "
      "much silence, so proxies keep the stream open."},
     {"max-running", "N", "SBXD_MAX_RUNNING", NULL, 0, "32", OPT_UINT, OFF(max_running), 1, 4096,
-     "Commands running at once; more are refused with 429 and Retry-After."},
+     "Commands running at once (/execute, and background starts while they start); more wait "
+     "their turn, first come first served (--max-queued)."},
+    {"max-queued", "N", "SBXD_MAX_QUEUED", NULL, 0, "256", OPT_UINT, OFF(max_queued), 0, 65536,
+     "Commands that may wait for a running slot; beyond it 429 with Retry-After. 0: none "
+     "wait, past --max-running it is 429 at once."},
+    {"queue-timeout-ms", "MS", "SBXD_QUEUE_TIMEOUT_MS", NULL, 0, "30000", OPT_UINT,
+     OFF(queue_timeout_ms), 1, 3600000,
+     "The longest a command waits for a running slot; then 429 with Retry-After. A client "
+     "that hangs up while it waits leaves the queue at once."},
     {"max-processes", "N", "SBXD_MAX_PROCESSES", NULL, 0, "64", OPT_UINT, OFF(max_processes), 1,
      4096,
      "Background processes (/processes) running at once; more are refused with 429. As many "

@@ -27,6 +27,8 @@ struct sbxd_config {
     uint64_t max_upload_bytes;
     uint64_t heartbeat_ms;
     uint64_t max_running;
+    uint64_t max_queued;       /* commands waiting for a running slot; 0: none wait */
+    uint64_t queue_timeout_ms; /* the longest such a wait */
     uint64_t max_processes;
     uint64_t process_output_bytes;
     uint64_t process_retention_s;

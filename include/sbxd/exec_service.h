@@ -6,11 +6,11 @@
  *
  * A front builds one struct exec_service from the daemon's configuration and isolation,
  * parses a request under exec_service_policy(), takes a running slot with
- * exec_service_admit() (a command whose answer a client waits for), starts it with
+ * exec_service_admit() (waiting its turn when --max-running are taken), starts it with
  * exec_service_start() (or exec_service_start_process() for a background process), drives
  * it (exec_service_collect, or job_step into exec_event_*), reports it with
  * exec_service_audit(), and gives the slot back with exec_service_leave() once its answer
- * is out.
+ * is out (a background process's: once it has started).
  */
 #ifndef SBXD_EXEC_SERVICE_H
 #define SBXD_EXEC_SERVICE_H
@@ -33,6 +33,10 @@ struct exec_service {
     struct isolation *iso;
     unsigned running;  /* atomic: admitted commands whose answer is not out yet */
     unsigned starting; /* atomic: commands (and processes) whose process is not started yet */
+    /* The admission queue (service.c's lock): commands waiting for a running slot, oldest
+     * first. Zeroed is empty. */
+    struct exec_waiter *wait_head, *wait_tail;
+    unsigned waiting;
 };
 
 /* The bounds a request is parsed under. A background process (MX_BACKGROUND) gets the
@@ -40,11 +44,26 @@ struct exec_service {
 void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
                          struct request_policy *pol);
 
-/* A running slot among --max-running for a command whose answer a client waits for. 0, or
- * -1 with SBXD_E_BUSY (counted as the limit's rejection). */
-int exec_service_admit(struct exec_service *s, struct sbxd_err *err);
-/* The admitted command's answer is out, or will never be: its slot is free. */
+/* How a command waits for its running slot, and what the wait came to. */
+struct exec_admit {
+    int client_fd;    /* the client's socket: its hang-up ends the wait (-1: none) */
+    const bool *stop; /* atomic: once true (the daemon drains) the wait ends (NULL: never) */
+    double queued_ms; /* out: how long it waited (0: a slot was free) */
+    bool gone;        /* out: the client hung up while it waited: there is nobody to answer */
+};
+
+/* A running slot among --max-running, for a command whose answer a client waits for or a
+ * background process while it starts. When all are taken the command waits, first come
+ * first served (a freed slot goes to the oldest waiter, never to a newcomer), in a queue
+ * of at most --max-queued, for up to --queue-timeout-ms. 0, or -1 with SBXD_E_BUSY (the
+ * queue is full, or the wait was too long: counted as that limit's rejection),
+ * SBXD_E_UNAVAILABLE (a->stop), or with a->gone set. */
+int exec_service_admit(struct exec_service *s, struct exec_admit *a, struct sbxd_err *err);
+/* The admitted command's answer is out, or will never be: its slot goes to the oldest
+ * waiter, or is free. */
 void exec_service_leave(struct exec_service *s);
+/* Wake every waiter to look at its stop flag now (the drain has begun). */
+void exec_service_wake_all(struct exec_service *s);
 unsigned exec_service_running(const struct exec_service *s);
 unsigned exec_service_starting(const struct exec_service *s);
 
@@ -66,10 +85,11 @@ void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *er
  * otherwise count into the next command's memory_peak_bytes. */
 void exec_service_held(size_t bytes);
 
-/* A command is over: its metrics, and the audit line (who ran what, where, how it ended;
- * event "exec", or "process" for a background one). client may be NULL. */
+/* A command is over: its metrics, and the audit line (who ran what, where, how it ended,
+ * how long it waited for its slot; event "exec", or "process" for a background one).
+ * queued_ms < 0: not said; client may be NULL. */
 void exec_service_audit(enum metrics_mode mode, const char *id, const struct exec_request *req,
-                        const struct job_result *r, const char *client);
+                        const struct job_result *r, double queued_ms, const char *client);
 
 /* The fields of a command's result (design 3.2) into an open object: stdout and stderr only
  * with out/errb (a streamed answer sent them as events). */
@@ -77,9 +97,14 @@ void exec_result_fields(struct jsonw *w, const char *id, const struct job_result
                         const struct outbuf *out, const struct outbuf *errb,
                         enum exec_encoding enc);
 
+/* "queued_ms": how long the command waited for its running slot, into an open object. */
+void exec_queued_field(struct jsonw *w, double queued_ms);
+
 /* The events a streamed command is told in (the JSON objects of design 3.3), written once
- * for /execute's stream and a background process's output. */
-void exec_event_start(struct jsonw *w, const char *id, pid_t pid, const uint64_t *offset);
+ * for /execute's stream and a background process's output. queued_ms and offset are said
+ * when not NULL. */
+void exec_event_start(struct jsonw *w, const char *id, pid_t pid, const uint64_t *offset,
+                      const double *queued_ms);
 /* A chunk of output: stream 1 stdout, 2 stderr, 0 a terminal's; bytes: also say its size. */
 void exec_event_output(struct jsonw *w, int stream, const void *data, size_t n, bool utf8,
                        uint64_t offset, bool bytes);

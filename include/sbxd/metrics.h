@@ -2,7 +2,8 @@
  * metrics.h - the daemon's counters for GET /metrics: relaxed atomics bumped where things
  * happen (a few nanoseconds each, no lock), read and rendered in the Prometheus text format
  * only when scraped. Gauges (running commands, open connections, memory) are not kept here:
- * the scrape reads them where they live.
+ * the scrape reads them where they live; the admission queue's depth, which the exec service
+ * keeps under its lock, is mirrored here so that metrics_render has it.
  */
 #ifndef SBXD_METRICS_H
 #define SBXD_METRICS_H
@@ -28,6 +29,8 @@ enum metrics_limit {
     LIM_UNAUTHORIZED,       /* 401: no or a wrong bearer token */
     LIM_STDIN_PENDING,      /* 429: stdin bytes waiting for a process (SBXD_STDIN_PENDING_MAX) */
     LIM_STDIN_TIMEOUT,      /* 409: --stdin-timeout-ms */
+    LIM_MAX_QUEUED,         /* 429: --max-queued (the admission queue is full) */
+    LIM_QUEUE_TIMEOUT,      /* 429: --queue-timeout-ms (waited that long for a slot) */
     LIM_N
 };
 
@@ -38,6 +41,10 @@ void metrics_execution(enum metrics_mode mode, const struct job_result *r);
 /* A command that could not even be started (no job was made). */
 void metrics_start_failed(enum metrics_mode mode);
 void metrics_limit(enum metrics_limit l);
+/* The admission queue (exec_service_admit): a command began to wait for a running slot; a
+ * command stopped waiting after ms, however its wait ended (abandoned: its client hung up). */
+void metrics_queue_enter(void);
+void metrics_queue_leave(double ms, bool abandoned);
 void metrics_http(unsigned route, unsigned status, uint64_t bytes_in, uint64_t bytes_out);
 void metrics_file(bool written, uint64_t bytes);
 

@@ -160,7 +160,7 @@ static void *driver_main(void *arg)
     pthread_cond_broadcast(&p->cond);
     pthread_cond_broadcast(&p->in_cond); /* an idle feeder leaves */
     pthread_mutex_unlock(&p->lock);
-    exec_service_audit(MX_BACKGROUND, p->id, &p->req, &p->res, NULL);
+    exec_service_audit(MX_BACKGROUND, p->id, &p->req, &p->res, -1, NULL);
     pthread_mutex_lock(&tab.lock);
     tab.running--;
     pthread_cond_broadcast(&tab.ended);

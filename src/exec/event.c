@@ -63,7 +63,14 @@ void exec_result_fields(struct jsonw *w, const char *id, const struct job_result
     }
 }
 
-void exec_event_start(struct jsonw *w, const char *id, pid_t pid, const uint64_t *offset)
+void exec_queued_field(struct jsonw *w, double queued_ms)
+{
+    jw_key(w, "queued_ms");
+    jw_double(w, queued_ms, 3);
+}
+
+void exec_event_start(struct jsonw *w, const char *id, pid_t pid, const uint64_t *offset,
+                      const double *queued_ms)
 {
     jw_obj_begin(w);
     jw_key(w, "type");
@@ -76,6 +83,8 @@ void exec_event_start(struct jsonw *w, const char *id, pid_t pid, const uint64_t
         jw_key(w, "offset");
         jw_uint(w, *offset);
     }
+    if (queued_ms)
+        exec_queued_field(w, *queued_ms);
     jw_obj_end(w);
 }
 

@@ -2,12 +2,18 @@
  * service.c - the exec service (exec_service.h): admission, policy, environment, start,
  * collection and audit of a command, for every front alike.
  */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "sbxd/exec_service.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
+#include "sbxd/timeutil.h"
 
 void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
                          struct request_policy *pol)
@@ -39,12 +45,12 @@ static struct job_env exec_service_env(const struct exec_service *s, enum metric
 }
 
 void exec_service_audit(enum metrics_mode mode, const char *id, const struct exec_request *req,
-                        const struct job_result *r, const char *client)
+                        const struct job_result *r, double queued_ms, const char *client)
 {
     metrics_execution(mode, r);
     char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
     exec_request_text(req, cmd, sizeof(cmd));
-    const struct log_field f[] = {
+    struct log_field f[11] = {
         LOG_S("id", id),
         LOG_S(req->shell ? "command" : "argv", cmd),
         LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
@@ -54,27 +60,217 @@ void exec_service_audit(enum metrics_mode mode, const char *id, const struct exe
         LOG_D("duration_ms", r->duration_ms),
         LOG_I("stdout_bytes", r->stdout_bytes),
         LOG_I("stderr_bytes", r->stderr_bytes),
-        LOG_S("client", client), /* the last: left out when there is none */
     };
-    size_t n = sizeof(f) / sizeof(f[0]) - (client ? 0 : 1);
+    size_t n = 9; /* then what there is of these: */
+    if (queued_ms >= 0)
+        f[n++] = LOG_D("queued_ms", queued_ms);
+    if (client)
+        f[n++] = LOG_S("client", client);
     log_event("info", mode == MX_BACKGROUND ? "process" : "exec", f, n);
 }
 
-int exec_service_admit(struct exec_service *s, struct sbxd_err *err)
+/*
+ * Admission. Past --max-running a command waits in a FIFO queue rather than being refused:
+ * no agent-sandbox SDK retries a 429 (urllib3 and the Go client retry 5xx only), so a burst
+ * the Python runtime queued would be errors. A slot freed is handed straight to the oldest
+ * waiter (running never drops while someone waits), so a newcomer can never take it first.
+ *
+ * Each waiter is on its connection's thread, in one poll over an eventfd (the hand-over's
+ * notice) and the client's socket (its hang-up: it leaves the queue at once, and no slot is
+ * ever handed to a phantom). The drain wakes every waiter (exec_service_wake_all); its
+ * flag is also looked at every ADMIT_TICK_MS.
+ */
+
+/* One lock for every service's queue (a daemon has one service): held for a few list
+ * operations at a time, never across a wait. */
+static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* How soon a waiter sees a drain begin (the front's stop flag). */
+#define ADMIT_TICK_MS 100
+/* Without an eventfd (none left: EMFILE) a waiter looks for its slot this often instead. */
+#define ADMIT_POLL_MS 5
+
+struct exec_waiter {
+    struct exec_waiter *next;
+    int efd;      /* written once the slot is its own; -1: none, it polls */
+    bool granted; /* under admit_lock: exec_service_leave handed it a slot */
+};
+
+static void queue_push(struct exec_service *s, struct exec_waiter *w)
 {
-    unsigned running = __atomic_add_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
-    if (running <= s->cfg->max_running)
+    w->next = NULL;
+    if (s->wait_tail)
+        s->wait_tail->next = w;
+    else
+        s->wait_head = w;
+    s->wait_tail = w;
+    s->waiting++;
+    metrics_queue_enter();
+}
+
+/* Take w out of the queue (it is in it). */
+static void queue_remove(struct exec_service *s, struct exec_waiter *w)
+{
+    struct exec_waiter *prev = NULL;
+    for (struct exec_waiter *p = s->wait_head; p != w; p = p->next)
+        prev = p;
+    if (prev)
+        prev->next = w->next;
+    else
+        s->wait_head = w->next;
+    if (s->wait_tail == w)
+        s->wait_tail = prev;
+    s->waiting--;
+}
+
+/* Whether the client hung up, from its socket's poll events. POLLRDHUP says so, but gVisor
+ * never reports it: there a readable socket is peeked at (until it shows a pipelined
+ * request), as the job's owner does (job_drive.c). */
+static bool client_gone(int fd, short revents, bool *peek)
+{
+    if (revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+        return true;
+    if (!(revents & POLLIN))
+        return false;
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
+        *peek = k <= 0; /* a pipelined request: from now on only a hang-up proper tells */
+        return false;
+    }
+    return true; /* end of stream, or a broken connection */
+}
+
+/* Wait until w is handed a slot (0), or refuse (-1 with err, or a->gone). w is queued. */
+static int queue_wait(struct exec_service *s, struct exec_waiter *w, struct exec_admit *a,
+                      int64_t deadline_ns, struct sbxd_err *err)
+{
+    bool peek = true;
+    for (;;) {
+        struct pollfd pfd[2];
+        nfds_t n = 0;
+        if (w->efd >= 0)
+            pfd[n++] = (struct pollfd){.fd = w->efd, .events = POLLIN};
+        nfds_t client = n;
+        if (a->client_fd >= 0)
+            pfd[n++] =
+                (struct pollfd){.fd = a->client_fd, .events = POLLRDHUP | (peek ? POLLIN : 0)};
+        int tick = w->efd >= 0 ? ADMIT_TICK_MS : ADMIT_POLL_MS;
+        int ms = time_ms_until(deadline_ns);
+        int ready = poll(pfd, n, ms < tick ? ms : tick);
+        if (ready < 0 && errno != EINTR)
+            usleep(ADMIT_POLL_MS * 1000); /* (ENOMEM) no busy loop until it passes */
+        uint64_t v;
+        if (ready > 0 && w->efd >= 0 && pfd[0].revents && read(w->efd, &v, sizeof(v)) < 0) {
+            /* nothing was there: the wake-up was taken already */
+        }
+        bool gone = ready > 0 && client < n && pfd[client].revents &&
+                    client_gone(a->client_fd, pfd[client].revents, &peek);
+        bool stop = a->stop && __atomic_load_n(a->stop, __ATOMIC_ACQUIRE);
+
+        pthread_mutex_lock(&admit_lock);
+        if (w->granted) {
+            pthread_mutex_unlock(&admit_lock);
+            if (!gone && !stop)
+                return 0;
+            /* Handed a slot it cannot use: on to the next waiter (at a drain, each in turn
+             * is refused this way, and running stays above 0 until the last is). */
+            exec_service_leave(s);
+        } else if (gone || stop || time_ms_until(deadline_ns) == 0) {
+            queue_remove(s, w);
+            pthread_mutex_unlock(&admit_lock);
+        } else {
+            pthread_mutex_unlock(&admit_lock);
+            continue;
+        }
+        if (gone) {
+            a->gone = true;
+            return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "the client hung up while it waited");
+        }
+        if (stop)
+            return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0,
+                             "sbxd is shutting down and takes no new commands");
+        metrics_limit(LIM_QUEUE_TIMEOUT);
+        return sbxd_fail(err, SBXD_E_BUSY, 0,
+                         "waited %llu ms for one of the %llu running slots (--queue-timeout-ms, "
+                         "--max-running); retry later",
+                         (unsigned long long)s->cfg->queue_timeout_ms,
+                         (unsigned long long)s->cfg->max_running);
+    }
+}
+
+int exec_service_admit(struct exec_service *s, struct exec_admit *a, struct sbxd_err *err)
+{
+    a->queued_ms = 0;
+    a->gone = false;
+    int64_t t0 = time_mono_ns();
+    pthread_mutex_lock(&admit_lock);
+    if (!s->wait_head && __atomic_load_n(&s->running, __ATOMIC_RELAXED) < s->cfg->max_running) {
+        __atomic_add_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+        pthread_mutex_unlock(&admit_lock);
         return 0;
-    __atomic_sub_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
-    metrics_limit(LIM_MAX_RUNNING);
-    return sbxd_fail(err, SBXD_E_BUSY, 0,
-                     "%llu commands are running already (--max-running); retry later",
-                     (unsigned long long)s->cfg->max_running);
+    }
+    if (s->waiting >= s->cfg->max_queued) {
+        unsigned waiting = s->waiting;
+        pthread_mutex_unlock(&admit_lock);
+        if (s->cfg->max_queued == 0) {
+            metrics_limit(LIM_MAX_RUNNING);
+            return sbxd_fail(err, SBXD_E_BUSY, 0,
+                             "%llu commands are running already (--max-running; --max-queued "
+                             "is 0, so none wait); retry later",
+                             (unsigned long long)s->cfg->max_running);
+        }
+        metrics_limit(LIM_MAX_QUEUED);
+        return sbxd_fail(err, SBXD_E_BUSY, 0,
+                         "%llu commands are running and %u waiting already (--max-running, "
+                         "--max-queued); retry later",
+                         (unsigned long long)s->cfg->max_running, waiting);
+    }
+    /* The eventfd is made under the lock so that a slot freed meanwhile cannot be missed;
+     * it is one quick system call, and only a command that must wait pays it. */
+    struct exec_waiter w = {.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    queue_push(s, &w);
+    pthread_mutex_unlock(&admit_lock);
+
+    int rc = queue_wait(s, &w, a, t0 + (int64_t)s->cfg->queue_timeout_ms * 1000000, err);
+    if (w.efd >= 0)
+        close(w.efd);
+    a->queued_ms = (double)(time_mono_ns() - t0) / 1e6;
+    metrics_queue_leave(a->queued_ms, a->gone);
+    return rc;
+}
+
+void exec_service_wake_all(struct exec_service *s)
+{
+    pthread_mutex_lock(&admit_lock);
+    for (struct exec_waiter *w = s->wait_head; w; w = w->next)
+        if (w->efd >= 0) {
+            uint64_t one = 1;
+            (void)!write(w->efd, &one, sizeof(one));
+        }
+    pthread_mutex_unlock(&admit_lock);
 }
 
 void exec_service_leave(struct exec_service *s)
 {
-    __atomic_sub_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&admit_lock);
+    struct exec_waiter *w = s->wait_head;
+    if (w) {
+        /* The slot passes to the oldest waiter as it is: running stays as it was. */
+        s->wait_head = w->next;
+        if (!s->wait_head)
+            s->wait_tail = NULL;
+        s->waiting--;
+        w->granted = true;
+        if (w->efd >= 0) {
+            uint64_t one = 1;
+            /* Cannot fail short of a full counter, which one write never makes. */
+            (void)!write(w->efd, &one, sizeof(one));
+        }
+    } else {
+        __atomic_sub_fetch(&s->running, 1, __ATOMIC_ACQ_REL);
+    }
+    pthread_mutex_unlock(&admit_lock);
 }
 
 unsigned exec_service_running(const struct exec_service *s)

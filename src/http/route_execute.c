@@ -18,10 +18,11 @@
 
 /* The result object of design 3.2, into w. */
 static void write_result(struct jsonw *w, const struct job *job, const struct outbuf *out,
-                         const struct outbuf *errb, enum exec_encoding enc)
+                         const struct outbuf *errb, enum exec_encoding enc, double queued_ms)
 {
     jw_obj_begin(w);
     exec_result_fields(w, job_id(job), job_result(job), out, errb, enc);
+    exec_queued_field(w, queued_ms);
     jw_obj_end(w);
 }
 
@@ -40,6 +41,7 @@ struct exec_stream {
     struct job *job;
     struct exec_request req;
     char client[64];
+    double queued_ms; /* waited for its running slot */
     bool started, ended;
     uint64_t offset[3];  /* bytes of stdout (1) and stderr (2) sent so far */
     uint8_t carry[3][4]; /* utf8: the start of a character cut off by a read */
@@ -86,7 +88,7 @@ static bool next_event(struct exec_stream *s)
     if (!s->started) {
         s->started = true;
         event_begin(&s->ev, "start");
-        exec_event_start(&s->ev.pending, job_id(s->job), job_pid(s->job), NULL);
+        exec_event_start(&s->ev.pending, job_id(s->job), job_pid(s->job), NULL, &s->queued_ms);
         event_end(&s->ev);
         return true;
     }
@@ -123,7 +125,8 @@ static bool next_event(struct exec_stream *s)
         exec_event_exit(&s->ev.pending, job_id(s->job), job_result(s->job), s->req.encoding, NULL);
         event_end(&s->ev);
         s->ended = true;
-        exec_service_audit(MX_STREAM, job_id(s->job), &s->req, job_result(s->job), s->client);
+        exec_service_audit(MX_STREAM, job_id(s->job), &s->req, job_result(s->job), s->queued_ms,
+                           s->client);
         return true;
     }
 }
@@ -151,7 +154,8 @@ static void stream_free(void *cls)
 
 static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c,
                                     struct req_ctx *rc, struct job *job,
-                                    const struct exec_request *req, enum stream_format fmt)
+                                    const struct exec_request *req, enum stream_format fmt,
+                                    double queued_ms)
 {
     struct exec_stream *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -162,6 +166,7 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
     s->srv = srv;
     s->job = job;
     s->req = *req;
+    s->queued_ms = queued_ms;
     snprintf(s->client, sizeof(s->client), "%s", rc->client);
     events_init(&s->ev, fmt);
     struct MHD_Response *r = events_response(fmt, stream_read, s, stream_free);
@@ -169,7 +174,6 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
         stream_free(s);
         return MHD_NO;
     }
-    rc->holds_running = true;
     enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
     MHD_destroy_response(r);
     return ret;
@@ -235,20 +239,23 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_cannot_run(c, rc, &err);
 
-    if (exec_service_admit(&srv->exec, &err) < 0) {
+    /* Past --max-running it waits its turn here (exec_service.h); a client that hangs up
+     * meanwhile has nobody to answer. */
+    struct exec_admit adm = {.client_fd = cancel_fd(c), .stop = &srv->draining};
+    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
         exec_request_free(&req);
-        return reply_err(c, &err);
+        return adm.gone ? MHD_NO : reply_err(c, &err);
     }
+    rc->holds_running = true; /* until the answer, whichever, is sent (server.c, on_completed) */
     enum stream_format fmt = stream_format_of(c);
     struct job *job = exec_service_start(&srv->exec, fmt != STREAM_NONE ? MX_STREAM : MX_SYNC, &req,
                                          cancel_fd(c), &err);
     if (!job) {
-        exec_service_leave(&srv->exec);
         exec_request_free(&req);
         return reply_cannot_run(c, rc, &err);
     }
     if (fmt != STREAM_NONE)
-        return reply_stream(srv, c, rc, job, &req, fmt); /* it owns job and req now */
+        return reply_stream(srv, c, rc, job, &req, fmt, adm.queued_ms); /* owns job and req */
 
     size_t cap = srv->cfg->max_output_bytes;
     if (req.limits.output_bytes < cap)
@@ -262,12 +269,11 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     jw_init(&w, 512 + out.len + errb.len);
     bool legacy_failed = job_result(job)->status == JOB_FAILED_TO_START && legacy_shape(c, rc);
     if (!legacy_failed)
-        write_result(&w, job, &out, &errb, req.encoding);
+        write_result(&w, job, &out, &errb, req.encoding, adm.queued_ms);
     exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);
-    exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), rc->client);
+    exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms, rc->client);
     outbuf_free(&out);
     outbuf_free(&errb);
-    rc->holds_running = true; /* until the answer is sent (server.c, on_completed) */
     if (legacy_failed) {
         jw_free(&w);
         enum MHD_Result r = reply_legacy_failure(c, job_result(job)->error);

@@ -290,8 +290,8 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_head(&w, "sbxd_commands_max_running", "gauge", "--max-running.");
     metrics_line(&w, "sbxd_commands_max_running", NULL, (double)srv->cfg->max_running);
     metrics_head(&w, "sbxd_commands_queued", "gauge",
-                 "Commands admitted and waiting for their process to start. sbxd keeps no "
-                 "queue beyond that: over --max-running it answers 429.");
+                 "Commands admitted and waiting for their process to start (those waiting for "
+                 "a running slot are sbxd_queue_depth).");
     metrics_line(&w, "sbxd_commands_queued", NULL, exec_service_starting(&srv->exec));
     metrics_head(&w, "sbxd_processes_running", "gauge", "Background processes running now.");
     metrics_line(&w, "sbxd_processes_running", NULL, bg_running());

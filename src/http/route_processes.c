@@ -135,7 +135,18 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_err(c, &err);
+    /* Its start waits its turn among --max-running like any command (exec_service.h) and
+     * gives the slot back once it has started: a running background process holds none
+     * (--max-processes caps those). */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct exec_admit adm = {.client_fd = ci ? ci->connect_fd : -1, .stop = &srv->draining};
+    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
+        exec_request_free(&req);
+        return adm.gone ? MHD_NO : reply_err(c, &err);
+    }
     struct bg_proc *p = exec_service_start_process(&srv->exec, &req, &err);
+    exec_service_leave(&srv->exec);
     if (!p)
         return reply_err(c, &err);
     struct bg_info in;
@@ -148,6 +159,7 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     jw_str(&w, in.id);
     jw_key(&w, "pid");
     jw_int(&w, in.pid);
+    exec_queued_field(&w, adm.queued_ms);
     jw_obj_end(&w);
     char loc[64];
     snprintf(loc, sizeof(loc), "/processes/%s", in.id);
@@ -198,7 +210,7 @@ static bool out_next(struct out_stream *s)
         struct bg_info in;
         bg_info(s->p, &in);
         event_begin(&s->ev, "start");
-        exec_event_start(w, in.id, in.pid, &s->off);
+        exec_event_start(w, in.id, in.pid, &s->off, NULL);
         event_end(&s->ev);
         return true;
     }

@@ -526,6 +526,7 @@ uint16_t server_port(const struct server *srv)
 void server_set_draining(struct server *srv)
 {
     __atomic_store_n(&srv->draining, true, __ATOMIC_RELEASE);
+    exec_service_wake_all(&srv->exec); /* commands waiting for a slot are refused now */
 }
 
 unsigned server_running(const struct server *srv)

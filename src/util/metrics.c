@@ -12,7 +12,7 @@ static const char *const mode_names[MX_NMODES] = {"sync", "stream", "background"
 static const char *const limit_names[LIM_N] = {
     "max_running",     "max_processes",    "max_connections", "max_client_connections",
     "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized",
-    "stdin_pending",   "stdin_timeout"};
+    "stdin_pending",   "stdin_timeout",    "max_queued",      "queue_timeout"};
 
 /* Execution durations, seconds: from a quick `true` to a long build. */
 static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -29,6 +29,7 @@ static struct {
     uint64_t http[METRICS_MAX_ROUTES][NSTATUS];
     uint64_t bytes_in[METRICS_MAX_ROUTES], bytes_out[METRICS_MAX_ROUTES];
     uint64_t files[2], file_bytes[2]; /* [0] read, [1] written */
+    uint64_t queue_depth, queued, queued_us, queue_abandoned;
 } m;
 
 static inline void bump(uint64_t *p, uint64_t n)
@@ -70,6 +71,20 @@ void metrics_limit(enum metrics_limit l)
 {
     if ((unsigned)l < LIM_N)
         bump(&m.limits[l], 1);
+}
+
+void metrics_queue_enter(void)
+{
+    bump(&m.queue_depth, 1);
+    bump(&m.queued, 1);
+}
+
+void metrics_queue_leave(double ms, bool abandoned)
+{
+    __atomic_sub_fetch(&m.queue_depth, 1, __ATOMIC_RELAXED);
+    bump(&m.queued_us, ms > 0 ? (uint64_t)(ms * 1000.0) : 0);
+    if (abandoned)
+        bump(&m.queue_abandoned, 1);
 }
 
 void metrics_http(unsigned route, unsigned status, uint64_t bytes_in, uint64_t bytes_out)
@@ -181,6 +196,22 @@ static void render_http(struct jsonw *w, const char *const *route_label, unsigne
     }
 }
 
+static void render_queue(struct jsonw *w)
+{
+    metrics_head(w, "sbxd_queue_depth", "gauge",
+                 "Commands waiting now for a running slot (--max-running), at most --max-queued.");
+    metrics_line(w, "sbxd_queue_depth", NULL, (double)get(&m.queue_depth));
+    metrics_head(w, "sbxd_queued_total", "counter",
+                 "Commands that had to wait for a running slot, however their wait ended.");
+    metrics_line(w, "sbxd_queued_total", NULL, (double)get(&m.queued));
+    metrics_head(w, "sbxd_queued_milliseconds_total", "counter",
+                 "Milliseconds those commands waited, all together.");
+    metrics_line(w, "sbxd_queued_milliseconds_total", NULL, (double)get(&m.queued_us) / 1e3);
+    metrics_head(w, "sbxd_queue_abandoned_total", "counter",
+                 "Commands whose client hung up while they waited (they never ran).");
+    metrics_line(w, "sbxd_queue_abandoned_total", NULL, (double)get(&m.queue_abandoned));
+}
+
 void metrics_render(struct jsonw *w, const char *const *route_label, unsigned nroutes)
 {
     render_executions(w);
@@ -192,6 +223,7 @@ void metrics_render(struct jsonw *w, const char *const *route_label, unsigned nr
         snprintf(lab, sizeof(lab), "limit=\"%s\"", limit_names[l]);
         metrics_line(w, "sbxd_limit_rejections_total", lab, (double)get(&m.limits[l]));
     }
+    render_queue(w);
     metrics_head(w, "sbxd_files_written_total", "counter",
                  "Files written through the file routes (each upload that was committed).");
     metrics_line(w, "sbxd_files_written_total", NULL, (double)get(&m.files[1]));

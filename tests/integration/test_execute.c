@@ -1,9 +1,12 @@
 /* POST /execute: what a command sees, and what the result reports. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -603,6 +606,338 @@ START_TEST(no_fd_leak_on_any_path)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------ */
+/* Admission: past --max-running a command waits its turn in a bounded FIFO queue          */
+/* (--max-queued, --queue-timeout-ms); only a full queue or a wait too long is a 429.      */
+
+/* A request on a thread of its own, and when its answer was in. */
+struct call {
+    const struct daemon *d;
+    const char *path, *body;
+    struct http_resp r;
+    double done_ms;
+    pthread_t th;
+};
+
+static void *call_main(void *arg)
+{
+    struct call *c = arg;
+    http_request(c->d, "POST", c->path, NULL, c->body, strlen(c->body), 60000, &c->r);
+    c->done_ms = now_ms();
+    return NULL;
+}
+
+static void call_start(struct call *c, const struct daemon *d, const char *path, const char *body)
+{
+    *c = (struct call){.d = d, .path = path, .body = body};
+    ck_assert_int_eq(pthread_create(&c->th, NULL, call_main, c), 0);
+}
+
+static void call_join(struct call *c)
+{
+    pthread_join(c->th, NULL);
+}
+
+/* A sample of d's /metrics (name{labels} as printed), -1 when absent. */
+static double metric_of(const struct daemon *d, const char *series)
+{
+    struct http_resp r;
+    double v = -1;
+    size_t n = strlen(series);
+    if (http_request(d, "GET", "/metrics", NULL, NULL, 0, 5000, &r) == 0)
+        for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+            if (strncmp(p, series, n) == 0 && p[n] == ' ') {
+                v = strtod(p + n + 1, NULL);
+                break;
+            }
+    http_resp_free(&r);
+    return v;
+}
+
+/* Wait up to ms (scaled by SLOW) for series to read value. */
+static void await_metric(const struct daemon *d, const char *series, double value, int ms)
+{
+    double end = now_ms() + ms * SLOW, v;
+    while ((v = metric_of(d, series)) != value) {
+        ck_assert_msg(now_ms() < end, "%s is %g, not %g", series, v, value);
+        usleep(2000);
+    }
+}
+
+/* POST /execute on a raw connection (Accept: accept, unless NULL); returns the socket. */
+static int raw_execute(const struct daemon *d, const char *accept, const char *body)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof(req),
+                     "POST /execute HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     accept ? "Accept: " : "", accept ? accept : "", accept ? "\r\n" : "",
+                     strlen(body), body);
+    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
+    return s;
+}
+
+/* Everything until the server closes s (the raw bytes, head and chunk framing included). */
+static char *raw_read_all(int s)
+{
+    size_t cap = 1 << 14, n = 0;
+    char *raw = malloc(cap);
+    ssize_t k;
+    while ((k = recv(s, raw + n, cap - n - 1, 0)) > 0) {
+        n += (size_t)k;
+        if (n + 1 == cap)
+            raw = realloc(raw, cap *= 2);
+    }
+    raw[n] = '\0';
+    return raw;
+}
+
+#define BURST 64
+
+START_TEST(sdk_burst_waits_its_turn)
+{
+    /* What every agent-sandbox SDK sends, 64 at once, to a daemon that runs 4 at a time. The
+     * SDKs never retry a 429: each must wait its turn and succeed. */
+    struct daemon d;
+    const char *args[] = {"--max-running", "4", NULL};
+    daemon_start(&d, args, NULL);
+    static struct call c[BURST];
+    static char body[BURST][64];
+    double t0 = now_ms();
+    for (int i = 0; i < BURST; i++) {
+        snprintf(body[i], sizeof(body[i]), "{\"command\":\"sleep 0.2; echo ok-%d\"}", i);
+        call_start(&c[i], &d, "/execute", body[i]);
+    }
+    int waited = 0;
+    char waited_id[64] = "";
+    for (int i = 0; i < BURST; i++) {
+        call_join(&c[i]);
+        ck_assert_msg(c[i].r.status == 200, "request %d: HTTP %ld: %s", i, c[i].r.status,
+                      c[i].r.body);
+        char expect[32];
+        snprintf(expect, sizeof(expect), "ok-%d\n", i);
+        ck_assert_str_eq(jstr(c[i].r.json, "stdout"), expect);
+        double q = jnum(c[i].r.json, "queued_ms");
+        ck_assert(q >= 0);
+        if (q > 0) {
+            waited++;
+            snprintf(waited_id, sizeof(waited_id), "%s", jstr(c[i].r.json, "id"));
+        }
+        http_resp_free(&c[i].r);
+    }
+    /* Never more than 4 at once: 64 x 0.2 s take at least 16 x 0.2 s. */
+    double took = now_ms() - t0;
+    ck_assert_msg(took >= 3150, "64 commands of 0.2 s took %.0f ms with --max-running 4", took);
+    ck_assert_msg(waited >= BURST / 2, "only %d of %d waited for a slot", waited, BURST);
+
+    /* The audit line of a command that waited says for how long. */
+    char needle[96];
+    snprintf(needle, sizeof(needle), "\"id\":\"%s\"", waited_id);
+    char *log = daemon_log_read(&d);
+    char *line = strstr(log, needle);
+    ck_assert_msg(line, "no audit line for %s", needle);
+    *strchr(line, '\n') = '\0';
+    while (line > log && line[-1] != '\n')
+        line--;
+    cJSON *a = cJSON_Parse(line);
+    ck_assert_msg(a, "audit line is not JSON: %s", line);
+    ck_assert_msg(jnum(a, "queued_ms") > 0, "%s", line);
+    cJSON_Delete(a);
+    free(log);
+
+    ck_assert_double_ge(metric_of(&d, "sbxd_queued_total"), waited);
+    ck_assert_double_gt(metric_of(&d, "sbxd_queued_milliseconds_total"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"max_running\"}"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"max_queued\"}"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"queue_timeout\"}"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queue_depth"), 0);
+    await_metric(&d, "sbxd_commands_running", 0, 2000);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(full_queue_or_long_wait_is_429)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", "--max-queued", "1", "--queue-timeout-ms",
+                          "600",           NULL};
+    daemon_start(&d, args, NULL);
+    struct call a, b;
+    call_start(&a, &d, "/execute", "{\"command\":\"sleep 2; echo a\"}");
+    await_metric(&d, "sbxd_commands_running", 1, 2000);
+    call_start(&b, &d, "/execute", "{\"command\":\"echo b\"}");
+    await_metric(&d, "sbxd_queue_depth", 1, 2000);
+
+    /* The queue is full: refused at once, naming the option. */
+    struct http_resp r;
+    const char *body = "{\"command\":\"echo c\"}";
+    ck_assert_int_eq(http_request(&d, "POST", "/execute", NULL, body, strlen(body), 0, &r), 0);
+    assert_error(&r, 429, "RESOURCE_EXHAUSTED");
+    ck_assert_ptr_nonnull(strstr(r.headers, "Retry-After: 1"));
+    ck_assert_msg(strstr(jstr(r.json, "message"), "--max-queued"), "%s", r.body);
+    ck_assert_msg(r.seconds < 0.5 * SLOW, "the full queue took %.3f s to say so", r.seconds);
+    http_resp_free(&r);
+
+    /* b waited its 600 ms, then was refused, naming the option. */
+    call_join(&b);
+    assert_error(&b.r, 429, "RESOURCE_EXHAUSTED");
+    ck_assert_ptr_nonnull(strstr(b.r.headers, "Retry-After: 1"));
+    ck_assert_msg(strstr(jstr(b.r.json, "message"), "--queue-timeout-ms"), "%s", b.r.body);
+    ck_assert_msg(b.r.seconds >= 0.55, "refused after %.3f s", b.r.seconds);
+    http_resp_free(&b.r);
+
+    call_join(&a);
+    ck_assert_int_eq(a.r.status, 200);
+    ck_assert_str_eq(jstr(a.r.json, "stdout"), "a\n");
+    ck_assert_double_eq(jnum(a.r.json, "queued_ms"), 0);
+    http_resp_free(&a.r);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"max_queued\"}"), 1);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"queue_timeout\"}"), 1);
+    ck_assert_double_eq(metric_of(&d, "sbxd_limit_rejections_total{limit=\"max_running\"}"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queue_depth"), 0);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(client_gone_leaves_the_queue)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct call a, c;
+    call_start(&a, &d, "/execute", "{\"command\":\"sleep 1; echo a\"}");
+    await_metric(&d, "sbxd_commands_running", 1, 2000);
+    int s = raw_execute(&d, NULL, "{\"command\":\"echo phantom-7312; sleep 1.5\"}");
+    await_metric(&d, "sbxd_queue_depth", 1, 2000);
+    close(s); /* the client gives up while it waits */
+    /* Noticed at once, not when a slot frees (a still runs). */
+    await_metric(&d, "sbxd_queue_depth", 0, 300);
+    ck_assert_double_eq(metric_of(&d, "sbxd_commands_running"), 1);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queue_abandoned_total"), 1);
+
+    /* The next one runs right after a, not after the 1.5 s of a phantom. */
+    call_start(&c, &d, "/execute", "{\"command\":\"echo c\"}");
+    await_metric(&d, "sbxd_queue_depth", 1, 2000);
+    call_join(&a);
+    call_join(&c);
+    ck_assert_int_eq(a.r.status, 200);
+    ck_assert_msg(c.r.status == 200, "HTTP %ld: %s", c.r.status, c.r.body);
+    ck_assert_str_eq(jstr(c.r.json, "stdout"), "c\n");
+    ck_assert_double_gt(jnum(c.r.json, "queued_ms"), 0);
+    ck_assert_msg(c.done_ms - a.done_ms < 700 * SLOW, "c answered %.0f ms after a",
+                  c.done_ms - a.done_ms);
+    http_resp_free(&a.r);
+    http_resp_free(&c.r);
+    char *log = daemon_log_read(&d);
+    ck_assert_msg(!strstr(log, "phantom-7312"), "the abandoned command ran");
+    free(log);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queue_depth"), 0);
+    await_metric(&d, "sbxd_commands_running", 0, 2000);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(queue_is_first_come_first_served)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct call a, w[6];
+    static char body[6][64];
+    call_start(&a, &d, "/execute", "{\"command\":\"sleep 0.5\"}");
+    await_metric(&d, "sbxd_commands_running", 1, 2000);
+    for (int i = 0; i < 6; i++) {
+        snprintf(body[i], sizeof(body[i]), "{\"command\":\"echo %d >> fifo.txt\"}", i);
+        call_start(&w[i], &d, "/execute", body[i]);
+        await_metric(&d, "sbxd_queue_depth", i + 1, 2000); /* in this order */
+    }
+    call_join(&a);
+    http_resp_free(&a.r);
+    for (int i = 0; i < 6; i++) {
+        call_join(&w[i]);
+        ck_assert_msg(w[i].r.status == 200, "HTTP %ld: %s", w[i].r.status, w[i].r.body);
+        ck_assert_double_gt(jnum(w[i].r.json, "queued_ms"), 0);
+        http_resp_free(&w[i].r);
+    }
+    cJSON *r = execute(&d, "{\"command\":\"cat fifo.txt\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "0\n1\n2\n3\n4\n5\n");
+    ck_assert_double_eq(jnum(r, "queued_ms"), 0);
+    cJSON_Delete(r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(stream_and_background_starts_wait_in_the_queue)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct call a, bg;
+    call_start(&a, &d, "/execute", "{\"command\":\"sleep 0.8; echo a\"}");
+    await_metric(&d, "sbxd_commands_running", 1, 2000);
+    int s = raw_execute(&d, "application/x-ndjson", "{\"command\":\"echo streamed-4410\"}");
+    await_metric(&d, "sbxd_queue_depth", 1, 2000);
+    call_start(&bg, &d, "/processes", "{\"command\":\"echo bg-4410\"}");
+    await_metric(&d, "sbxd_queue_depth", 2, 2000);
+
+    call_join(&a);
+    ck_assert_int_eq(a.r.status, 200);
+    http_resp_free(&a.r);
+    /* The stream came first: its start event says how long it waited. */
+    char *raw = raw_read_all(s);
+    close(s);
+    ck_assert_msg(strncmp(raw, "HTTP/1.1 200", 12) == 0, "%.300s", raw);
+    ck_assert_msg(strstr(raw, "streamed-4410"), "%s", raw);
+    char *start = strstr(raw, "{\"type\":\"start\"");
+    ck_assert_msg(start, "no start event: %s", raw);
+    *strchr(start, '\n') = '\0';
+    cJSON *ev = cJSON_Parse(start);
+    ck_assert_msg(ev, "start event is not JSON: %s", start);
+    ck_assert_msg(jnum(ev, "queued_ms") >= 300, "%s", start);
+    cJSON_Delete(ev);
+    free(raw);
+    /* The background start waited too; --max-processes is a cap of its own. */
+    call_join(&bg);
+    ck_assert_msg(bg.r.status == 201, "HTTP %ld: %s", bg.r.status, bg.r.body);
+    ck_assert_msg(jnum(bg.r.json, "queued_ms") >= 300, "%s", bg.r.body);
+    ck_assert_double_ge(bg.done_ms, a.done_ms);
+    http_resp_free(&bg.r);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queue_depth"), 0);
+    ck_assert_double_eq(metric_of(&d, "sbxd_queued_total"), 2);
+    await_metric(&d, "sbxd_commands_running", 0, 2000);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+START_TEST(drain_refuses_queued_commands)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct call a, b;
+    call_start(&a, &d, "/execute", "{\"command\":\"sleep 1; echo a\"}");
+    await_metric(&d, "sbxd_commands_running", 1, 2000);
+    call_start(&b, &d, "/execute", "{\"command\":\"echo b\"}");
+    await_metric(&d, "sbxd_queue_depth", 1, 2000);
+    double term = now_ms();
+    ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+    /* The waiter is refused within moments; the running command finishes in its grace. */
+    call_join(&b);
+    assert_error(&b.r, 503, "UNAVAILABLE");
+    ck_assert_msg(b.done_ms - term < 500 * SLOW, "refused %.0f ms after SIGTERM", b.done_ms - term);
+    http_resp_free(&b.r);
+    call_join(&a);
+    ck_assert_int_eq(a.r.status, 200);
+    ck_assert_str_eq(jstr(a.r.json, "stdout"), "a\n");
+    http_resp_free(&a.r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *execute_suite(void)
 {
     Suite *s = suite_create("execute");
@@ -635,6 +970,15 @@ Suite *execute_suite(void)
     tcase_add_test(tc, audit_line_per_execution);
     tcase_add_test(tc, client_disconnect_kills_the_command);
     tcase_add_test(tc, no_fd_leak_on_any_path);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("queue");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, sdk_burst_waits_its_turn);
+    tcase_add_test(tc, full_queue_or_long_wait_is_429);
+    tcase_add_test(tc, client_gone_leaves_the_queue);
+    tcase_add_test(tc, queue_is_first_come_first_served);
+    tcase_add_test(tc, stream_and_background_starts_wait_in_the_queue);
+    tcase_add_test(tc, drain_refuses_queued_commands);
     suite_add_tcase(s, tc);
     return s;
 }
