@@ -1,8 +1,11 @@
 /*
  * multipart.h - a streaming multipart/form-data parser (RFC 7578): bytes go in as they
  * arrive, in chunks of any size, and the content of the wanted part comes out through a
- * callback, without the body ever being held whole. Boundaries split across chunks are
- * handled by holding back at most a boundary's length of bytes.
+ * callback, without the body ever being held whole or copied: the callback gets pointers
+ * into the fed pieces (at most one call per piece, plus one for bytes held back before it).
+ * Delimiters are found with memmem over whole pieces. A piece that ends in what may be the
+ * start of a delimiter has those bytes (fewer than a delimiter's length) held back until
+ * the next piece says whether they were content.
  */
 #ifndef SBXD_MULTIPART_H
 #define SBXD_MULTIPART_H
@@ -19,8 +22,12 @@ struct multipart {
     char delim[80]; /* "\r\n--" boundary */
     size_t dlen;
     enum mp_state state;
-    char hold[160]; /* bytes that may be the start of a delimiter, or a header line */
+    /* How many bytes of delim the pieces so far ended with (always fewer than dlen): held
+     * back, they are delim[0..hlen) and need no copy. */
     size_t hlen;
+    /* After a whole delimiter: 'd' (blanks may follow), '-' (one '-' of "--" seen), '\r'
+     * (the CR of the line end seen); 0 while scanning content. */
+    char after;
     char hdr[1024]; /* the current part's header block */
     size_t hdrlen;
     bool in_wanted;     /* the current part is the wanted one */

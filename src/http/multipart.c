@@ -1,4 +1,11 @@
+/*
+ * multipart.c - the streaming multipart/form-data parser (multipart.h). Content is scanned
+ * for the delimiter with memmem over each whole piece and handed on as one run per piece,
+ * straight from the caller's buffer: a 256 MiB upload costs one pass over its bytes and as
+ * many callbacks (writes) as a raw body would. Only header lines are copied (into hdr).
+ */
 #include <stdio.h>
+#include <sys/types.h>
 #include <string.h>
 #include <strings.h>
 
@@ -96,7 +103,7 @@ static int emit(struct multipart *mp, const char *d, size_t n)
 }
 
 /* A part's header block is complete (without its final blank line). */
-static int headers_done(struct multipart *mp)
+static void headers_done(struct multipart *mp)
 {
     mp->hdr[mp->hdrlen] = '\0';
     mp->in_wanted = false;
@@ -117,11 +124,160 @@ static int headers_done(struct multipart *mp)
     }
     mp->hdrlen = 0;
     mp->state = MP_BODY;
+}
+
+/* Header lines, a line at a time, up to the blank line (or a block that is one CRLF: a part
+ * without headers). The block is bounded by hdr's size. Returns the bytes used, or -1. */
+static ssize_t feed_headers(struct multipart *mp, const char *d, size_t n)
+{
+    size_t used = 0;
+    while (used < n) {
+        const char *nl = memchr(d + used, '\n', n - used);
+        size_t take = nl ? (size_t)(nl - (d + used)) + 1 : n - used;
+        if (mp->hdrlen + take >= sizeof(mp->hdr))
+            return fail(mp, "a part's headers are too long");
+        memcpy(mp->hdr + mp->hdrlen, d + used, take);
+        mp->hdrlen += take;
+        used += take;
+        if (!nl)
+            break;
+        /* A line ended: the block ends with it when it is the blank line. */
+        if (mp->hdrlen == 2 && memcmp(mp->hdr, "\r\n", 2) == 0) {
+            mp->hdrlen = 0;
+            headers_done(mp);
+            break;
+        }
+        if (mp->hdrlen >= 4 && memcmp(mp->hdr + mp->hdrlen - 4, "\r\n\r\n", 4) == 0) {
+            mp->hdrlen -= 4;
+            headers_done(mp);
+            break;
+        }
+    }
+    return (ssize_t)used;
+}
+
+/* One byte after a whole delimiter: "--" ends the body, blanks then CRLF start a part. */
+static int feed_after(struct multipart *mp, char c)
+{
+    switch (mp->after) {
+    case 'd':
+        if (c == '-' || c == '\r')
+            mp->after = c;
+        else if (c != ' ' && c != '\t')
+            return fail(mp, "malformed multipart delimiter");
+        return 0;
+    case '-':
+        if (c != '-')
+            return fail(mp, "malformed multipart delimiter");
+        if (mp->state == MP_BODY && mp->in_wanted)
+            mp->found = true;
+        mp->after = 0;
+        mp->state = MP_DONE;
+        return 0;
+    default: /* '\r' */
+        if (c != '\n')
+            return fail(mp, "malformed multipart delimiter");
+        if (mp->state == MP_BODY && mp->in_wanted)
+            mp->found = true;
+        mp->in_wanted = false;
+        mp->after = 0;
+        mp->hdrlen = 0;
+        mp->state = MP_HEADERS;
+        return 0;
+    }
+}
+
+/* Where the longest tail of d[0..n) that is a proper prefix of the delimiter begins (n when
+ * none): only the last dlen-1 bytes can hold one, and only where a CR (delim[0]) is. */
+static size_t partial_start(const struct multipart *mp, const char *d, size_t n)
+{
+    const char *end = d + n;
+    const char *p = n > mp->dlen - 1 ? end - (mp->dlen - 1) : d;
+    while ((p = memchr(p, mp->delim[0], (size_t)(end - p))) != NULL) {
+        if (memcmp(p, mp->delim, (size_t)(end - p)) == 0)
+            return (size_t)(p - d);
+        p++;
+    }
+    return n;
+}
+
+/* The first whole delimiter in d[0..n), or NULL. Every delimiter starts with a CR, which
+ * binary data holds once in 256 bytes and text without CRLF line ends not at all: memchr
+ * finds the candidates at memory speed and memcmp settles each. Content dense with CRs (a
+ * CRLF text) would make that a call per line, so past a CR per 64 bytes the rest goes to
+ * memmem, which is fast whatever the content. */
+static const char *find_delim(const struct multipart *mp, const char *d, size_t n)
+{
+    size_t dlen = mp->dlen;
+    if (n < dlen)
+        return NULL;
+    const char *p = d, *last = d + n - dlen; /* where the last possible delimiter starts */
+    for (size_t tries = 0;; tries++) {
+        p = memchr(p, '\r', (size_t)(last - p) + 1);
+        if (!p)
+            return NULL;
+        /* After a CR, binary data rarely has the LF: most candidates end here, unasked. */
+        if (p[1] == '\n' && memcmp(p + 2, mp->delim + 2, dlen - 2) == 0)
+            return p;
+        if (++p > last)
+            return NULL;
+        if (tries > 16 + (size_t)(p - d) / 64)
+            return memmem(p, (size_t)(d + n - p), mp->delim, dlen);
+    }
+}
+
+/* Content (the preamble's, or a part's) up to the next delimiter. Sets *used to the bytes
+ * consumed; returns 1 when a whole delimiter ended there, 0 when d ran out first (its last
+ * bytes held back if they may begin one), -1 on failure. */
+static int feed_content(struct multipart *mp, const char *d, size_t n, size_t *used)
+{
+    size_t dlen = mp->dlen;
+    if (mp->hlen) {
+        /* The pieces before ended in delim[0..hlen): look across the seam, in a copy of the
+         * held bytes and at most dlen-1 of the new ones. */
+        char seam[2 * sizeof(mp->delim)];
+        size_t h = mp->hlen, take = n < dlen - 1 ? n : dlen - 1, slen = h + take;
+        memcpy(seam, mp->delim, h);
+        memcpy(seam + h, d, take);
+        const char *m = memmem(seam, slen, mp->delim, dlen);
+        if (m && (size_t)(m - seam) < h) {
+            size_t at = (size_t)(m - seam);
+            mp->hlen = 0;
+            if (emit(mp, mp->delim, at) < 0)
+                return -1;
+            *used = at + dlen - h;
+            return 1;
+        }
+        size_t q = partial_start(mp, seam, slen);
+        if (q < h) {
+            /* Still a possible start that begins in the held bytes: then all of d is in
+             * the seam (more would have made it whole). What is before it is content. */
+            if (emit(mp, mp->delim, q) < 0)
+                return -1;
+            mp->hlen = slen - q;
+            *used = n;
+            return 0;
+        }
+        /* The held bytes were content; d is scanned on its own below. */
+        mp->hlen = 0;
+        if (emit(mp, mp->delim, h) < 0)
+            return -1;
+    }
+    const char *m = find_delim(mp, d, n);
+    if (m) {
+        if (emit(mp, d, (size_t)(m - d)) < 0)
+            return -1;
+        *used = (size_t)(m - d) + dlen;
+        return 1;
+    }
+    size_t q = partial_start(mp, d, n);
+    if (emit(mp, d, q) < 0)
+        return -1;
+    mp->hlen = n - q;
+    *used = n;
     return 0;
 }
 
-/* mp->hlen counts the delimiter bytes matched so far; `after` is what follows a whole
- * delimiter: "--" (the end) or optional blanks and CRLF (another part). */
 int mp_feed(struct multipart *mp, const char *data, size_t n)
 {
     size_t i = 0;
@@ -132,77 +288,26 @@ int mp_feed(struct multipart *mp, const char *data, size_t n)
         case MP_DONE:
             return 0; /* the epilogue is ignored */
         case MP_HEADERS: {
-            if (mp->hdrlen + 1 >= sizeof(mp->hdr))
-                return fail(mp, "a part's headers are too long");
-            mp->hdr[mp->hdrlen++] = data[i++];
-            if (mp->hdrlen >= 2 && memcmp(mp->hdr + mp->hdrlen - 2, "\r\n", 2) == 0 &&
-                (mp->hdrlen == 2 ||
-                 (mp->hdrlen >= 4 && memcmp(mp->hdr + mp->hdrlen - 4, "\r\n\r\n", 4) == 0))) {
-                mp->hdrlen -= mp->hdrlen == 2 ? 2 : 4;
-                headers_done(mp);
-            }
+            ssize_t used = feed_headers(mp, data + i, n - i);
+            if (used < 0)
+                return -1;
+            i += (size_t)used;
             break;
         }
         case MP_PREAMBLE:
         case MP_BODY: {
-            if (mp->hold[0]) {
-                /* After a delimiter. */
-                char c = data[i++];
-                if (mp->hold[0] == '-') {
-                    if (c != '-')
-                        return fail(mp, "malformed multipart delimiter");
-                    if (mp->state == MP_BODY && mp->in_wanted)
-                        mp->found = true;
-                    mp->state = MP_DONE;
-                    mp->hold[0] = '\0';
-                } else if (mp->hold[0] == 'd') { /* just matched: "--", blanks or CR */
-                    if (c == '-')
-                        mp->hold[0] = '-';
-                    else if (c == '\r')
-                        mp->hold[0] = '\r';
-                    else if (c != ' ' && c != '\t')
-                        return fail(mp, "malformed multipart delimiter");
-                } else if (mp->hold[0] == '\r') {
-                    if (c != '\n')
-                        return fail(mp, "malformed multipart delimiter");
-                    if (mp->state == MP_BODY && mp->in_wanted)
-                        mp->found = true;
-                    mp->in_wanted = false;
-                    mp->hold[0] = '\0';
-                    mp->hdrlen = 0;
-                    mp->state = MP_HEADERS;
-                }
-                break;
-            }
-            if (mp->hlen == 0) {
-                /* Fast path: nothing matched; everything up to the next CR is content. */
-                const char *cr = memchr(data + i, '\r', n - i);
-                size_t run = cr ? (size_t)(cr - (data + i)) : n - i;
-                if (emit(mp, data + i, run) < 0)
+            if (mp->after) {
+                if (feed_after(mp, data[i++]) < 0)
                     return -1;
-                i += run;
-                if (!cr)
-                    break;
-            }
-            char c = data[i++];
-            if (c == mp->delim[mp->hlen]) {
-                if (++mp->hlen == mp->dlen) {
-                    mp->hlen = 0;
-                    mp->hold[0] = 'd';
-                }
                 break;
             }
-            /* Not a delimiter after all: what matched was content. The boundary holds no
-             * CR, so only a CR here can start a new match. */
-            if (emit(mp, mp->delim, mp->hlen) < 0)
+            size_t used;
+            int r = feed_content(mp, data + i, n - i, &used);
+            if (r < 0)
                 return -1;
-            if (c == '\r') {
-                mp->hlen = 1;
-            } else {
-                mp->hlen = 0;
-                if (emit(mp, &c, 1) < 0)
-                    return -1;
-            }
+            i += used;
+            if (r == 1)
+                mp->after = 'd';
             break;
         }
         }

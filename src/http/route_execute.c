@@ -82,8 +82,9 @@ static void output_event(struct exec_stream *s, int stream, const uint8_t *data,
     s->offset[stream] += send;
 }
 
-/* The next event into s->pending; false when the stream is over. */
-static bool next_event(struct exec_stream *s)
+/* The next event into s->pending; false when the stream is over. With `ready`, only what
+ * is there at once: nothing pending (and no heartbeat) when the command has nothing new. */
+static bool next_event(struct exec_stream *s, bool ready)
 {
     if (!s->started) {
         s->started = true;
@@ -96,7 +97,7 @@ static bool next_event(struct exec_stream *s)
         return false;
     for (;;) {
         struct job_event ev;
-        job_step(s->job, event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms), s->buf + 8,
+        job_step(s->job, ready ? 0 : event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms), s->buf + 8,
                  sizeof(s->buf) - 8, &ev);
         if (ev.type == JOB_EV_OUTPUT) {
             output_event(s, ev.stream, (uint8_t *)s->buf + 8, ev.len, false);
@@ -106,7 +107,8 @@ static bool next_event(struct exec_stream *s)
         }
         if (ev.type == JOB_EV_NONE) {
             /* Silence: a heartbeat keeps proxies from closing the stream. */
-            event_heartbeat(&s->ev);
+            if (!ready)
+                event_heartbeat(&s->ev);
             return true;
         }
         /* The end: a cut-off character left over is flushed (as U+FFFD), then the result. */
@@ -131,15 +133,29 @@ static bool next_event(struct exec_stream *s)
     }
 }
 
+/* Below this much room left in libmicrohttpd's buffer, a chunk goes out as it is rather than
+ * wait for another event (one from a 64 KiB read is at least that large). */
+#define STREAM_BATCH_ROOM 16384
+
+/* libmicrohttpd's buffer (out, max: the connection's free memory, about 256 KiB) takes as
+ * many events as are ready and fit: a command that writes fast is sent in large chunks, one
+ * send for many events, while the first event of a pause still goes out alone and at once. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct exec_stream *s = cls;
-    while (!events_pending(&s->ev)) {
-        if (!next_event(s))
-            return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = 0;
+    for (;;) {
+        while (!events_pending(&s->ev)) {
+            if (!next_event(s, n > 0))
+                return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+            if (n > 0 && !events_pending(&s->ev))
+                return (ssize_t)n; /* nothing more at once */
+        }
+        n += events_take(&s->ev, out + n, max - n);
+        if (events_pending(&s->ev) || max - n < STREAM_BATCH_ROOM)
+            return (ssize_t)n;
     }
-    return (ssize_t)events_take(&s->ev, out, max);
 }
 
 static void stream_free(void *cls)

@@ -182,47 +182,105 @@ static inline bool plain_byte(uint8_t c)
     return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
 }
 
-/* The escape of an ASCII byte that is not plain, at o; returns the end. */
-static char *escape_byte(char *o, uint8_t c)
+/* The escape of an ASCII byte that is not plain, at o; returns the end. A table rather than
+ * a switch: no indirect jump per escaped byte. */
+static inline char *escape_byte(char *o, uint8_t c)
 {
     static const char hex[] = "0123456789abcdef";
-    *o++ = '\\';
-    switch (c) {
-    case '"':
-    case '\\':
-        *o++ = (char)c;
-        break;
-    case '\n':
-        *o++ = 'n';
-        break;
-    case '\r':
-        *o++ = 'r';
-        break;
-    case '\t':
-        *o++ = 't';
-        break;
-    case '\b':
-        *o++ = 'b';
-        break;
-    case '\f':
-        *o++ = 'f';
-        break;
-    default:
-        *o++ = 'u';
-        *o++ = '0';
-        *o++ = '0';
-        *o++ = hex[c >> 4];
-        *o++ = hex[c & 15];
+    static const char two[128] = {['"'] = '"',  ['\\'] = '\\', ['\n'] = 'n', ['\r'] = 'r',
+                                  ['\t'] = 't', ['\b'] = 'b',  ['\f'] = 'f'};
+    o[0] = '\\';
+    if (two[c & 127]) {
+        o[1] = two[c & 127];
+        return o + 2;
     }
-    return o;
+    o[1] = 'u';
+    o[2] = '0';
+    o[3] = '0';
+    o[4] = hex[c >> 4];
+    o[5] = hex[c & 15];
+    return o + 6;
 }
 
 /* One pass over the bytes, in blocks whose worst case (6 bytes out per byte in, plus a
- * character that straddles the block's end) is reserved up front: runs of plain bytes are
- * copied whole, so a command's output streams at memory speed rather than a call per
- * newline. */
+ * character that straddles the block's end) is reserved up front; output never runs ahead
+ * of 6 bytes per byte in, so a group of 16 may always be stored whole at o. */
 #define JW_BLOCK 4096
 #define ONES     0x0101010101010101ULL
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* Bytes that are not plain in the 16 at x, as bits: below 0x20 or from 0x80 (one signed
+ * compare: those are negative), '"' and '\\'. */
+static inline unsigned odd_bits(__m128i x)
+{
+    __m128i odd = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                               _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                            _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+    return (unsigned)_mm_movemask_epi8(odd);
+}
+
+/* ASCII from s[*i] on, 16 bytes at a time, while 32 remain before end (a run is copied with
+ * one 16-byte load, which may read up to 16 bytes past its group). Each group's escapes are
+ * taken from its bit mask, so where the next group starts never waits on the last one's
+ * contents: a line of text costs two stores and an escape. Stops at a group with a byte
+ * from 0x80 (left to the caller, as is the tail). Returns the new output end. */
+static char *escape_groups(const uint8_t *s, size_t *i, size_t end, char *o)
+{
+    size_t at = *i;
+    while (end - at >= 32) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(s + at));
+        unsigned m = odd_bits(x);
+        if (!m) {
+            _mm_storeu_si128((__m128i *)(void *)o, x);
+            o += 16;
+            at += 16;
+            continue;
+        }
+        if (m & (unsigned)_mm_movemask_epi8(x))
+            break; /* UTF-8 to check */
+        unsigned p = 0;
+        do {
+            unsigned k = (unsigned)__builtin_ctz(m);
+            _mm_storeu_si128((__m128i *)(void *)o,
+                             _mm_loadu_si128((const __m128i *)(const void *)(s + at + p)));
+            o = escape_byte(o + (k - p), s[at + k]);
+            p = k + 1;
+            m &= m - 1;
+        } while (m);
+        _mm_storeu_si128((__m128i *)(void *)o,
+                         _mm_loadu_si128((const __m128i *)(const void *)(s + at + p)));
+        o += 16 - p;
+        at += 16;
+    }
+    *i = at;
+    return o;
+}
+#endif
+
+/* How many of the 8 bytes at s are plain before the first that is not (8: all), the 8 stored
+ * at o meanwhile. The count may fall short (the byte loop then looks again), never over. */
+static inline size_t plain_word(const uint8_t *s, char *o)
+{
+    uint64_t x;
+    memcpy(&x, s, 8);
+    memcpy(o, &x, 8);
+    /* SWAR: a byte below 0x20, from 0x80, or equal to '"' or '\\' sets its top bit in odd.
+     * Borrows can set it in bytes above a set one too, never below: the lowest is exact. */
+    uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
+    uint64_t odd =
+        (((x - ONES * 0x20) & ~x) | x | ((q - ONES) & ~q) | ((b - ONES) & ~b)) & (ONES * 0x80);
+    if (!odd)
+        return 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (size_t)__builtin_ctzll(odd) / 8;
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (size_t)__builtin_clzll(odd) / 8;
+#else
+    return 0;
+#endif
+}
 
 void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
 {
@@ -237,18 +295,16 @@ void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
             return;
         char *o = w->buf + w->len;
         while (i < end) {
-            /* Eight bytes at a time while none needs a look of its own (SWAR: a byte below
-             * 0x20, from 0x80, or equal to '"' or '\\' sets its top bit in `odd`). */
+#if defined(__SSE2__)
+            /* (end is a block's end, or n: the group's over-read stays inside the data.) */
+            o = escape_groups(s, &i, end, o);
+#endif
             while (end - i >= 8) {
-                uint64_t x;
-                memcpy(&x, s + i, 8);
-                uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
-                uint64_t odd = ((x - ONES * 0x20) & ~x) | x | ((q - ONES) & ~q) | ((b - ONES) & ~b);
-                if (odd & (ONES * 0x80))
+                size_t k = plain_word(s + i, o);
+                o += k;
+                i += k;
+                if (k < 8)
                     break;
-                memcpy(o, &x, 8);
-                o += 8;
-                i += 8;
             }
             while (i < end && plain_byte(s[i]))
                 *o++ = (char)s[i++];

@@ -569,6 +569,8 @@ static int http_do(conn *c, const char *method, const char *path, const char *bo
 /* file transfers                                                            */
 
 #define XFER_CHUNK (1 << 20)
+/* Rounds of the streamed-output row (NDJSON and GET of the same file, in turns). */
+#define STREAM_ROUNDS 3
 
 /* A fresh connection with a long I/O timeout, for one large transfer. 0, or -1 with err. */
 static int conn_open(conn *c, const target *tg, char *err, size_t errlen)
@@ -643,6 +645,39 @@ static int xfer_upload(const target *tg, const char *method, const char *path, b
     if (ok && read_response(&c, false, &status, &got_any) == 0)
         *secs = (now_ms() - t0) / 1e3;
     else {
+        setmsg(err, errlen, "%s", c.err[0] ? c.err : "send failed");
+        status = -1;
+    }
+    free(chunk);
+    conn_free(&c);
+    return status;
+}
+
+/* PUT a text file of `size` bytes at path (lines of hex digits: text that JSON carries as it
+ * is). Returns the status or -1. */
+static int put_text(const target *tg, const char *path, uint64_t size, char *err, size_t errlen)
+{
+    conn c;
+    int status = -1;
+    if (conn_open(&c, tg, err, errlen) != 0)
+        return -1;
+    char head[512];
+    int hl = snprintf(head, sizeof head,
+                      "PUT %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\n"
+                      "Content-Type: text/plain\r\nContent-Length: %" PRIu64
+                      "\r\nConnection: close\r\n\r\n",
+                      tg->prefix, path, tg->hostport, size);
+    char *chunk = xrealloc(NULL, XFER_CHUNK);
+    for (size_t i = 0; i < XFER_CHUNK; i++)
+        chunk[i] = i % 64 == 63 ? '\n' : "0123456789abcdef"[i % 16];
+    bool ok = send_all(&c, head, (size_t)hl) == 0;
+    for (uint64_t left = size; ok && left;) {
+        size_t n = left < XFER_CHUNK ? (size_t)left : XFER_CHUNK;
+        ok = send_all(&c, chunk, n) == 0;
+        left -= n;
+    }
+    bool got_any = false;
+    if (!ok || read_response(&c, false, &status, &got_any) != 0) {
         setmsg(err, errlen, "%s", c.err[0] ? c.err : "send failed");
         status = -1;
     }
@@ -841,6 +876,111 @@ static void measure_files(const target *tg, pid_t pid, bool legacy, uint64_t siz
     x->down_mbs = (double)size / 1e6 / secs;
     x->down_growth_kb = rs.peak_kb - base;
     x->ok = true;
+}
+
+/* The upload routes measured against each other, in the same rounds: a raw PUT, and the
+ * multipart bodies the SDKs send (the part "file"; the legacy route saves it under its
+ * filename). All write the same file, so the workspace holds one copy at a time. */
+typedef struct {
+    const char *label, *method, *path;
+    bool multipart;
+} upload_kind;
+
+static const upload_kind UPLOADS[] = {
+    {"PUT /files", "PUT", "/files/bench-transfer.bin", false},
+    {"POST /upload (multipart)", "POST", "/upload", true},
+    {"PUT /files (multipart)", "PUT", "/files/bench-transfer.bin", true},
+    {"PUT /v1/files (multipart)", "PUT", "/v1/files/bench-transfer.bin", true},
+};
+#define NUPLOADS (sizeof UPLOADS / sizeof UPLOADS[0])
+
+/* Each kind `rounds` times, taking turns so that every kind sees the same machine; the best
+ * MB/s of each into mbs[] (0 where one failed). 0, or -1 with err. */
+static int measure_uploads(const target *tg, uint64_t size, int rounds, double *mbs, char *err,
+                           size_t errlen)
+{
+    for (size_t k = 0; k < NUPLOADS; k++)
+        mbs[k] = 0;
+    for (int r = 0; r < rounds && !g_interrupted; r++)
+        for (size_t k = 0; k < NUPLOADS && !g_interrupted; k++) {
+            const upload_kind *u = &UPLOADS[k];
+            double secs = 0;
+            int st = xfer_upload(tg, u->method, u->path, u->multipart, "bench-transfer.bin", size,
+                                 &secs, err, errlen);
+            if (st != 200 && st != 201 && st != 204) {
+                if (st > 0)
+                    setmsg(err, errlen, "%s: HTTP %d", u->label, st);
+                return -1;
+            }
+            double v = (double)size / 1e6 / secs;
+            if (v > mbs[k])
+                mbs[k] = v;
+        }
+    return 0;
+}
+
+/* A connection to tg from the loopback address src (127.0.0.x), so that many connections do
+ * not all count against sbxd's per-client cap. 0, or -1 with c->err. */
+static int conn_connect_from(conn *c, const char *src)
+{
+    conn_close(c);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        setmsg(c->err, sizeof c->err, "socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &sin.sin_addr);
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct timeval tv = {c->io_timeout_s, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0 ||
+        connect(fd, (const struct sockaddr *)&c->t->addr, c->t->addrlen) != 0) {
+        setmsg(c->err, sizeof c->err, "connect from %s: %s", src, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    c->fd = fd;
+    return 0;
+}
+
+/* sbxd's RSS while n kept-alive connections are open and idle (for a second), each having had
+ * one GET /healthz answered. The connections come from 127.0.0.2 and up, 64 per address (sbxd
+ * caps connections per client address). -1 with err when one could not be made. */
+static long idle_conns_rss(const target *tg, pid_t pid, int n, char *err, size_t errlen)
+{
+    conn *cs = calloc((size_t)n, sizeof *cs);
+    if (!cs) {
+        warnx_("out of memory");
+        exit(1);
+    }
+    long kb = -1;
+    int made = 0;
+    for (; made < n && !g_interrupted; made++) {
+        conn *c = &cs[made];
+        conn_init(c, tg, IO_TIMEOUT_S);
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + made / 64);
+        int status = 0;
+        if (conn_connect_from(c, src) != 0 || http_do(c, "GET", "/healthz", NULL, &status) != 0 ||
+            status != 200 || c->fd < 0) {
+            setmsg(err, errlen, "connection %d: %s", made + 1,
+                   c->err[0] ? c->err : "not a kept-alive 200");
+            made++;
+            goto out;
+        }
+    }
+    /* Idle a second: past libmicrohttpd's wait before an idle connection's buffer pages go
+     * back to the kernel (tools/mhd-patches), as they are for any connection left open. */
+    sleep_us(1000000);
+    kb = vmrss_kb(pid);
+out:
+    for (int i = 0; i < made; i++)
+        conn_free(&cs[i]);
+    free(cs);
+    return kb;
 }
 
 /* Parses http://host[:port][/prefix] into t. */
@@ -1411,7 +1551,7 @@ typedef struct {
     const char *ok; /* "yes", "NO", "" */
 } row;
 
-static row g_rows[48];
+static row g_rows[64];
 static int g_nrows;
 
 __attribute__((format(printf, 4, 5))) static void add_row(const char *metric, const char *target_,
@@ -1468,12 +1608,15 @@ static void usage(FILE *f)
           "\n"
           "Starts sbxd (PATH) on a free loopback port with a temporary workspace, measures it\n"
           "and prints one table: fork+exec floor, /execute latency (1 keep-alive client),\n"
-          "/execute req/s (16 clients), /healthz req/s (8 clients), RSS idle and after load,\n"
-          "and ready time (median of fresh starts).\n"
+          "/execute req/s (16 clients, and against cores / floor), /healthz req/s (8 clients),\n"
+          "streamed NDJSON (and against a GET of as many bytes), uploads raw and multipart\n"
+          "(POST /upload, PUT /files, PUT /v1/files, each against the raw PUT), RSS idle, with\n"
+          "256 idle connections and after load, and ready time (median of fresh starts).\n"
           "\n"
           "  --sbxd PATH    the sbxd binary to measure (required)\n"
           "  --vs URL       also measure /execute on another, already running server speaking\n"
           "                 the legacy API (e.g. http://127.0.0.1:8000) and print the ratios\n"
+          "                 (/execute, and POST /upload and GET /download)\n"
           "  --seconds N    length of each load phase (default: 5 for /execute, 3 for /healthz)\n"
           "  --quick        smoke run: ~1 s per load phase, 100 iterations, 3 fresh starts\n"
           "  --help         this text\n"
@@ -1650,6 +1793,19 @@ int main(int argc, char **argv)
     long rss_idle = vmrss_kb(pid);
     bool crashed = false;
     int crash_st = 0;
+    const int idle_conns = 256;
+    long rss_conns = -1;
+    {
+        fprintf(stderr, "sbxd-bench: RSS with %d idle kept-alive connections ...\n", idle_conns);
+        char cerr[256] = "";
+        rss_conns = idle_conns_rss(&local, pid, idle_conns, cerr, sizeof cerr);
+        if (rss_conns < 0) {
+            warnx_("%d idle connections: %s", idle_conns, cerr);
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
 
     char tree_kill[40];
     tree_kill_of(&local, tree_kill, sizeof tree_kill);
@@ -1708,7 +1864,7 @@ int main(int argc, char **argv)
     }
     /* Streaming: how soon a write reaches the client, and how fast output streams. */
     samples lag = {0};
-    double stream_mbs = 0;
+    double stream_mbs = 0, stream_get_mbs = 0;
     const uint64_t ssize = quick ? 32ULL << 20 : 256ULL << 20;
     if (!crashed && !g_interrupted) {
         int runs = quick ? 20 : 100;
@@ -1727,16 +1883,40 @@ int main(int argc, char **argv)
                 total_errors++;
         }
         samples_sort(&lag);
-        char body[160];
-        snprintf(body, sizeof body, "{\"command\":\"yes 0123456789abcdef | head -c %" PRIu64 "\"}",
-                 ssize);
-        stream_count sc = {0};
-        double t0 = now_ms();
-        if (stream_exec(&local, body, on_count, &sc, serr, sizeof serr) == 0 && sc.exit_seen)
-            stream_mbs = (double)ssize / 1e6 / ((now_ms() - t0) / 1e3);
-        else {
-            warnx_("streamed output: %s", serr[0] ? serr : "no exit event");
+        /* The same bytes two ways, in turns, best of STREAM_ROUNDS each: a text file streamed
+         * as a command's stdout (`cat`, which writes 128 KiB at a time) in NDJSON events, and
+         * the file itself by GET (sendfile). The producer is cat, not a pipeline such as
+         * `yes | head`: on two cores that measures the producer's processes (at the commands'
+         * nice 10) competing with sbxd and the client, not the stream. */
+        if (put_text(&local, "/files/bench-stream.txt", ssize, serr, sizeof serr) / 100 != 2) {
+            warnx_("streamed output: the text file: %s", serr[0] ? serr : "not stored");
             total_errors++;
+        }
+        for (int r = 0; r < STREAM_ROUNDS && !g_interrupted && !total_errors; r++) {
+            stream_count sc = {0};
+            double t0 = now_ms();
+            if (stream_exec(&local, "{\"command\":\"cat bench-stream.txt\"}", on_count, &sc,
+                            serr, sizeof serr) == 0 &&
+                sc.exit_seen) {
+                double mbs = (double)ssize / 1e6 / ((now_ms() - t0) / 1e3);
+                if (mbs > stream_mbs)
+                    stream_mbs = mbs;
+            } else {
+                warnx_("streamed output: %s", serr[0] ? serr : "no exit event");
+                total_errors++;
+            }
+            uint64_t got = 0;
+            double secs = 0;
+            if (xfer_download(&local, "/files/bench-stream.txt", &got, &secs, serr, sizeof serr) ==
+                    200 &&
+                got == ssize) {
+                double mbs = (double)ssize / 1e6 / secs;
+                if (mbs > stream_get_mbs)
+                    stream_get_mbs = mbs;
+            } else {
+                warnx_("GET of the streamed file: %s", serr);
+                total_errors++;
+            }
         }
         if (!child_alive(pid, &crash_st))
             crashed = true;
@@ -1750,6 +1930,22 @@ int main(int argc, char **argv)
         measure_files(&local, pid, false, xsize, &xf, xerr, sizeof xerr);
         if (!xf.ok) {
             warnx_("/files transfer: %s", xerr);
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+    /* The multipart routes against a raw PUT, best of a few rounds each, in turns. */
+    double up_mbs[NUPLOADS] = {0};
+    bool up_ok = false;
+    if (!crashed && !g_interrupted) {
+        int rounds = quick ? 1 : 5;
+        fprintf(stderr, "sbxd-bench: uploads, %" PRIu64 " MiB, raw and multipart, x%d ...\n",
+                xsize >> 20, rounds);
+        char uerr[256] = "";
+        up_ok = measure_uploads(&local, xsize, rounds, up_mbs, uerr, sizeof uerr) == 0;
+        if (!up_ok) {
+            warnx_("uploads: %s", uerr);
             total_errors++;
         }
         if (!child_alive(pid, &crash_st))
@@ -1790,6 +1986,14 @@ int main(int argc, char **argv)
     }
     add_row("/execute req/s, 16 clients", "", "", "%.0f", ex16.rps);
     add_row("  p50 / p99 under that load", "", "", "%.2f / %.2f ms", ex16.p50, ex16.p99);
+    /* What the cores could do running `true` back to back at the floor's pace (a lone
+     * client's fork+exec+wait, above), each core busy with one after another. */
+    if (ex16.rps > 0 && floor_p50 > 0) {
+        double limit = (double)ncpu * 1000.0 / floor_p50;
+        double r16 = ex16.rps / limit;
+        snprintf(label, sizeof label, "  / (%d cores / floor p50 = %.0f/s)", ncpu, limit);
+        add_row(label, ">= 0.85", yesno(r16 >= 0.85), "%.2f", r16);
+    }
     add_row("/healthz req/s, 8 clients", ">= 20000", yesno(hz.rps >= 20000), "%.0f", hz.rps);
     add_row("  p50 / p99 under that load", "", "", "%.3f / %.3f ms", hz.p50, hz.p99);
     if (lag.n) {
@@ -1799,8 +2003,15 @@ int main(int argc, char **argv)
     }
     if (stream_mbs > 0) {
         char lbl[96];
-        snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON", ssize >> 20);
+        snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON (cat)",
+                 ssize >> 20);
         add_row(lbl, "", "", "%.0f MB/s", stream_mbs);
+        /* Against sending the same file (sendfile): the stream's cost over I/O. */
+        if (stream_get_mbs > 0) {
+            add_row("  GET /files of that file", "", "", "%.0f MB/s", stream_get_mbs);
+            add_row("  / GET /files of that file", ">= 0.5",
+                    yesno(stream_mbs / stream_get_mbs >= 0.5), "%.2f", stream_mbs / stream_get_mbs);
+        }
     }
     samples_free(&lag);
     if (xf.ok) {
@@ -1814,8 +2025,27 @@ int main(int argc, char **argv)
         add_row("  RSS growth during it", "<= 8 MiB", yesno(xf.down_growth_kb <= 8192), "%.2f MiB",
                 (double)xf.down_growth_kb / 1024.0);
     }
+    if (up_ok) {
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "upload %" PRIu64 " MiB, best of rounds:", xsize >> 20);
+        add_row(lbl, "", "", "%s", "");
+        add_row("  PUT /files (raw)", "", "", "%.0f MB/s", up_mbs[0]);
+        for (size_t k = 1; k < NUPLOADS; k++) {
+            snprintf(lbl, sizeof lbl, "  %s", UPLOADS[k].label);
+            add_row(lbl, "", "", "%.0f MB/s", up_mbs[k]);
+            double r = up_mbs[k] / up_mbs[0];
+            add_row("    / raw PUT /files", ">= 0.9", yesno(r >= 0.9), "%.2f", r);
+        }
+    }
     add_row("idle RSS", "<= 4 MiB", yesno(rss_idle > 0 && rss_idle <= 4096), "%.2f MiB",
             (double)rss_idle / 1024.0);
+    if (rss_conns >= 0) {
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "RSS, %d idle kept-alive connections", idle_conns);
+        add_row(lbl, "", "", "%.2f MiB", (double)rss_conns / 1024.0);
+        add_row("  per connection", "", "", "%.1f KiB",
+                (double)(rss_conns - rss_idle) / idle_conns);
+    }
     if (rss_after >= 0)
         add_row("RSS after load", "", "", "%.2f MiB", (double)rss_after / 1024.0);
     else
@@ -1876,6 +2106,10 @@ int main(int argc, char **argv)
                     add_row("upload, download: sbxd / other", "> 1",
                             yesno(xf.up_mbs > oxf.up_mbs && xf.down_mbs > oxf.down_mbs),
                             "%.1fx, %.1fx", xf.up_mbs / oxf.up_mbs, xf.down_mbs / oxf.down_mbs);
+                /* The same route on both: the legacy multipart upload. */
+                if (up_ok)
+                    add_row("POST /upload: sbxd / other", "> 1", yesno(up_mbs[1] > oxf.up_mbs),
+                            "%.1fx", up_mbs[1] / oxf.up_mbs);
             }
             samples_free(&ox);
         }

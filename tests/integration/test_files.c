@@ -727,6 +727,95 @@ START_TEST(large_round_trip_with_flat_memory)
 }
 END_TEST
 
+/* A multipart body sent in pieces of changing, odd sizes. */
+struct mp_src {
+    const char *data;
+    size_t len, off, step;
+};
+
+static size_t mp_read(char *out, size_t size, size_t nmemb, void *ud)
+{
+    struct mp_src *s = ud;
+    size_t n = size * nmemb;
+    s->step = s->step * 7 % 8191 + 1;
+    if (n > s->step)
+        n = s->step;
+    if (n > s->len - s->off)
+        n = s->len - s->off;
+    memcpy(out, s->data + s->off, n);
+    s->off += n;
+    return n;
+}
+
+/* Several MiB of content full of the delimiter's beginnings (a CR every 256 bytes, and
+ * "\r\n--" with ever longer prefixes of the boundary every 4093 bytes), through each route
+ * that takes a multipart body: the file holds the part's content exactly, byte for byte,
+ * however the body was cut on its way, and no temporary file stays. */
+START_TEST(multipart_large_through_every_route)
+{
+    static const char bnd[] = "----sbxdTestBoundary7MA4YWxk";
+    size_t blen = sizeof(bnd) - 1, clen = (size_t)6 << 20;
+    char *body = malloc(clen + 1024);
+    ck_assert_ptr_nonnull(body);
+    int hl = snprintf(body, 1024,
+                      "--%s\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nx\r\n"
+                      "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
+                      "filename=\"mp/legacy.bin\"\r\nContent-Type: application/octet-stream"
+                      "\r\n\r\n",
+                      bnd, bnd);
+    char *content = body + hl;
+    for (size_t i = 0; i < clen; i++)
+        content[i] = (char)(i * 131 + 7);
+    for (size_t at = 100, k = 0; at + 4 + blen < clen; at += 4093, k = (k + 1) % blen) {
+        memcpy(content + at, "\r\n--", 4);
+        memcpy(content + at + 4, bnd, k); /* a proper prefix: never the whole delimiter */
+    }
+    size_t n = (size_t)hl + clen;
+    n += (size_t)snprintf(body + n, 1024 - (size_t)hl, "\r\n--%s--\r\n", bnd);
+    char ct[128];
+    snprintf(ct, sizeof(ct), "Content-Type: multipart/form-data; boundary=%s", bnd);
+    static const struct {
+        const char *method, *path, *stored;
+        long status;
+    } routes[] = {{"POST", "/upload", "/files/mp/legacy.bin", 200},
+                  {"PUT", "/files/mp/put.bin", "/files/mp/put.bin", 201},
+                  {"PUT", "/v1/files/mp/v1.bin", "/files/mp/v1.bin", 204}};
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        char url[128];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", g_sbxd.port, routes[i].path);
+        struct mp_src src = {.data = body, .len = n, .step = i + 1};
+        struct curl_slist *h = curl_slist_append(NULL, ct);
+        CURL *c = curl_easy_init();
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, routes[i].method);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, mp_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &src);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)n);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gen_check); /* the small answer */
+        struct gen sink = {0};
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
+        ck_assert_int_eq(curl_easy_perform(c), CURLE_OK);
+        long status;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+        curl_slist_free_all(h);
+        ck_assert_msg(status == routes[i].status, "%s %s: %ld", routes[i].method, routes[i].path,
+                      status);
+        struct http_resp r = req(&g_sbxd, "GET", routes[i].stored, NULL, NULL, 0);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_uint_eq(r.len, clen);
+        ck_assert_msg(memcmp(r.body, content, clen) == 0, "%s: the content differs",
+                      routes[i].path);
+        http_resp_free(&r);
+    }
+    free(body);
+    ck_assert_int_eq(temp_files(&g_sbxd), 0);
+}
+END_TEST
+
 /*
  * The listing flood a red-team pass replayed: 20 concurrent listings of a 200,000-entry
  * directory, spread over the three faces that list (/files, /v1/files, the legacy /list), drove
@@ -897,6 +986,7 @@ Suite *files_suite(void)
     tcase_add_test(tc, ranges);
     tcase_add_test(tc, directory_listing);
     tcase_add_test(tc, multipart_and_directories);
+    tcase_add_test(tc, multipart_large_through_every_route);
     tcase_add_test(tc, delete);
     tcase_add_test(tc, confinement);
     tcase_add_test(tc, hard_link_to_an_unreadable_file_stays_unreadable);
