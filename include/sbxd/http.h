@@ -155,6 +155,8 @@ void guard_destroy(struct server *srv);
 enum metrics_limit guard_admit(struct server *srv, int fd, const struct sockaddr *sa);
 /* libmicrohttpd did not take fd (it closed it): drop its entry. */
 void guard_forget(struct server *srv, int fd);
+/* A request line came in on c (libmicrohttpd's URI callback). */
+void guard_request_begun(struct server *srv, struct MHD_Connection *c);
 /* The request was answered before it was all in: linger when the connection closes. */
 void guard_answered_early(struct req_ctx *rc);
 void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,

@@ -87,7 +87,7 @@
 /* libmicrohttpd's memory per connection: headers and the read buffer a body arrives
  * through. 32 KiB (its default) caps an upload at ~200 MB/s in 16 KiB reads; 256 KiB
  * reaches ~1.1 GB/s on loopback, and is touched only by connections that carry bodies
- * (tools/mhd-patches: between requests a kept-alive connection gives its pages back). */
+ * (tools/mhd-patches: a kept-alive connection idle for 500 ms gives its pages back). */
 #define SBXD_CONN_MEMORY (256 * 1024)
 
 /* Connections accepted past --max-connections when none waiting for a request can make

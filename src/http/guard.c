@@ -51,6 +51,7 @@ struct conn {
     bool waiting;              /* sbxd waits for a request: the deadline applies */
     bool killed;               /* shut down: by the watchdog, or to make room */
     bool linger;               /* answered before the request was all in: linger at close */
+    bool begun;                /* a request line came, and its answer is not out yet */
     enum metrics_limit reject; /* LIM_N: within the caps */
 };
 
@@ -149,13 +150,17 @@ enum metrics_limit guard_admit(struct server *srv, int fd, const struct sockaddr
     }
     const struct sbxd_config *cfg = srv->cfg;
     enum metrics_limit shed = LIM_N;
-    if (same >= cfg->max_client_connections) {
-        if (evict_oldest(srv, k))
+    /* Room is made until the new one fits (more than one may have to go when the connections
+     * over the cap were let in as refused ones). */
+    while (same >= cfg->max_client_connections && k->reject == LIM_N) {
+        if (evict_oldest(srv, k)) {
+            same--;
             live--;
-        else
+        } else {
             k->reject = LIM_CLIENT_CONNECTIONS;
+        }
     }
-    if (k->reject == LIM_N && live >= cfg->max_connections) {
+    while (live >= cfg->max_connections && k->reject == LIM_N) {
         if (evict_oldest(srv, NULL))
             live--;
         else
@@ -206,7 +211,7 @@ void guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         /* Answered before its request was all in (or closed by libmicrohttpd mid-request, as
          * when a head outgrows its buffer): the client may still be sending, and a close
          * with its bytes unread would reset the connection under the answer. */
-        bool linger = !k->killed && (k->linger || k->waiting);
+        bool linger = !k->killed && (k->linger || (k->waiting && k->begun));
         pthread_mutex_unlock(&srv->guard_lock);
         if (linger && k->fd >= 0) {
             int d = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
@@ -397,6 +402,16 @@ enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, stru
     return GUARD_PASS;
 }
 
+void guard_request_begun(struct server *srv, struct MHD_Connection *c)
+{
+    struct conn *k = conn_of(c);
+    if (!k)
+        return;
+    pthread_mutex_lock(&srv->guard_lock);
+    k->begun = true;
+    pthread_mutex_unlock(&srv->guard_lock);
+}
+
 void guard_answered_early(struct req_ctx *rc)
 {
     struct conn *k = rc->conn;
@@ -424,6 +439,7 @@ void guard_request_done(struct server *srv, struct req_ctx *rc)
         return;
     pthread_mutex_lock(&srv->guard_lock);
     k->waiting = true;
+    k->begun = false;
     k->since_ns = time_mono_ns();
     /* Kept alive: the next request may come after up to the idle timeout, and then has the
      * request timeout to arrive whole. */

@@ -175,12 +175,12 @@ static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
  * included) and passes its length up to the first NUL on to on_request, in con_cls, as an
  * odd number that can never be a request context: on_request compares it with where the
  * HTTP version starts. A connection that never reaches on_request leaves it to on_completed,
- * which frees nothing for it.
+ * which frees nothing for it. The guard learns here that a request has begun (should the
+ * library refuse it, a head too large say, the connection lingers at its close).
  */
 static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 {
-    (void)cls;
-    (void)c;
+    guard_request_begun(cls, c);
     return (void *)(((uintptr_t)strlen(uri) << 1) | 1);
 }
 
@@ -505,7 +505,7 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         /* A bound above what guard_admit lets in: libmicrohttpd never refuses one of those. */
         MHD_OPTION_CONNECTION_LIMIT, server_conn_hard_limit(cfg) + 16,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK,
-        keep_escapes, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, NULL, MHD_OPTION_END);
+        keep_escapes, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, srv, MHD_OPTION_END);
     if (!srv->mhd) {
         sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot start the HTTP server");
         server_stop(srv);

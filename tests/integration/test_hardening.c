@@ -626,6 +626,11 @@ START_TEST(connection_cap_answers_503_and_still_serves_health)
     ck_assert_int_eq(ri->status, 503);
     free(ri);
     close(idle);
+    /* None of the busy ones was closed to make room. */
+    for (int i = 0; i < 8; i++) {
+        struct pollfd p = {.fd = held[i], .events = POLLIN};
+        ck_assert_int_eq(poll(&p, 1, 0), 0);
+    }
     for (int i = 0; i < 8; i++)
         close(held[i]);
     usleep(200000);
@@ -634,7 +639,6 @@ START_TEST(connection_cap_answers_503_and_still_serves_health)
     ck_assert_int_eq(r.status, 200);
     char *t = scrape(&d, NULL);
     ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_connections\"}"), 2);
-    ck_assert_double_eq(metric(t, "sbxd_connections_evicted_total"), 0);
     free(t);
     ck_assert(daemon_stop_clean(&d, 10000));
 }
