@@ -1895,8 +1895,8 @@ int main(int argc, char **argv)
         for (int r = 0; r < STREAM_ROUNDS && !g_interrupted && !total_errors; r++) {
             stream_count sc = {0};
             double t0 = now_ms();
-            if (stream_exec(&local, "{\"command\":\"cat bench-stream.txt\"}", on_count, &sc,
-                            serr, sizeof serr) == 0 &&
+            if (stream_exec(&local, "{\"command\":\"cat bench-stream.txt\"}", on_count, &sc, serr,
+                            sizeof serr) == 0 &&
                 sc.exit_seen) {
                 double mbs = (double)ssize / 1e6 / ((now_ms() - t0) / 1e3);
                 if (mbs > stream_mbs)
@@ -2003,8 +2003,7 @@ int main(int argc, char **argv)
     }
     if (stream_mbs > 0) {
         char lbl[96];
-        snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON (cat)",
-                 ssize >> 20);
+        snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON (cat)", ssize >> 20);
         add_row(lbl, "", "", "%.0f MB/s", stream_mbs);
         /* Against sending the same file (sendfile): the stream's cost over I/O. */
         if (stream_get_mbs > 0) {
