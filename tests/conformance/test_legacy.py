@@ -635,9 +635,10 @@ def wait_running(case, n, within=5.0):
 
 class TestExecuteBusy(DaemonTestCase, LegacyCase):
     """Busy stays an HTTP error (429) for the legacy shape: retried, not read as the
-    command's failure."""
+    command's failure. (Busy: past --max-running with --max-queued 0; by default a command
+    waits its turn instead.)"""
 
-    DAEMON_ARGS = ["--max-running", "1"]
+    DAEMON_ARGS = ["--max-running", "1", "--max-queued", "0"]
 
     def test_execute_busy_is_429(self):
         bg = _Background(self, "sleep 1.5")
