@@ -102,7 +102,9 @@ static int probe_user_switch(const struct sbxd_config *cfg, char *why, size_t le
     struct {
         const char *step;
         int err;
-    } r = {"fork", 0};
+    } r;
+    memset(&r, 0, sizeof(r)); /* padding too: the child writes the whole of it */
+    r.step = "fork";
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
         r.step = "pipe";
