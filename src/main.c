@@ -370,8 +370,15 @@ int main(int argc, char **argv)
         .switch_ids = harden.switch_user, .uid = harden.uid, .gid = harden.gid};
     fs_sweep_stale_uploads_async(rootfd, time_real_ns() - (time_mono_ns() - t0), &sweep_user);
 
-    run_main_loop(srv, &set);
-    drain(srv, &cfg, &set);
+    /* Where every command's owner reaps it on its pidfd (quiet_exit), the SIGCHLD that its
+     * execve turns back on (the kernel resets the exit signal there, whatever the clone
+     * asked) would only wake this thread for nothing: it is not waited for and stays
+     * pending, and each tick's reap collects whatever nobody waits for (reaper.h). */
+    sigset_t wait_set = set;
+    if (iso.pidfd && !iso.contain->init_reports)
+        sigdelset(&wait_set, SIGCHLD);
+    run_main_loop(srv, &wait_set);
+    drain(srv, &cfg, &wait_set);
     server_stop(srv);
     bg_shutdown();
     job_keeper_stop();

@@ -50,8 +50,9 @@ struct spawn_spec {
     bool network;  /* false: sockets of AF_UNIX only */
     uid_t uid;     /* uid isolation: the command's own uid; (uid_t)-1: the plan's */
     bool pty;      /* stdin is a terminal's slave: made the controlling tty after setsid */
-    /* The child's end sends no SIGCHLD: its parent learns of it from a pidfd and reaps it
-     * with __WALL (reaper.h), so the main thread is not woken for it. */
+    /* Cloned with no exit signal: its parent learns of its end from a pidfd and reaps it
+     * with __WALL (reaper.h). (An execve turns the exit signal back to SIGCHLD: the main
+     * thread does not wait for that signal where every command is quiet: main.c.) */
     bool quiet_exit;
 };
 
