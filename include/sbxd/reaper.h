@@ -4,12 +4,13 @@
  * Where the kernel has pidfd, a command is cloned with no exit signal (spawn_spec.quiet_exit):
  * its job polls the process's pidfd and reaps it itself (reaper_try). The kernel turns the
  * exit signal back to SIGCHLD at the command's execve, so the main thread then leaves SIGCHLD
- * out of what it waits for (it stays blocked and pending) and is not woken at all. Elsewhere (gVisor) the main thread receives SIGCHLD (blocked in every
- * thread) and calls reaper_reap(), which reaps every exited child with wait4(-1, __WALL) -
- * jobs' children and any orphan handed to sbxd (as PID 1 or a subreaper) - and hands each
- * job's status and rusage to the registered target, waking it through its eventfd. The main
- * thread also calls it on every tick, which collects a quiet child nobody waits for any more
- * (an abandoned job's). Both take the lock, so whichever comes first delivers, once.
+ * out of what it waits for (it stays blocked and pending) and is not woken at all. Elsewhere
+ * (gVisor) the main thread receives SIGCHLD (blocked in every thread) and calls reaper_reap(),
+ * which reaps every exited child with wait4(-1, __WALL) - jobs' children and any orphan handed to
+ * sbxd (as PID 1 or a subreaper) - and hands each job's status and rusage to the registered target,
+ * waking it through its eventfd. The main thread also calls it on every tick, which collects a
+ * quiet child nobody waits for any more (an abandoned job's). Both take the lock, so whichever
+ * comes first delivers, once.
  *
  * A target is registered *before* its child is cloned, with pid 0; the kernel fills the pid
  * (CLONE_PARENT_SETTID) before the child can run, so no exit is ever unmatched.
