@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include "harness.h"
 
@@ -903,4 +905,36 @@ int sbxd_run(const char *const *args, const char *const *env, char *out, size_t 
     int st;
     waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int raw_execute(const struct daemon *d, const char *accept, const char *body)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[2048];
+    int n = snprintf(req, sizeof(req),
+                     "POST /execute HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     accept ? "Accept: " : "", accept ? accept : "", accept ? "\r\n" : "",
+                     strlen(body), body);
+    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
+    return s;
+}
+
+char *read_until_close(int s, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *raw = malloc(cap);
+    ssize_t k;
+    while ((k = recv(s, raw + n, cap - n - 1, 0)) > 0) {
+        n += (size_t)k;
+        if (n + 1 == cap)
+            raw = realloc(raw, cap *= 2);
+    }
+    raw[n] = '\0';
+    if (len)
+        *len = n;
+    return raw;
 }

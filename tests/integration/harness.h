@@ -153,4 +153,11 @@ bool daemon_may_lower_oom_score(const struct daemon *d);
 void rss_sampling_start(const struct daemon *d);
 long rss_sampling_stop(long *base_kb);
 
+/* POST /execute with body on a raw connection (with "Accept: accept" unless NULL,
+ * Connection: close); returns the socket. */
+int raw_execute(const struct daemon *d, const char *accept, const char *body);
+/* Everything until the peer closes s (head and chunk framing included), NUL-terminated;
+ * *len (unless NULL) its length. malloc'd. */
+char *read_until_close(int s, size_t *len);
+
 #endif

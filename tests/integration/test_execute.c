@@ -664,38 +664,6 @@ static void await_metric(const struct daemon *d, const char *series, double valu
     }
 }
 
-/* POST /execute on a raw connection (Accept: accept, unless NULL); returns the socket. */
-static int raw_execute(const struct daemon *d, const char *accept, const char *body)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    char req[1024];
-    int n = snprintf(req, sizeof(req),
-                     "POST /execute HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     accept ? "Accept: " : "", accept ? accept : "", accept ? "\r\n" : "",
-                     strlen(body), body);
-    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
-    return s;
-}
-
-/* Everything until the server closes s (the raw bytes, head and chunk framing included). */
-static char *raw_read_all(int s)
-{
-    size_t cap = 1 << 14, n = 0;
-    char *raw = malloc(cap);
-    ssize_t k;
-    while ((k = recv(s, raw + n, cap - n - 1, 0)) > 0) {
-        n += (size_t)k;
-        if (n + 1 == cap)
-            raw = realloc(raw, cap *= 2);
-    }
-    raw[n] = '\0';
-    return raw;
-}
-
 #define BURST 64
 
 START_TEST(sdk_burst_waits_its_turn)
@@ -888,7 +856,7 @@ START_TEST(stream_and_background_starts_wait_in_the_queue)
     ck_assert_int_eq(a.r.status, 200);
     http_resp_free(&a.r);
     /* The stream came first: its start event says how long it waited. */
-    char *raw = raw_read_all(s);
+    char *raw = read_until_close(s, NULL);
     close(s);
     ck_assert_msg(strncmp(raw, "HTTP/1.1 200", 12) == 0, "%.300s", raw);
     ck_assert_msg(strstr(raw, "streamed-4410"), "%s", raw);

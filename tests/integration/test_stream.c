@@ -12,34 +12,11 @@
 #include "harness.h"
 #include "suites.h"
 
-/* A streamed request on a raw connection; returns the socket, the response head read. */
-static int stream_open(const struct daemon *d, const char *accept, const char *body)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    char req[2048];
-    int n = snprintf(req, sizeof(req),
-                     "POST /execute HTTP/1.1\r\nHost: x\r\nAccept: %s\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     accept, strlen(body), body);
-    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
-    return s;
-}
-
 /* Everything until the server closes, chunked framing removed (the events' bytes only). */
 static char *stream_read_all(int s, size_t *len)
 {
-    size_t cap = 1 << 16, n = 0;
-    char *raw = malloc(cap);
-    ssize_t k;
-    while ((k = recv(s, raw + n, cap - n - 1, 0)) > 0) {
-        n += (size_t)k;
-        if (n + 1 == cap)
-            raw = realloc(raw, cap *= 2);
-    }
-    raw[n] = '\0';
+    size_t n;
+    char *raw = read_until_close(s, &n);
     char *p = strstr(raw, "\r\n\r\n");
     ck_assert_ptr_nonnull(p);
     ck_assert_msg(strncmp(raw, "HTTP/1.1 200", 12) == 0, "%.200s", raw);
@@ -71,7 +48,7 @@ static double real_ms(void)
 
 START_TEST(ndjson_events_in_order_with_one_exit)
 {
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"echo a; echo b >&2; sleep 0.1; printf 'c\\\\n'; "
                         "printf 'd' >&2; exit 3\"}");
     size_t len;
@@ -121,7 +98,7 @@ END_TEST
 START_TEST(first_output_arrives_while_the_command_runs)
 {
     /* The command prints the time, then keeps running for a second. */
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"date +%s%N; sleep 1; echo done\"}");
     char buf[8192];
     size_t n = 0;
@@ -148,7 +125,7 @@ END_TEST
 
 START_TEST(utf8_is_never_split_and_sse_is_framed)
 {
-    int s = stream_open(&g_sbxd, "text/event-stream",
+    int s = raw_execute(&g_sbxd, "text/event-stream",
                         "{\"command\":\"printf '\\\\303'; sleep 0.2; printf '\\\\251\\\\n'\"}");
     size_t len;
     char *ev = stream_read_all(s, &len);
@@ -161,7 +138,7 @@ START_TEST(utf8_is_never_split_and_sse_is_framed)
     ck_assert(len > 2 && strcmp(ev + len - 2, "\n\n") == 0);
     free(ev);
     /* base64 carries exact bytes. */
-    s = stream_open(&g_sbxd, "application/x-ndjson",
+    s = raw_execute(&g_sbxd, "application/x-ndjson",
                     "{\"command\":\"printf '\\\\377'\",\"encoding\":\"base64\"}");
     ev = stream_read_all(s, &len);
     close(s);
@@ -176,7 +153,7 @@ START_TEST(heartbeats_during_silence)
     const char *args[] = {"--heartbeat-ms", "100", NULL};
     daemon_start(&d, args, NULL);
     double t0 = now_ms();
-    int s = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 0.55; echo x\"}");
+    int s = raw_execute(&d, "application/x-ndjson", "{\"command\":\"sleep 0.55; echo x\"}");
     size_t len;
     char *ev = stream_read_all(s, &len);
     double took = now_ms() - t0;
@@ -194,7 +171,7 @@ END_TEST
 
 START_TEST(disconnect_kills_the_streamed_command)
 {
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"sleep 1000.41 & setsid sleep 1000.41 & wait\"}");
     char buf[1024];
     ck_assert_int_gt(recv(s, buf, sizeof(buf), 0), 0); /* the start event */
@@ -235,7 +212,7 @@ START_TEST(a_large_stream_keeps_memory_flat)
 {
     long base = daemon_rss_kb(&g_sbxd);
     rss_sampling_start(&g_sbxd);
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"yes 0123456789abcdef | head -c 200000000\"}");
     char tail[4096];
     size_t total = stream_drain(s, tail, sizeof(tail));
@@ -251,7 +228,7 @@ END_TEST
 START_TEST(a_slow_reader_blocks_the_command_not_sbxd)
 {
     long base = daemon_rss_kb(&g_sbxd);
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"yes sbxd-slow-reader-41 | head -c 500000000\"}");
     /* Not reading for a while: the command fills the pipes and the socket, and waits. */
     usleep(1000000);
@@ -270,8 +247,8 @@ START_TEST(sigterm_ends_streams_with_their_exit_event)
     /* Long enough for the short command to finish even under gVisor, not for the long one. */
     const char *args[] = {"--shutdown-grace-ms", "1500", NULL};
     daemon_start(&d, args, NULL);
-    int fin = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 0.3; echo done\"}");
-    int cut = stream_open(&d, "application/x-ndjson", "{\"command\":\"sleep 100\"}");
+    int fin = raw_execute(&d, "application/x-ndjson", "{\"command\":\"sleep 0.3; echo done\"}");
+    int cut = raw_execute(&d, "application/x-ndjson", "{\"command\":\"sleep 100\"}");
     char buf[512];
     /* Both started (their start events are in), then SIGTERM. */
     ck_assert_int_gt(recv(fin, buf, sizeof(buf), 0), 0);
@@ -294,7 +271,7 @@ START_TEST(timeout_holds_while_the_client_reads_nothing)
 {
     /* The command fills its pipe and the socket; the client never reads, yet keeps the
      * connection. The timeout must still end the command (the watchdog). */
-    int s = stream_open(&g_sbxd, "application/x-ndjson",
+    int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"yes sbxd-stalled-reader-43\",\"timeout_ms\":300}");
     int seen = 0;
     for (int i = 0; i < 200 && (seen = daemon_procs_with(&g_sbxd, "sbxd-stalled-reader-43")) < 1;
