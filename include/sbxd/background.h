@@ -33,6 +33,7 @@ struct bg_proc;
 /* What a process is now (a consistent snapshot). */
 struct bg_info {
     char id[25];
+    int32_t number; /* bg_number */
     pid_t pid;
     bool finished;
     bool stdin_open;
@@ -51,6 +52,12 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
 /* The process of that id, with a reference; NULL when unknown or forgotten. */
 struct bg_proc *bg_get(const char *id);
 void bg_put(struct bg_proc *p);
+
+/* Each process also has a number, 1, 2, ... in the order they started, never reused in the
+ * daemon's life: the process id of gRPC's ProcessService (an int32). The process of that
+ * number, with a reference, or NULL. */
+struct bg_proc *bg_get_number(int32_t number);
+int32_t bg_number(const struct bg_proc *p);
 
 /* Every process kept, oldest first, each with a reference: an array to free (and each to
  * bg_put). Returns how many. */
@@ -75,6 +82,17 @@ enum bg_read_result {
  */
 enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t max, bool utf8,
                             int timeout_ms, size_t *n, int *stream, uint64_t *next);
+
+/*
+ * A follower that must lose nothing (gRPC's Start: its client's flow control is meant to slow
+ * the command, not to drop its output) holds the ring at the offset it has read up to: while
+ * held, no more output is taken from the process than the ring can keep without pushing out
+ * bytes at or past `from` (the process then blocks writing to its pipe). Call it again as the
+ * follower reads on; BG_NO_HOLD lets go (and must be called before the follower leaves).
+ * One holder at a time.
+ */
+#define BG_NO_HOLD UINT64_MAX
+void bg_hold(struct bg_proc *p, uint64_t from);
 
 /* Where the process's output ends now; false when off lies beyond it. */
 bool bg_offset_valid(struct bg_proc *p, uint64_t off);

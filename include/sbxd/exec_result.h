@@ -21,6 +21,9 @@ enum job_status {
 
 const char *job_status_name(enum job_status s);
 
+/* The front a command came through: its metrics carry it as the label front="rest"|"grpc". */
+enum exec_front { FRONT_REST, FRONT_GRPC, FRONT_N };
+
 struct job_result {
     enum job_status status;
     int exit_code; /* 128 + N when killed by signal N, as shells report it */
@@ -32,7 +35,9 @@ struct job_result {
     uint64_t memory_peak_bytes;
     uint64_t stdout_bytes;
     uint64_t stderr_bytes;
-    char error[256]; /* why it failed to start */
+    char error[256];  /* why it failed to start */
+    const char *step; /* ... at which step of the start ("execve", "fchdir", ...; NULL) */
+    int error_errno;  /* ... and the errno of that step (0: none, or not a system error) */
 };
 
 #endif

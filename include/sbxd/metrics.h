@@ -37,9 +37,9 @@ enum metrics_limit {
 /* Routes are numbered by the server (its table's order); the last is "no route". */
 #define METRICS_MAX_ROUTES 24
 
-void metrics_execution(enum metrics_mode mode, const struct job_result *r);
+void metrics_execution(enum exec_front front, enum metrics_mode mode, const struct job_result *r);
 /* A command that could not even be started (no job was made). */
-void metrics_start_failed(enum metrics_mode mode);
+void metrics_start_failed(enum exec_front front, enum metrics_mode mode);
 void metrics_limit(enum metrics_limit l);
 /* The admission queue (exec_service_admit): a command began to wait for a running slot; a
  * command stopped waiting after ms, however its wait ended (abandoned: its client hung up). */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sbxd/err.h"
+#include "sbxd/exec_result.h"
 
 enum exec_encoding { EXEC_ENC_UTF8, EXEC_ENC_BASE64 };
 
@@ -44,6 +45,7 @@ struct exec_request {
     enum exec_encoding encoding;
     bool pty; /* background processes: on a pseudo-terminal of pty_cols x pty_rows */
     unsigned pty_cols, pty_rows;
+    enum exec_front front; /* FRONT_REST unless a front says otherwise */
 };
 
 struct request_policy {
@@ -59,6 +61,24 @@ struct request_policy {
 /* Parse and validate a JSON body. On failure err says which field and why (SBXD_E_INVALID,
  * or SBXD_E_DENIED for a cwd outside the workspace) and *req holds nothing to free. */
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
+                       struct exec_request *req, struct sbxd_err *err);
+
+/* A piece of a request that did not come as JSON: bytes and their length. */
+struct exec_bytes {
+    const void *data;
+    size_t len;
+};
+
+/* A request from a front that is not JSON (gRPC's ProcessConfig), checked as
+ * exec_request_parse checks one: argv (argc items), the environment (nenv names and values,
+ * merged over the same base; a name given twice: the last wins, as in a protobuf map), cwd
+ * (len 0: the workspace root) and the timeout (0: the policy's default; else capped at its
+ * maximum). Every string must be valid UTF-8 without NUL (a C string would cut it). Other
+ * fields take exec_request_parse's defaults; the caller may then set front, pty and
+ * encoding. -1 with err as exec_request_parse, *req holding nothing to free. */
+int exec_request_build(const struct request_policy *pol, const struct exec_bytes *argv, size_t argc,
+                       const struct exec_bytes *env_names, const struct exec_bytes *env_values,
+                       size_t nenv, const struct exec_bytes *cwd, uint64_t timeout_ms,
                        struct exec_request *req, struct sbxd_err *err);
 
 void exec_request_free(struct exec_request *req);

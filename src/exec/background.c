@@ -28,6 +28,7 @@ static struct {
     struct bg_config cfg;
     struct bg_proc *head;
     unsigned running; /* drivers alive */
+    int32_t numbered; /* the last number given (bg_number) */
 } tab = {.lock = PTHREAD_MUTEX_INITIALIZER, .ended = PTHREAD_COND_INITIALIZER};
 
 void bg_init(const struct bg_config *cfg)
@@ -134,6 +135,27 @@ void bg_sweep(void)
     free_dead(dead);
 }
 
+/* How much output the driver may take now: SBXD_READ_CHUNK, or while a follower holds the
+ * ring (bg_hold) what fits without pushing out what it has not read, once there is room. */
+static size_t room_to_read(struct bg_proc *p)
+{
+    size_t room = SBXD_READ_CHUNK;
+    pthread_mutex_lock(&p->lock);
+    while (p->hold != BG_NO_HOLD) {
+        uint64_t unread = p->ring.end > p->hold ? p->ring.end - p->hold : 0;
+        if (unread < p->ring.cap) {
+            if (p->ring.cap - unread < room)
+                room = (size_t)(p->ring.cap - unread);
+            break;
+        }
+        /* Full: the follower's reads (or its letting go) wake us; the timeout is a safety. */
+        struct timespec until = time_after_ms(CLOCK_MONOTONIC, 200);
+        pthread_cond_timedwait(&p->cond, &p->lock, &until);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return room;
+}
+
 /* The process's own thread: output into the ring as it comes, until the end. */
 static void *driver_main(void *arg)
 {
@@ -141,7 +163,8 @@ static void *driver_main(void *arg)
     char *buf = malloc(SBXD_READ_CHUNK);
     struct job_event ev;
     do {
-        job_step(p->job, -1, buf ? buf : (char[1]){0}, buf ? SBXD_READ_CHUNK : 1, &ev);
+        size_t room = buf ? room_to_read(p) : 1;
+        job_step(p->job, -1, buf ? buf : (char[1]){0}, room, &ev);
         if (ev.type == JOB_EV_OUTPUT) {
             pthread_mutex_lock(&p->lock);
             ring_append(&p->ring, p->req.pty ? 3 : ev.stream, buf, ev.len);
@@ -193,6 +216,7 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
     pthread_cond_init(&p->in_cond, &ca); /* (a stdin write's deadline too) */
     pthread_condattr_destroy(&ca);
     ring_init(&p->ring, tab.cfg.output_bytes);
+    p->hold = BG_NO_HOLD;
     p->pty_cols = p->req.pty_cols;
     p->pty_rows = p->req.pty_rows;
 
@@ -242,6 +266,7 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
         pp = &(*pp)->next;
     *pp = p;
     p->listed = true;
+    p->number = ++tab.numbered;
     pthread_mutex_unlock(&tab.lock);
     return p;
 }
@@ -257,6 +282,24 @@ struct bg_proc *bg_get(const char *id)
         }
     pthread_mutex_unlock(&tab.lock);
     return found;
+}
+
+struct bg_proc *bg_get_number(int32_t number)
+{
+    struct bg_proc *found = NULL;
+    pthread_mutex_lock(&tab.lock);
+    for (struct bg_proc *p = tab.head; p && !found; p = p->next)
+        if (p->number == number) {
+            found = p;
+            p->refs++;
+        }
+    pthread_mutex_unlock(&tab.lock);
+    return found;
+}
+
+int32_t bg_number(const struct bg_proc *p)
+{
+    return p->number;
 }
 
 size_t bg_list(struct bg_proc ***out)
@@ -281,6 +324,7 @@ void bg_info(struct bg_proc *p, struct bg_info *out)
 {
     memset(out, 0, sizeof(*out));
     snprintf(out->id, sizeof(out->id), "%s", p->id);
+    out->number = p->number;
     out->pid = p->pid;
     out->started_real_ns = p->started_real_ns;
     pthread_mutex_lock(&p->lock);
@@ -360,6 +404,25 @@ enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t m
     return rr;
 }
 
+void bg_hold(struct bg_proc *p, uint64_t from)
+{
+    pthread_mutex_lock(&p->lock);
+    p->hold = p->unheld ? BG_NO_HOLD : from;
+    pthread_cond_broadcast(&p->cond); /* the driver may have room now */
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The driver must reach the process's end whatever its follower does (bg_remove waits for
+ * it, and so does shutdown): no hold from now on. */
+static void unhold(struct bg_proc *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->unheld = true;
+    p->hold = BG_NO_HOLD;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
 bool bg_ended(struct bg_proc *p)
 {
     pthread_mutex_lock(&p->lock);
@@ -410,6 +473,7 @@ int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *
 void bg_remove(struct bg_proc *p, struct bg_info *info)
 {
     job_kill(p->job, JOB_KILL_CANCEL);
+    unhold(p);
     pthread_mutex_lock(&p->lock);
     while (!p->finished)
         pthread_cond_wait(&p->cond, &p->lock);
@@ -429,6 +493,7 @@ void bg_signal_all(int sig)
     for (size_t i = 0; v && i < n; i++) {
         if (!bg_ended(v[i]))
             job_signal(v[i]->job, sig);
+        unhold(v[i]);
         bg_put(v[i]);
     }
     free(v);

@@ -35,6 +35,7 @@ struct bg_proc {
     struct job *job;
     struct exec_request req;
     char id[25];
+    int32_t number; /* bg_number: set once listed, never changed */
     pid_t pid;
     int64_t started_real_ns;
     /* Under lock: */
@@ -42,6 +43,8 @@ struct bg_proc {
     pthread_cond_t cond; /* output arrived, or the end */
     struct ring ring;
     bool finished;
+    uint64_t hold; /* bg_hold: output past this offset waits for room (BG_NO_HOLD: none) */
+    bool unheld;   /* bg_remove, shutdown: no hold from now on (the driver must reach the end) */
     unsigned pty_cols, pty_rows; /* the terminal's size now */
     int64_t finished_real_ns, finished_mono_ns;
     struct job_result res;

@@ -375,6 +375,8 @@ static int spawn(struct job *job, const struct exec_request *req, struct spawn_s
         job->res.status = JOB_FAILED_TO_START;
         snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s", child_step, req->argv[0],
                  strerror(child_errno));
+        job->res.step = child_step;
+        job->res.error_errno = child_errno;
     }
     return 0;
 }

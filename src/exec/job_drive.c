@@ -50,6 +50,8 @@ static void read_ns_status(struct job *job)
             job->res.status = JOB_FAILED_TO_START;
             snprintf(job->res.error, sizeof(job->res.error), "%s '%s': %s",
                      m.step ? m.step : "start", job->argv0, strerror(m.err));
+            job->res.step = m.step;
+            job->res.error_errno = m.err;
         }
         if (!job->exited)
             mark_exited(job);

@@ -7,6 +7,7 @@
 
 #include "sbxd/limits.h"
 #include "sbxd/request.h"
+#include "sbxd/utf8.h"
 
 int json_check_no_nul(const char *text, size_t len)
 {
@@ -392,6 +393,142 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
     else
         rc = parse_fields(root, pol, req, err);
     cJSON_Delete(root);
+    if (rc < 0)
+        exec_request_free(req);
+    return rc;
+}
+
+/* A copy of b as a C string; refused (-1 with err) when it holds a NUL or is not UTF-8. */
+static char *bytes_str(const struct exec_bytes *b, const char *what, size_t i, struct sbxd_err *err)
+{
+    const uint8_t *d = b->data;
+    if (b->len && memchr(d, '\0', b->len)) {
+        sbxd_fail(err, SBXD_E_INVALID, 0, "%s%.0zu must not contain NUL characters", what, i);
+        return NULL;
+    }
+    if (b->len && utf8_valid(d, b->len) != b->len) {
+        sbxd_fail(err, SBXD_E_INVALID, 0, "%s%.0zu is not valid UTF-8", what, i);
+        return NULL;
+    }
+    char *s = malloc(b->len + 1);
+    if (!s) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (b->len)
+        memcpy(s, d, b->len);
+    s[b->len] = '\0';
+    return s;
+}
+
+static bool bytes_eq(const struct exec_bytes *a, const struct exec_bytes *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+static bool bytes_is(const struct exec_bytes *a, const char *s)
+{
+    return a->len == strlen(s) && memcmp(a->data, s, a->len) == 0;
+}
+
+static int build_argv(const struct exec_bytes *argv, size_t argc, struct exec_request *req,
+                      struct sbxd_err *err)
+{
+    if (argc == 0)
+        return invalid(err, "%s", "the command must not be empty");
+    if (argc > SBXD_MAX_ARGS)
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "the command has more than %d items",
+                         SBXD_MAX_ARGS);
+    if (argv[0].len == 0)
+        return invalid(err, "%s", "the command's first item (the program) must not be empty");
+    req->argv = calloc(argc + 1, sizeof(char *));
+    if (!req->argv)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    for (size_t i = 0; i < argc; i++)
+        if (!(req->argv[i] = bytes_str(&argv[i], "command item ", i + 1, err)))
+            return -1;
+    req->argc = argc;
+    /* /bin/sh -c TEXT is a shell command: logged and listed as "command", as /execute's. */
+    req->shell =
+        argc == 3 && strcmp(req->argv[0], "/bin/sh") == 0 && strcmp(req->argv[1], "-c") == 0;
+    return 0;
+}
+
+static int build_env_bytes(const struct exec_bytes *names, const struct exec_bytes *values,
+                           size_t nenv, const struct request_policy *pol, struct exec_request *req,
+                           struct sbxd_err *err)
+{
+    if (nenv > SBXD_MAX_ENV)
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "the environment has more than %d variables",
+                         SBXD_MAX_ENV);
+    const char *base[3][2] = {
+        {"PATH", SBXD_BASE_PATH}, {"HOME", pol->workspace}, {"LANG", SBXD_BASE_LANG}};
+    req->envp = calloc(nenv + 4, sizeof(char *));
+    if (!req->envp)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    size_t n = 0;
+    for (int b = 0; b < 3; b++) {
+        bool over = false;
+        for (size_t i = 0; i < nenv && !over; i++)
+            over = bytes_is(&names[i], base[b][0]);
+        if (!over && !(req->envp[n++] = join_kv(base[b][0], base[b][1])))
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < nenv; i++) {
+        bool later = false; /* a name given again later: that one wins */
+        for (size_t j = i + 1; j < nenv && !later; j++)
+            later = bytes_eq(&names[i], &names[j]);
+        if (later)
+            continue;
+        char *k = bytes_str(&names[i], "an environment variable's name", 0, err);
+        if (!k)
+            return -1;
+        if (!env_name_ok(k)) {
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "environment variable name '%.64s' is not valid (empty or contains '=')", k);
+            free(k);
+            return -1;
+        }
+        char *v = bytes_str(&values[i], "an environment variable's value", 0, err);
+        if (!v) {
+            free(k);
+            return -1;
+        }
+        req->envp[n] = join_kv(k, v);
+        free(k);
+        free(v);
+        if (!req->envp[n++])
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+int exec_request_build(const struct request_policy *pol, const struct exec_bytes *argv, size_t argc,
+                       const struct exec_bytes *env_names, const struct exec_bytes *env_values,
+                       size_t nenv, const struct exec_bytes *cwd, uint64_t timeout_ms,
+                       struct exec_request *req, struct sbxd_err *err)
+{
+    memset(req, 0, sizeof(*req));
+    req->limits = (struct exec_limits){EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       EXEC_LIMIT_UNSET,
+                                       0};
+    req->network = true;
+    req->timeout_ms = timeout_ms == 0                    ? pol->default_timeout_ms
+                      : timeout_ms > pol->max_timeout_ms ? pol->max_timeout_ms
+                                                         : timeout_ms;
+    int rc = build_argv(argv, argc, req, err);
+    if (rc == 0)
+        rc = build_env_bytes(env_names, env_values, nenv, pol, req, err);
+    char *c = NULL;
+    if (rc == 0 && !(c = bytes_str(cwd, "cwd", 0, err)))
+        rc = -1;
+    if (rc == 0)
+        rc = set_cwd(c, pol, req, err);
+    free(c);
     if (rc < 0)
         exec_request_free(req);
     return rc;

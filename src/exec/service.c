@@ -47,11 +47,12 @@ static struct job_env exec_service_env(const struct exec_service *s, enum metric
 void exec_service_audit(enum metrics_mode mode, const char *id, const struct exec_request *req,
                         const struct job_result *r, double queued_ms, const char *client)
 {
-    metrics_execution(mode, r);
+    metrics_execution(req->front, mode, r);
     char cmd[SBXD_AUDIT_COMMAND_MAX + 1];
     exec_request_text(req, cmd, sizeof(cmd));
-    struct log_field f[11] = {
+    struct log_field f[12] = {
         LOG_S("id", id),
+        LOG_S("front", req->front == FRONT_GRPC ? "grpc" : "rest"),
         LOG_S(req->shell ? "command" : "argv", cmd),
         LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
         LOG_S("status", job_status_name(r->status)),
@@ -61,7 +62,7 @@ void exec_service_audit(enum metrics_mode mode, const char *id, const struct exe
         LOG_I("stdout_bytes", r->stdout_bytes),
         LOG_I("stderr_bytes", r->stderr_bytes),
     };
-    size_t n = 9; /* then what there is of these: */
+    size_t n = 10; /* then what there is of these: */
     if (queued_ms >= 0)
         f[n++] = LOG_D("queued_ms", queued_ms);
     if (client)
@@ -291,7 +292,7 @@ struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
     struct job *job = job_start(req, &env, err);
     __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     if (!job)
-        metrics_start_failed(mode);
+        metrics_start_failed(req->front, mode);
     return job;
 }
 
@@ -299,6 +300,7 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
                                            struct sbxd_err *err)
 {
     struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
+    enum exec_front front = req->front; /* req is bg_start's from here */
     __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     struct bg_proc *p = bg_start(req, &env, err);
     __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
@@ -306,7 +308,7 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
     if (!p && err->kind == SBXD_E_BUSY && err->sys_errno == 0)
         metrics_limit(LIM_MAX_PROCESSES);
     else if (!p)
-        metrics_start_failed(MX_BACKGROUND);
+        metrics_start_failed(front, MX_BACKGROUND);
     return p;
 }
 

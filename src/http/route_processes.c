@@ -56,6 +56,10 @@ static void write_process(struct jsonw *w, struct bg_proc *p, const struct bg_in
     }
     jw_key(w, "pid");
     jw_int(w, in->pid);
+    jw_key(w, "grpc_process_id");
+    jw_int(w, in->number);
+    jw_key(w, "front");
+    jw_str(w, req->front == FRONT_GRPC ? "grpc" : "rest");
     if (req->shell) {
         jw_key(w, "command");
         jw_str(w, req->argv[2]);

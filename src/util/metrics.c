@@ -9,6 +9,7 @@ static const unsigned statuses[] = {200, 201, 204, 206, 400, 401, 403, 404, 405,
 #define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
 
 static const char *const mode_names[MX_NMODES] = {"sync", "stream", "background"};
+static const char *const front_names[FRONT_N] = {"rest", "grpc"};
 static const char *const limit_names[LIM_N] = {
     "max_running",     "max_processes",    "max_connections", "max_client_connections",
     "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized",
@@ -21,9 +22,9 @@ static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 #define NJOBST  (JOB_CANCELED + 1)
 
 static struct {
-    uint64_t exec[MX_NMODES][NJOBST];
-    uint64_t hist[MX_NMODES][NBOUNDS + 1];
-    uint64_t hist_sum_us[MX_NMODES];
+    uint64_t exec[FRONT_N][MX_NMODES][NJOBST];
+    uint64_t hist[FRONT_N][MX_NMODES][NBOUNDS + 1];
+    uint64_t hist_sum_us[FRONT_N][MX_NMODES];
     uint64_t timeouts, oom_kills;
     uint64_t limits[LIM_N];
     uint64_t http[METRICS_MAX_ROUTES][NSTATUS];
@@ -42,11 +43,11 @@ static inline uint64_t get(const uint64_t *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-void metrics_execution(enum metrics_mode mode, const struct job_result *r)
+void metrics_execution(enum exec_front front, enum metrics_mode mode, const struct job_result *r)
 {
-    if ((unsigned)mode >= MX_NMODES || (unsigned)r->status >= NJOBST)
+    if ((unsigned)front >= FRONT_N || (unsigned)mode >= MX_NMODES || (unsigned)r->status >= NJOBST)
         return;
-    bump(&m.exec[mode][r->status], 1);
+    bump(&m.exec[front][mode][r->status], 1);
     if (r->timed_out)
         bump(&m.timeouts, 1);
     if (r->oom_killed)
@@ -57,14 +58,14 @@ void metrics_execution(enum metrics_mode mode, const struct job_result *r)
     size_t b = 0;
     while (b < NBOUNDS && s > bounds[b])
         b++;
-    bump(&m.hist[mode][b], 1);
-    bump(&m.hist_sum_us[mode], r->duration_ms > 0 ? (uint64_t)(r->duration_ms * 1000.0) : 0);
+    bump(&m.hist[front][mode][b], 1);
+    bump(&m.hist_sum_us[front][mode], r->duration_ms > 0 ? (uint64_t)(r->duration_ms * 1000.0) : 0);
 }
 
-void metrics_start_failed(enum metrics_mode mode)
+void metrics_start_failed(enum exec_front front, enum metrics_mode mode)
 {
-    if ((unsigned)mode < MX_NMODES)
-        bump(&m.exec[mode][JOB_FAILED_TO_START], 1);
+    if ((unsigned)front < FRONT_N && (unsigned)mode < MX_NMODES)
+        bump(&m.exec[front][mode][JOB_FAILED_TO_START], 1);
 }
 
 void metrics_limit(enum metrics_limit l)
@@ -132,30 +133,35 @@ static void render_executions(struct jsonw *w)
 {
     char lab[160];
     metrics_head(w, "sbxd_executions_total", "counter",
-                 "Commands that ended, by how they ran (sync, stream, background) and status.");
-    for (unsigned mo = 0; mo < MX_NMODES; mo++)
-        for (unsigned st = JOB_EXITED; st < NJOBST; st++) {
-            snprintf(lab, sizeof(lab), "mode=\"%s\",status=\"%s\"", mode_names[mo],
-                     job_status_name((enum job_status)st));
-            metrics_line(w, "sbxd_executions_total", lab, (double)get(&m.exec[mo][st]));
-        }
+                 "Commands that ended, by the front they came through (rest, grpc), how they "
+                 "ran (sync, stream, background) and status.");
+    for (unsigned fr = 0; fr < FRONT_N; fr++)
+        for (unsigned mo = 0; mo < MX_NMODES; mo++)
+            for (unsigned st = JOB_EXITED; st < NJOBST; st++) {
+                snprintf(lab, sizeof(lab), "front=\"%s\",mode=\"%s\",status=\"%s\"",
+                         front_names[fr], mode_names[mo], job_status_name((enum job_status)st));
+                metrics_line(w, "sbxd_executions_total", lab, (double)get(&m.exec[fr][mo][st]));
+            }
     metrics_head(w, "sbxd_execution_duration_seconds", "histogram",
                  "Wall-clock time of the commands that ran, from start to exit.");
-    for (unsigned mo = 0; mo < MX_NMODES; mo++) {
-        uint64_t cum = 0;
-        for (size_t b = 0; b <= NBOUNDS; b++) {
-            cum += get(&m.hist[mo][b]);
-            if (b < NBOUNDS)
-                snprintf(lab, sizeof(lab), "mode=\"%s\",le=\"%g\"", mode_names[mo], bounds[b]);
-            else
-                snprintf(lab, sizeof(lab), "mode=\"%s\",le=\"+Inf\"", mode_names[mo]);
-            metrics_line(w, "sbxd_execution_duration_seconds_bucket", lab, (double)cum);
+    for (unsigned fr = 0; fr < FRONT_N; fr++)
+        for (unsigned mo = 0; mo < MX_NMODES; mo++) {
+            uint64_t cum = 0;
+            for (size_t b = 0; b <= NBOUNDS; b++) {
+                cum += get(&m.hist[fr][mo][b]);
+                if (b < NBOUNDS)
+                    snprintf(lab, sizeof(lab), "front=\"%s\",mode=\"%s\",le=\"%g\"",
+                             front_names[fr], mode_names[mo], bounds[b]);
+                else
+                    snprintf(lab, sizeof(lab), "front=\"%s\",mode=\"%s\",le=\"+Inf\"",
+                             front_names[fr], mode_names[mo]);
+                metrics_line(w, "sbxd_execution_duration_seconds_bucket", lab, (double)cum);
+            }
+            snprintf(lab, sizeof(lab), "front=\"%s\",mode=\"%s\"", front_names[fr], mode_names[mo]);
+            metrics_line(w, "sbxd_execution_duration_seconds_sum", lab,
+                         (double)get(&m.hist_sum_us[fr][mo]) / 1e6);
+            metrics_line(w, "sbxd_execution_duration_seconds_count", lab, (double)cum);
         }
-        snprintf(lab, sizeof(lab), "mode=\"%s\"", mode_names[mo]);
-        metrics_line(w, "sbxd_execution_duration_seconds_sum", lab,
-                     (double)get(&m.hist_sum_us[mo]) / 1e6);
-        metrics_line(w, "sbxd_execution_duration_seconds_count", lab, (double)cum);
-    }
     metrics_head(w, "sbxd_timeouts_total", "counter",
                  "Commands killed (with their whole tree) at their wall-clock timeout.");
     metrics_line(w, "sbxd_timeouts_total", NULL, (double)get(&m.timeouts));

@@ -256,24 +256,35 @@ START_TEST(metrics_count_what_happened)
     for (int i = 0; i < 100; i++) {
         free(t);
         t = scrape(&d, NULL);
-        if (metric(t, "sbxd_executions_total{mode=\"background\",status=\"exited\"}") == 1)
+        if (metric(t,
+                   "sbxd_executions_total{front=\"rest\",mode=\"background\",status=\"exited\"}") ==
+            1)
             break;
         usleep(50000);
     }
-    ck_assert_double_eq(metric(t, "sbxd_executions_total{mode=\"sync\",status=\"exited\"}"), 2);
-    ck_assert_double_eq(metric(t, "sbxd_executions_total{mode=\"sync\",status=\"timeout\"}"), 1);
-    ck_assert_double_eq(metric(t, "sbxd_executions_total{mode=\"background\",status=\"exited\"}"),
-                        1);
+    ck_assert_double_eq(
+        metric(t, "sbxd_executions_total{front=\"rest\",mode=\"sync\",status=\"exited\"}"), 2);
+    ck_assert_double_eq(
+        metric(t, "sbxd_executions_total{front=\"rest\",mode=\"sync\",status=\"timeout\"}"), 1);
+    ck_assert_double_eq(
+        metric(t, "sbxd_executions_total{front=\"rest\",mode=\"background\",status=\"exited\"}"),
+        1);
     ck_assert_double_eq(metric(t, "sbxd_timeouts_total"), 1);
     ck_assert_double_eq(metric(t, "sbxd_oom_kills_total"), 0);
-    ck_assert_double_eq(metric(t, "sbxd_execution_duration_seconds_count{mode=\"sync\"}"), 3);
+    ck_assert_double_eq(
+        metric(t, "sbxd_execution_duration_seconds_count{front=\"rest\",mode=\"sync\"}"), 3);
     /* The timed-out one ran at least its 200 ms: never in a bucket below 0.25 s; every one is
      * in +Inf, and the sum holds at least its 0.2 s. */
     ck_assert_double_le(
-        metric(t, "sbxd_execution_duration_seconds_bucket{mode=\"sync\",le=\"0.1\"}"), 2);
+        metric(t,
+               "sbxd_execution_duration_seconds_bucket{front=\"rest\",mode=\"sync\",le=\"0.1\"}"),
+        2);
     ck_assert_double_eq(
-        metric(t, "sbxd_execution_duration_seconds_bucket{mode=\"sync\",le=\"+Inf\"}"), 3);
-    ck_assert_double_ge(metric(t, "sbxd_execution_duration_seconds_sum{mode=\"sync\"}"), 0.2);
+        metric(t,
+               "sbxd_execution_duration_seconds_bucket{front=\"rest\",mode=\"sync\",le=\"+Inf\"}"),
+        3);
+    ck_assert_double_ge(
+        metric(t, "sbxd_execution_duration_seconds_sum{front=\"rest\",mode=\"sync\"}"), 0.2);
     ck_assert_double_eq(metric(t, "sbxd_files_written_total"), 1);
     ck_assert_double_eq(metric(t, "sbxd_files_read_total"), 1);
     ck_assert_double_eq(metric(t, "sbxd_file_written_bytes_total"), 5);

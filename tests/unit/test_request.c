@@ -1,6 +1,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "sbxd/limits.h"
 #include "sbxd/request.h"
 #include "suites.h"
 
@@ -174,6 +175,79 @@ START_TEST(nul_scanner)
 }
 END_TEST
 
+/* ---- exec_request_build: a request from a front that is not JSON (gRPC) ---- */
+
+#define B(s) ((struct exec_bytes){(s), sizeof(s) - 1})
+
+static int build(const struct exec_bytes *argv, size_t argc, const struct exec_bytes *names,
+                 const struct exec_bytes *values, size_t nenv, struct exec_bytes cwd,
+                 uint64_t timeout_ms)
+{
+    memset(&err, 0, sizeof(err));
+    return exec_request_build(&pol, argv, argc, names, values, nenv, &cwd, timeout_ms, &req, &err);
+}
+
+START_TEST(build_argv_env_cwd)
+{
+    struct exec_bytes argv[] = {B("/bin/sh"), B("-c"), B("echo $A")};
+    struct exec_bytes names[] = {B("A"), B("HOME"), B("A")};
+    struct exec_bytes values[] = {B("first"), B("/elsewhere"), B("last")};
+    ck_assert_int_eq(build(argv, 3, names, values, 3, B("sub/dir"), 0), 0);
+    ck_assert(req.shell); /* /bin/sh -c TEXT: logged as a command */
+    ck_assert_uint_eq(req.argc, 3);
+    ck_assert_str_eq(req.argv[2], "echo $A");
+    ck_assert_ptr_null(req.argv[3]);
+    ck_assert_str_eq(env_get("A"), "last"); /* a name given twice: the last wins */
+    ck_assert_str_eq(env_get("HOME"), "/elsewhere");
+    ck_assert_str_eq(env_get("PATH"), SBXD_BASE_PATH);
+    size_t n = 0;
+    for (char **e = req.envp; *e; e++)
+        n += strncmp(*e, "A=", 2) == 0 || strncmp(*e, "HOME=", 5) == 0;
+    ck_assert_uint_eq(n, 2); /* once each */
+    ck_assert_str_eq(req.cwd, "sub/dir");
+    ck_assert_uint_eq(req.timeout_ms, 60000); /* 0: the policy's default */
+    ck_assert(req.network);
+    ck_assert_int_eq(req.front, FRONT_REST); /* the front says otherwise itself */
+    exec_request_free(&req);
+
+    struct exec_bytes ls[] = {B("ls")};
+    ck_assert_int_eq(build(ls, 1, NULL, NULL, 0, B("/ws/sub"), 5000000), 0);
+    ck_assert(!req.shell);
+    ck_assert_str_eq(req.cwd, "/sub");         /* the workspace's own absolute path */
+    ck_assert_uint_eq(req.timeout_ms, 600000); /* capped at the policy's most */
+    ck_assert_str_eq(env_get("HOME"), "/ws");
+    exec_request_free(&req);
+}
+END_TEST
+
+START_TEST(build_refuses)
+{
+    struct exec_bytes ok[] = {B("ls")};
+    struct exec_bytes nul[] = {B("echo a\0b")};
+    struct exec_bytes bad_utf8[] = {B("echo \xff")};
+    struct exec_bytes empty0[] = {B(""), B("x")};
+    struct exec_bytes name_nul[] = {B("A\0B")}, name_eq[] = {B("A=B")}, name_empty[] = {B("")};
+    struct exec_bytes val[] = {B("v")}, val_nul[] = {B("v\0w")};
+    ck_assert_int_eq(build(ok, 0, NULL, NULL, 0, B(""), 0), -1);
+    ck_assert_int_eq(err.kind, SBXD_E_INVALID);
+    ck_assert_int_eq(build(empty0, 2, NULL, NULL, 0, B(""), 0), -1);
+    ck_assert_int_eq(build(nul, 1, NULL, NULL, 0, B(""), 0), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "NUL"));
+    ck_assert_int_eq(build(bad_utf8, 1, NULL, NULL, 0, B(""), 0), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "UTF-8"));
+    ck_assert_int_eq(build(ok, 1, name_nul, val, 1, B(""), 0), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "NUL"));
+    ck_assert_int_eq(build(ok, 1, name_eq, val, 1, B(""), 0), -1);
+    ck_assert_int_eq(build(ok, 1, name_empty, val, 1, B(""), 0), -1);
+    ck_assert_int_eq(build(ok, 1, val, val_nul, 1, B(""), 0), -1);
+    ck_assert_int_eq(build(ok, 1, NULL, NULL, 0, B("a\0b"), 0), -1);
+    ck_assert_int_eq(build(ok, 1, NULL, NULL, 0, B("/etc"), 0), -1);
+    ck_assert_int_eq(err.kind, SBXD_E_DENIED);
+    ck_assert_ptr_null(req.argv); /* nothing left to free */
+    ck_assert_ptr_null(req.envp);
+}
+END_TEST
+
 Suite *request_suite(void)
 {
     Suite *s = suite_create("request");
@@ -184,6 +258,8 @@ Suite *request_suite(void)
     tcase_add_loop_test(tc, rejects_bad_input, 0, sizeof(bad) / sizeof(bad[0]));
     tcase_add_test(tc, raw_nul_byte);
     tcase_add_test(tc, nul_scanner);
+    tcase_add_test(tc, build_argv_env_cwd);
+    tcase_add_test(tc, build_refuses);
     suite_add_tcase(s, tc);
     return s;
 }
