@@ -13,6 +13,7 @@
 
 enum opt_type {
     OPT_LISTEN,
+    OPT_GRPC_LISTEN, /* an address as OPT_LISTEN, or "off" */
     OPT_PATH,
     OPT_FILE,   /* a path, or empty for none */
     OPT_UINT,   /* a whole number */
@@ -45,6 +46,10 @@ struct opt {
 static const struct opt opts[] = {
     {"listen", "ADDR", "SBXD_LISTEN", NULL, 0, "0.0.0.0:8888", OPT_LISTEN, OFF(listen), 0, 0,
      "Address to listen on: HOST:PORT, [IPV6]:PORT or :PORT (port 0 picks a free one)."},
+    {"grpc-listen", "ADDR", "SBXD_GRPC_LISTEN", NULL, 0, "0.0.0.0:9090", OPT_GRPC_LISTEN,
+     OFF(grpc_listen), 0, 0,
+     "Address of the gRPC listener (h2c): agent-sandbox's sandboxd ProcessService "
+     "(process.v1) and grpc.health.v1, as --listen takes it; off: no gRPC listener."},
     {"workspace", "DIR", "SBXD_WORKSPACE", "SANDBOX_BASE_DIR", 0, "/workspace", OPT_PATH,
      OFF(workspace), 0, 0,
      "Root of the files commands work on and the default cwd; created if missing."},
@@ -321,6 +326,8 @@ static void print_usage(FILE *out)
             "POST /processes/ID/{stdin,signal,resize}, GET/HEAD/PUT/DELETE /v1/files/PATH,\n"
             "GET /v1/health, GET /v1/metadata, GET /metrics; legacy: POST /upload,\n"
             "GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
+            "gRPC (--grpc-listen): process.v1.ProcessService/{Execute,Start,WriteStdin,\n"
+            "SendSignal,ResizeTTY}, grpc.health.v1.Health/{Check,Watch}.\n"
             "See docs/api.md.\n"
             "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 1 on a start-up "
             "failure,\n2 on a bad option.\n");
@@ -398,6 +405,20 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
             return -1;
         }
         snprintf(cfg->listen, sizeof(cfg->listen), "%s", val);
+        return 0;
+    case OPT_GRPC_LISTEN:
+        if (strcmp(val, "off") == 0) {
+            cfg->grpc_off = true;
+        } else if (strlen(val) >= sizeof(cfg->grpc_listen) ||
+                   config_parse_listen(val, &cfg->grpc_addr, &cfg->grpc_addr_len) < 0) {
+            snprintf(errbuf, errlen,
+                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT, :PORT or off",
+                     o->flag, val, src);
+            return -1;
+        } else {
+            cfg->grpc_off = false;
+        }
+        snprintf(cfg->grpc_listen, sizeof(cfg->grpc_listen), "%s", val);
         return 0;
     case OPT_FILE:
     case OPT_PATH:

@@ -24,6 +24,7 @@
 #include "sbxd/config.h"
 #include "sbxd/contain.h"
 #include "sbxd/files.h"
+#include "sbxd/grpc.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
 #include "sbxd/job.h"
@@ -156,9 +157,12 @@ static int wait_signal(const sigset_t *set, int64_t ms)
     return sig < 0 ? 0 : sig;
 }
 
-static void drain(struct server *srv, const struct sbxd_config *cfg, const sigset_t *set)
+static void drain(struct server *srv, struct grpc_front *grpc, const struct sbxd_config *cfg,
+                  const sigset_t *set)
 {
     server_set_draining(srv);
+    if (grpc)
+        grpc_front_drain(grpc);
     LOG_EVENT("info", "draining", LOG_I("running", server_running(srv)),
               LOG_I("processes", bg_running()), LOG_I("grace_ms", cfg->shutdown_grace_ms));
     /* Background processes run until told: they are told now, as a container runtime
@@ -179,7 +183,8 @@ static void drain(struct server *srv, const struct sbxd_config *cfg, const sigse
     /* Killed commands end within milliseconds; their responses and the exit events of
      * background processes' followers are still sent before the server closes. */
     int64_t hard = time_mono_ns() + 5000000000LL;
-    while ((server_running(srv) > 0 || bg_running() > 0 || server_streams(srv) > 0) &&
+    while ((server_running(srv) > 0 || bg_running() > 0 || server_streams(srv) > 0 ||
+            (grpc && grpc_front_calls(grpc) > 0)) &&
            time_mono_ns() < hard)
         wait_signal(set, 20);
 }
@@ -350,6 +355,12 @@ int main(int argc, char **argv)
         sbxd_fail_errno(&err, SBXD_E_INTERNAL, errno, "cannot start the deadline keeper");
     else
         srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
+    struct grpc_front *grpc = NULL;
+    if (srv && !cfg.grpc_off && !(grpc = grpc_front_start(&cfg, srv, &err))) {
+        server_stop(srv);
+        bg_shutdown();
+        srv = NULL;
+    }
     if (!srv) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         job_keeper_stop();
@@ -359,6 +370,8 @@ int main(int argc, char **argv)
         return 1;
     }
     LOG_EVENT("info", "listening", LOG_S("listen", cfg.listen), LOG_I("port", server_port(srv)),
+              LOG_S("grpc_listen", cfg.grpc_listen),
+              grpc ? LOG_I("grpc_port", grpc_front_port(grpc)) : LOG_NULL("grpc_port"),
               LOG_S("workspace", workspace), LOG_S("version", SBXD_VERSION),
               LOG_I("max_running", cfg.max_running), LOG_I("command_uid", harden.uid),
               LOG_I("command_gid", harden.gid), LOG_B("seccomp", harden.seccomp),
@@ -378,7 +391,9 @@ int main(int argc, char **argv)
     if (iso.pidfd && !iso.contain->init_reports)
         sigdelset(&wait_set, SIGCHLD);
     run_main_loop(srv, &wait_set);
-    drain(srv, &cfg, &wait_set);
+    drain(srv, grpc, &cfg, &wait_set);
+    if (grpc)
+        grpc_front_stop(grpc);
     server_stop(srv);
     bg_shutdown();
     job_keeper_stop();

@@ -19,6 +19,10 @@ struct sbxd_config {
     char listen[256];
     struct sockaddr_storage listen_addr;
     socklen_t listen_addr_len;
+    char grpc_listen[256]; /* as given, or "off" */
+    struct sockaddr_storage grpc_addr;
+    socklen_t grpc_addr_len;
+    bool grpc_off;
     char workspace[PATH_MAX];
     uint64_t timeout_ms;
     uint64_t max_timeout_ms;

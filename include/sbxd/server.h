@@ -5,6 +5,7 @@
 #ifndef SBXD_SERVER_H
 #define SBXD_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sbxd/config.h"
@@ -21,6 +22,11 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
                             struct sbxd_err *err);
 
 uint16_t server_port(const struct server *srv);
+
+/* The exec service the routes start commands through (other fronts share it: one admission
+ * queue and one set of limits), and the drain flag its admission watches. */
+struct exec_service *server_exec(struct server *srv);
+const bool *server_drain_flag(const struct server *srv);
 
 /* Stop taking work: /healthz answers 503 draining and work routes 503. */
 void server_set_draining(struct server *srv);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sbxd/grpc.h"
 #include "sbxd/background.h"
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
@@ -315,6 +316,7 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
                  (double)__atomic_load_n(&srv->conns_shed, __ATOMIC_RELAXED));
     process_metrics(&w);
     server_render_route_metrics(&w);
+    grpc_metrics_render(&w);
     size_t len;
     char *body = jw_finish(&w, &len);
     if (!body)

@@ -523,6 +523,16 @@ uint16_t server_port(const struct server *srv)
     return srv->port;
 }
 
+struct exec_service *server_exec(struct server *srv)
+{
+    return &srv->exec;
+}
+
+const bool *server_drain_flag(const struct server *srv)
+{
+    return &srv->draining;
+}
+
 void server_set_draining(struct server *srv)
 {
     __atomic_store_n(&srv->draining, true, __ATOMIC_RELEASE);

@@ -203,7 +203,8 @@ class Daemon:
         self.proc = None
         self.port = None
         self.exit_status = None
-        argv = [sbxd_bin(), "--listen", "127.0.0.1:0", "--log-format", "json"]
+        argv = [sbxd_bin(), "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                "--log-format", "json"]
         if workspace_flag:
             argv += ["--workspace", self.ws]
         argv += list(args or [])

@@ -85,7 +85,7 @@ class Sbxd:
         cmd = ["run", "-d", "--name", self.name, "--label", LABEL, *RUNSC_ARGS, *args]
         for k, v in (env or {}).items():
             cmd += ["-e", "%s=%s" % (k, v)]
-        cmd += [image, "--listen", "127.0.0.1:0"]
+        cmd += [image, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]
         p = podman(*cmd, check_rc=False)
         if p.returncode != 0:
             self.error = "podman run failed: " + p.stderr.strip()[-300:]

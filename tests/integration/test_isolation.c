@@ -318,10 +318,11 @@ static int sbxd_exit_status(const char *const *args)
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 1);
         dup2(devnull, 2);
-        const char *argv[16] = {sbxd_bin(), "--listen", "127.0.0.1:0", "--workspace",
-                                "/tmp/sbxd-it-require"};
-        int n = 5;
-        for (int i = 0; args[i] && n < 15; i++)
+        const char *argv[18] = {
+            sbxd_bin(),    "--listen",    "127.0.0.1:0",         "--grpc-listen",
+            "127.0.0.1:0", "--workspace", "/tmp/sbxd-it-require"};
+        int n = 7;
+        for (int i = 0; args[i] && n < 17; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
         execv(sbxd_bin(), (char *const *)argv);

@@ -16,7 +16,7 @@
 
 START_TEST(bad_option_exits_2_naming_it)
 {
-    char out[4096];
+    char out[32768]; /* --help whole */
     const char *a1[] = {"--max-running", "abc", NULL};
     ck_assert_int_eq(sbxd_run(a1, NULL, out, sizeof(out)), 2);
     ck_assert_ptr_nonnull(strstr(out, "--max-running"));
@@ -27,6 +27,8 @@ START_TEST(bad_option_exits_2_naming_it)
     const char *a3[] = {"--help", NULL};
     ck_assert_int_eq(sbxd_run(a3, NULL, out, sizeof(out)), 0);
     ck_assert_ptr_nonnull(strstr(out, "--shutdown-grace-ms"));
+    ck_assert_ptr_nonnull(strstr(out, "--grpc-listen"));
+    ck_assert_ptr_nonnull(strstr(out, "process.v1.ProcessService"));
     const char *a4[] = {"--version", NULL};
     ck_assert_int_eq(sbxd_run(a4, NULL, out, sizeof(out)), 0);
     ck_assert_str_eq(out, "sbxd 0.1.0\n");
@@ -38,9 +40,17 @@ START_TEST(port_in_use_exits_1)
     char out[4096];
     char listen[64];
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", g_sbxd.port);
-    const char *a[] = {"--listen", listen, "--workspace", "/tmp/sbxd-it-portclash", NULL};
+    const char *a[] = {"--listen",    listen,        "--grpc-listen",
+                       "127.0.0.1:0", "--workspace", "/tmp/sbxd-it-portclash",
+                       NULL};
     ck_assert_int_eq(sbxd_run(a, NULL, out, sizeof(out)), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot listen"));
+    /* The gRPC listener's port taken: the same clear failure, naming its option. */
+    const char *g[] = {"--listen", "127.0.0.1:0", "--grpc-listen",
+                       listen,     "--workspace", "/tmp/sbxd-it-portclash",
+                       NULL};
+    ck_assert_int_eq(sbxd_run(g, NULL, out, sizeof(out)), 1);
+    ck_assert_msg(strstr(out, "cannot listen") && strstr(out, "--grpc-listen"), "%s", out);
     rmdir("/tmp/sbxd-it-portclash");
 }
 END_TEST
@@ -93,7 +103,9 @@ START_TEST(no_user_switch_refuses_to_start)
     if (!capless_begin(20))
         return;
     char out[8192];
-    const char *a[] = {"--listen", "127.0.0.1:0", "--workspace", "/tmp/sbxd-it-capless", NULL};
+    const char *a[] = {"--listen",    "127.0.0.1:0", "--grpc-listen",
+                       "127.0.0.1:0", "--workspace", "/tmp/sbxd-it-capless",
+                       NULL};
     int st = sbxd_run(a, NULL, out, sizeof(out));
     capless_end(real ? saved : NULL);
     rmdir("/tmp/sbxd-it-capless");

@@ -1067,9 +1067,10 @@ static bool sbxd_start(void)
         argv[argc++] = supp_opt;
         argv[argc++] = log_opt;
     }
-    const char *fixed[] = {g_opt.sbxd, "--listen",        "127.0.0.1:0", "--workspace",
-                           g_d.ws,     "--log-format",    "json",        "--max-running",
-                           "64",       "--max-processes", "64"};
+    const char *fixed[] = {g_opt.sbxd,    "--listen",      "127.0.0.1:0", "--grpc-listen",
+                           "127.0.0.1:0", "--workspace",   g_d.ws,        "--log-format",
+                           "json",        "--max-running", "64",          "--max-processes",
+                           "64"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[argc++] = fixed[i];
     /* Under valgrind, not the PID-namespace backend: its slot inits are clone(CLONE_VM |

@@ -27,6 +27,9 @@ START_TEST(defaults)
     char *envp[] = {NULL};
     ck_assert_int_eq(parse(argv, envp), CONFIG_RUN);
     ck_assert_str_eq(cfg.listen, "0.0.0.0:8888");
+    ck_assert_str_eq(cfg.grpc_listen, "0.0.0.0:9090");
+    ck_assert(!cfg.grpc_off);
+    ck_assert_int_eq(cfg.grpc_addr.ss_family, AF_INET);
     ck_assert_str_eq(cfg.workspace, "/workspace");
     ck_assert_uint_eq(cfg.timeout_ms, 60000);
     ck_assert_uint_eq(cfg.max_output_bytes, 1048576);
@@ -53,6 +56,29 @@ START_TEST(flags_beat_env_beat_defaults)
     ck_assert_uint_eq(cfg.max_output_bytes, 2 * 1048576);
     ck_assert_int_eq(cfg.log_format, LOG_FORMAT_TEXT);
     ck_assert_str_eq(cfg.listen, "127.0.0.1:0");
+}
+END_TEST
+
+START_TEST(grpc_listen_forms)
+{
+    char *envp[] = {NULL};
+    char *off[] = {"sbxd", "--grpc-listen", "off", NULL};
+    ck_assert_int_eq(parse(off, envp), CONFIG_RUN);
+    ck_assert(cfg.grpc_off);
+    char *v6[] = {"sbxd", "--grpc-listen=[::1]:0", NULL};
+    ck_assert_int_eq(parse(v6, envp), CONFIG_RUN);
+    ck_assert(!cfg.grpc_off);
+    ck_assert_int_eq(cfg.grpc_addr.ss_family, AF_INET6);
+    ck_assert_str_eq(cfg.grpc_listen, "[::1]:0");
+    char *none[] = {"sbxd", NULL};
+    char *env_off[] = {"SBXD_GRPC_LISTEN=off", NULL};
+    ck_assert_int_eq(parse(none, env_off), CONFIG_RUN);
+    ck_assert(cfg.grpc_off);
+    /* The flag wins over the variable, both ways. */
+    char *on[] = {"sbxd", "--grpc-listen=127.0.0.1:7000", NULL};
+    ck_assert_int_eq(parse(on, env_off), CONFIG_RUN);
+    ck_assert(!cfg.grpc_off);
+    ck_assert_str_eq(cfg.grpc_listen, "127.0.0.1:7000");
 }
 END_TEST
 
@@ -94,6 +120,9 @@ START_TEST(bad_values_name_the_option)
         {"--max-output-bytes=12XB", "--max-output-bytes"},
         {"--listen=nonsense", "--listen"},
         {"--listen=1.2.3.4:99999", "--listen"},
+        {"--grpc-listen=nonsense", "--grpc-listen"},
+        {"--grpc-listen=", "--grpc-listen"},
+        {"--grpc-listen=OFF", "or off"},
         {"--log-format=xml", "--log-format"},
         {"--user=nobody", "--user"},
         {"--user=1000", "--user"},
@@ -140,6 +169,8 @@ START_TEST(help_and_version)
     char *help[] = {"sbxd", "--help", NULL};
     ck_assert_int_eq(parse(help, envp), CONFIG_EXIT_0);
     const char *flags[] = {"--listen",
+                           "--grpc-listen",
+                           "SBXD_GRPC_LISTEN",
                            "--workspace",
                            "--timeout-ms",
                            "--max-timeout-ms",
@@ -206,6 +237,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, help_and_version);
     tcase_add_test(tc, sizes);
     tcase_add_test(tc, listen_forms);
+    tcase_add_test(tc, grpc_listen_forms);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -157,9 +157,9 @@ static void wrapped_start(struct wrapped *w, const char *script)
     snprintf(w->d.ws, sizeof(w->d.ws), "/tmp/sbxd-adopt-ws-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(w->d.ws));
     snprintf(w->d.log, sizeof(w->d.log), "%s.log", w->d.ws);
-    const char *argv[] = {"/bin/sh",  "-c",           script,        "wrapper",
-                          sbxd_bin(), "--listen",     "127.0.0.1:0", "--workspace",
-                          w->d.ws,    "--log-format", "json",        NULL};
+    const char *argv[] = {"/bin/sh",  "-c",           script,          "wrapper",     sbxd_bin(),
+                          "--listen", "127.0.0.1:0",  "--grpc-listen", "127.0.0.1:0", "--workspace",
+                          w->d.ws,    "--log-format", "json",          NULL};
     w->d.pid = start_in(BOX, argv, w->d.log);
     for (int i = 0; i < 3000 && !w->d.port; i++) { /* TCG: up to 30 s */
         char *log = daemon_log_read(&w->d);
