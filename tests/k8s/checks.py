@@ -235,6 +235,8 @@ def sbxd_defaults():
                          r'\s*\w+,\s*"([^"]*)"', src):
         d[m.group(1)] = (m.group(2), m.group(3))
     d["_healthz"] = "GET /healthz" in src
+    d["_v1_health"] = "GET /v1/health" in src
+    d["_grpc_health"] = "grpc.health.v1" in src
     return d
 
 
@@ -329,6 +331,50 @@ def check_pod(o, meta, spec, defaults, runtimeclasses, where):
           meta.get("labels", {}).get("app.kubernetes.io/name") == "sbxd")
 
 
+def port_of(addr):
+    """The port of HOST:PORT, [IPV6]:PORT or :PORT, or None."""
+    m = re.match(r"^(?:\[[^\]]*\]|[^:\[\]]*):(\d+)$", addr or "")
+    return int(m.group(1)) if m else None
+
+
+def check_sandboxd(o, spec, defaults, where):
+    """components/sandboxd: both of sbxd's listeners declared, named in the KEP-539.2
+    discovery variables, and probed: readiness over REST (/v1/health), startup and liveness
+    over gRPC (the kubelet's grpc.health.v1 probe)."""
+    n = "%s: %s" % (where, ident(o))
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    rest = port_of(env.get("SBXD_LISTEN", defaults["listen"][1]))
+    grpc_listen = env.get("SBXD_GRPC_LISTEN", defaults.get("grpc-listen", ("", ""))[1])
+    grpc = port_of(grpc_listen)
+    check("%s: SBXD_GRPC_LISTEN %s listens on every address (kubelet probes the pod IP)" %
+          (n, grpc_listen), "SBXD_GRPC_LISTEN" in env and grpc and
+          grpc_listen.startswith(("0.0.0.0:", "[::]:", ":")), json.dumps(env))
+    check("%s: containerPorts %s http, %s grpc, and no other" % (n, rest, grpc),
+          sorted((p.get("containerPort"), p.get("name"), p.get("protocol", "TCP"))
+                 for p in c.get("ports", [])) == sorted([(rest, "http", "TCP"),
+                                                        (grpc, "grpc", "TCP")]),
+          json.dumps(c.get("ports")))
+    for var, port in (("SANDBOXD_GRPC_ADDR", grpc), ("SANDBOXD_REST_ADDR", rest)):
+        check("%s: %s is localhost:%s" % (n, var, port),
+              env.get(var) == "localhost:%s" % port, env.get(var))
+    rp = c.get("readinessProbe", {})
+    check("%s: readinessProbe is GET /v1/health on port %s" % (n, rest),
+          rp.get("httpGet", {}).get("path") == "/v1/health" and probe_port(rp, c) == rest and
+          defaults["_v1_health"], json.dumps(rp))
+    for kind in ("startupProbe", "livenessProbe"):
+        pr = c.get(kind, {})
+        check("%s: %s is the kubelet's gRPC probe on port %s (grpc.health.v1, service \"\")"
+              % (n, kind, grpc),
+              set(pr) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"} and
+              pr["grpc"].get("port") == grpc and not pr["grpc"].get("service") and
+              defaults["_grpc_health"], json.dumps(pr))
+    sp = c.get("startupProbe", {})
+    check("%s: startupProbe allows %ss before liveness takes over" %
+          (n, sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3)),
+          sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3) >= 10)
+
+
 def normalised_pod(meta, spec):
     return json.dumps(spec, sort_keys=True)
 
@@ -410,11 +456,13 @@ def main():
     if not check("the agent-sandbox CRDs are there (%d kind versions)" % len(crds), crds, CRDS):
         return 1
     defaults = sbxd_defaults()
-    check("sbxd's defaults from src/config.c: listen %s, workspace %s, grace %s ms, GET /healthz"
-          % (defaults.get("listen", ("", "?"))[1], defaults.get("workspace", ("", "?"))[1],
+    check("sbxd's defaults from src/config.c: listen %s, grpc-listen %s, workspace %s, grace %s "
+          "ms, GET /healthz, GET /v1/health, grpc.health.v1"
+          % (defaults.get("listen", ("", "?"))[1], defaults.get("grpc-listen", ("", "?"))[1],
+             defaults.get("workspace", ("", "?"))[1],
              defaults.get("shutdown-grace-ms", ("", "?"))[1]),
-          all(k in defaults for k in ("listen", "workspace", "shutdown-grace-ms")) and
-          defaults["_healthz"])
+          all(k in defaults for k in ("listen", "grpc-listen", "workspace", "shutdown-grace-ms"))
+          and defaults["_healthz"] and defaults["_v1_health"] and defaults["_grpc_health"])
     binary = os.environ.get("SBXD_BIN") or os.path.join(ROOT, "build", "sbxd")
     if os.access(binary, os.X_OK):
         h = help_defaults(binary)
@@ -519,6 +567,21 @@ def main():
                         want = CAPABILITIES | ({"SYS_ADMIN"} if "pidns" in opts else set())
                         check("%s: %s capabilities %s" % (where, ident(o), ",".join(sorted(add))),
                               add == want)
+                    for o, meta, spec in pod_specs(objs):
+                        if "sandboxd" in opts:
+                            check_sandboxd(o, spec, defaults, where)
+                        else:
+                            c = spec["containers"][0]
+                            check("%s: %s: no gRPC port or probe without components/sandboxd"
+                                  % (where, ident(o)),
+                                  [p.get("containerPort") for p in c.get("ports", [])] == [8888]
+                                  and "startupProbe" not in c and
+                                  "grpc" not in c.get("livenessProbe", {}))
+                    if "sandboxd" in opts:
+                        svcs = [o for o in objs if o["kind"] == "Service"]
+                        check("%s: the Service forwards 8888 http and 9090 grpc" % where,
+                              all([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]]
+                                  == [(8888, "http"), (9090, "grpc")] for s in svcs))
                     if "egress-internet" in opts:
                         eg = [o["spec"].get("egress") for o in objs if o["kind"] == "NetworkPolicy"]
                         eg += [o["spec"]["networkPolicy"].get("egress") for o in objs
@@ -537,6 +600,10 @@ def main():
             text = f.read()
         missing = [c for c in sorted(CAPABILITIES | {"SYS_ADMIN"}) if c not in text]
         check("docs/kubernetes.md explains every capability", not missing, missing)
+        missing = [w for w in ("sandboxd mode (gRPC)", "components/sandboxd", "SANDBOXD_GRPC_ADDR",
+                               "SANDBOXD_REST_ADDR", "SandboxdPodTunnelConnectionConfig")
+                   if w not in text]
+        check("docs/kubernetes.md explains the sandboxd mode", not missing, missing)
 
     print("\nk8s: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
