@@ -191,6 +191,7 @@ struct conn;
 struct grpc_call {
     struct conn *conn;
     struct grpc_call *prev, *next; /* the connection's streams (connection thread) */
+    struct grpc_call *work_next;   /* the front's calls waiting for an idle worker */
     int32_t stream_id;
     const struct grpc_method *method;
     unsigned mx; /* metrics row */
@@ -277,7 +278,16 @@ struct grpc_front {
     struct conn *conns;   /* under lock */
     unsigned nconns;      /* under lock */
     unsigned threads;     /* under lock: connection and handler threads alive */
+    /* Handler threads are kept for the next calls (under lock): calls handed to idle ones,
+     * oldest first, and how many wait for one. */
+    pthread_cond_t work;
+    struct grpc_call *work_head, *work_tail;
+    unsigned idle;
 };
+
+/* A handler thread idle this long ends; at most this many wait for calls at once. */
+#define WORKER_IDLE_MS   10000
+#define WORKERS_IDLE_MAX 16
 
 /* ---- threads ---- */
 
@@ -623,9 +633,9 @@ void grpc_call_finish(struct grpc_call *c, enum grpc_code code, const char *fmt,
     wake(cn->ev_fd);
 }
 
-static void *call_main(void *arg)
+/* One call on a handler thread, to its end. */
+static void call_run(struct grpc_call *c)
 {
-    struct grpc_call *c = arg;
     struct conn *cn = c->conn;
     struct grpc_front *g = cn->g;
     c->method->handler(c);
@@ -640,8 +650,58 @@ static void *call_main(void *arg)
     __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
     mx_add(&mx.calls_running, -1);
     call_unref(c);
+}
+
+/* A handler thread: its first call, then the calls handed to it while it waits idle (no
+ * thread is made per call: a unary call's latency is the handler's), until it has waited
+ * WORKER_IDLE_MS for nothing, the front stops, or enough others wait already. */
+static void *worker_main(void *arg)
+{
+    struct grpc_call *c = arg;
+    struct grpc_front *g = c->conn->g;
+    while (c) {
+        call_run(c);
+        c = NULL;
+        pthread_mutex_lock(&g->lock);
+        if (g->idle < WORKERS_IDLE_MAX) {
+            g->idle++;
+            struct timespec until = time_mono_timespec(time_mono_ns() + WORKER_IDLE_MS * 1000000LL);
+            while (!g->work_head && !__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE))
+                if (pthread_cond_timedwait(&g->work, &g->lock, &until) == ETIMEDOUT)
+                    break;
+            if ((c = g->work_head)) {
+                g->work_head = c->work_next;
+                if (!g->work_head)
+                    g->work_tail = NULL;
+                c->work_next = NULL;
+            }
+            g->idle--;
+        }
+        pthread_mutex_unlock(&g->lock);
+    }
     thread_done(g);
     return NULL;
+}
+
+/* Run c's handler on an idle handler thread, else on a new one. -1 with errno when no thread
+ * could be made. */
+static int call_dispatch(struct grpc_front *g, struct grpc_call *c)
+{
+    pthread_mutex_lock(&g->lock);
+    unsigned waiting = 0;
+    for (struct grpc_call *w = g->work_head; w; w = w->work_next)
+        waiting++;
+    bool handed = g->idle > waiting && !__atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE);
+    if (handed) {
+        if (g->work_tail)
+            g->work_tail->work_next = c;
+        else
+            g->work_head = c;
+        g->work_tail = c;
+        pthread_cond_signal(&g->work);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return handed ? 0 : thread_spawn(g, SBXD_THREAD_STACK, worker_main, c);
 }
 
 /* ---- the answer on the wire (connection thread) ---- */
@@ -1136,7 +1196,7 @@ static void call_start(struct conn *cn, struct grpc_call *c)
         pthread_mutex_unlock(&cn->lock);
         c->dispatched = true;
         mx_add(&mx.calls_running, 1);
-        if (thread_spawn(g, SBXD_THREAD_STACK, call_main, c) == 0)
+        if (call_dispatch(g, c) == 0)
             return;
         e = errno;
         mx_add(&mx.calls_running, -1);
@@ -1641,6 +1701,7 @@ static void front_free(struct grpc_front *g)
         close(g->reserve_fd);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->ended);
+    pthread_cond_destroy(&g->work);
     free(g);
 }
 
@@ -1665,6 +1726,7 @@ struct grpc_front *grpc_front_start(const struct sbxd_config *cfg, struct server
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->ended, &ca);
+    pthread_cond_init(&g->work, &ca);
     pthread_condattr_destroy(&ca);
 
     int family = cfg->grpc_addr.ss_family;
@@ -1735,6 +1797,7 @@ void grpc_front_stop(struct grpc_front *g)
         return;
     pthread_mutex_lock(&g->lock);
     __atomic_store_n(&g->stopping, true, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&g->work); /* idle handler threads end */
     pthread_mutex_unlock(&g->lock);
     wake(g->wake_fd);
     if (g->acceptor_started)
