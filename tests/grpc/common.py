@@ -58,7 +58,7 @@ def probe_bin():
 
 
 def reference_proto():
-    """The steering repository's copy of the process contract."""
+    """The reference copy of the process contract (shared/reference beside the checkout)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import reference  # noqa: E402 (tests/reference.py: beside the checkout or its origin)
     return os.path.join(reference.reference_dir(), "sandboxd-process-v1.proto")

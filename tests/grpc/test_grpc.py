@@ -235,7 +235,7 @@ class GrpcCase(unittest.TestCase):
 
 class ContractTest(unittest.TestCase):
     def test_vendored_proto_is_the_reference(self):
-        """proto/process/v1/process.proto is byte for byte the steering repository's
+        """proto/process/v1/process.proto is byte for byte the reference
         sandboxd-process-v1.proto (when that copy is there)."""
         ref = common.reference_proto()
         if not os.path.isfile(ref):
