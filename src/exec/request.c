@@ -360,8 +360,8 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
     return 0;
 }
 
-int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
-                       struct exec_request *req, struct sbxd_err *err)
+/* Empty, every limit unset: what both parsers fill in. */
+static void request_init(struct exec_request *req)
 {
     memset(req, 0, sizeof(*req));
     req->limits = (struct exec_limits){EXEC_LIMIT_UNSET,
@@ -371,6 +371,12 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
                                        EXEC_LIMIT_UNSET,
                                        EXEC_LIMIT_UNSET,
                                        0};
+}
+
+int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
+                       struct exec_request *req, struct sbxd_err *err)
+{
+    request_init(req);
     if (len == 0)
         return invalid(err, "%s", "request body is empty; send a JSON object");
     if (json_check_no_nul(body, len) < 0)
@@ -508,14 +514,7 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
                        size_t nenv, const struct exec_bytes *cwd, uint64_t timeout_ms,
                        struct exec_request *req, struct sbxd_err *err)
 {
-    memset(req, 0, sizeof(*req));
-    req->limits = (struct exec_limits){EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET,
-                                       EXEC_LIMIT_UNSET,
-                                       0};
+    request_init(req);
     req->network = true;
     req->timeout_ms = timeout_ms == 0                    ? pol->default_timeout_ms
                       : timeout_ms > pol->max_timeout_ms ? pol->max_timeout_ms

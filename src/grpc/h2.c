@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "grpc_internal.h"
+#include "sbxd/acceptor.h"
 #include "sbxd/auth.h"
 #include "sbxd/grpc.h"
 #include "sbxd/limits.h"
@@ -263,7 +264,8 @@ struct grpc_front {
     struct server *srv;
     size_t token_len;
     unsigned max_calls; /* handlers running across the front */
-    int listen_fd, wake_fd, reserve_fd;
+    int listen_fd, wake_fd;
+    struct acceptor_state acc; /* the reserve descriptor, the accept failures' log */
     uint16_t port;
     pthread_t acceptor;
     bool acceptor_started;
@@ -271,8 +273,6 @@ struct grpc_front {
     bool draining;  /* atomic */
     unsigned calls; /* atomic: handlers running */
     int64_t paused_until_ns;
-    int64_t logged_ns;
-    unsigned not_logged;
     pthread_mutex_t lock;
     pthread_cond_t ended; /* a thread ended (CLOCK_MONOTONIC) */
     struct conn *conns;   /* under lock */
@@ -1611,36 +1611,12 @@ static void conn_open(struct grpc_front *g, int fd, const struct sockaddr_storag
 
 /* ---- the listener ---- */
 
-static void log_accept_failure(struct grpc_front *g, int e)
+/* acceptor_shed's turn_away: closed at once, counted. */
+static void refuse(int fd, void *ctx)
 {
-    int64_t now = time_mono_ns();
-    if (g->logged_ns && now - g->logged_ns < 1000000000LL) {
-        g->not_logged++;
-        return;
-    }
-    LOG_EVENT("warn", "grpc", LOG_S("message", "accept failed"), LOG_S("error", strerror(e)),
-              LOG_I("not_logged", g->not_logged));
-    g->logged_ns = now;
-    g->not_logged = 0;
-}
-
-/* Out of descriptors: give up the reserve to take the next connection and close it (its
- * client learns at once instead of waiting in the backlog), take the reserve back. */
-static bool shed_without_descriptors(struct grpc_front *g)
-{
-    if (g->reserve_fd < 0)
-        g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (g->reserve_fd < 0)
-        return false;
-    close(g->reserve_fd);
-    g->reserve_fd = -1;
-    int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-        close(fd);
-        mx_add(&mx.conns_refused, 1);
-    }
-    g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    return fd >= 0 && g->reserve_fd >= 0;
+    (void)ctx;
+    close(fd);
+    mx_add(&mx.conns_refused, 1);
 }
 
 static void accept_some(struct grpc_front *g)
@@ -1650,16 +1626,12 @@ static void accept_some(struct grpc_front *g)
         socklen_t len = sizeof(ss);
         int fd = accept4(g->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-            int e = errno;
-            if (e == EAGAIN || e == EWOULDBLOCK)
+            enum acceptor_next next =
+                acceptor_failed(&g->acc, "grpc", g->listen_fd, errno, refuse, NULL);
+            if (next == ACCEPT_DRAINED)
                 return;
-            if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM)
+            if (next == ACCEPT_AGAIN)
                 continue;
-            log_accept_failure(g, e);
-            if ((e == EMFILE || e == ENFILE) && shed_without_descriptors(g))
-                continue;
-            /* No memory, or no reserve: pause (connections wait in the backlog) rather than
-             * retry what cannot succeed. */
             g->paused_until_ns = time_mono_ns() + GRPC_ACCEPT_PAUSE_MS * 1000000LL;
             return;
         }
@@ -1697,8 +1669,7 @@ static void front_free(struct grpc_front *g)
         close(g->listen_fd);
     if (g->wake_fd >= 0)
         close(g->wake_fd);
-    if (g->reserve_fd >= 0)
-        close(g->reserve_fd);
+    acceptor_free(&g->acc);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->ended);
     pthread_cond_destroy(&g->work);
@@ -1720,7 +1691,7 @@ struct grpc_front *grpc_front_start(const struct sbxd_config *cfg, struct server
      * (health, stdin, a signal) per connection. */
     uint64_t most = cfg->max_connections + cfg->max_running + cfg->max_queued + cfg->max_processes;
     g->max_calls = most > 65536 ? 65536 : (unsigned)most;
-    g->listen_fd = g->wake_fd = g->reserve_fd = -1;
+    g->listen_fd = g->wake_fd = g->acc.reserve_fd = -1;
     pthread_mutex_init(&g->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1754,8 +1725,7 @@ struct grpc_front *grpc_front_start(const struct sbxd_config *cfg, struct server
         g->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     g->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    g->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (g->wake_fd < 0 || g->reserve_fd < 0) {
+    if (g->wake_fd < 0 || acceptor_init(&g->acc) < 0) {
         sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot set up the gRPC listener");
         front_free(g);
         return NULL;

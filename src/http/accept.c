@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "sbxd/acceptor.h"
 #include "sbxd/http.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -49,8 +50,8 @@ struct lingering {
 
 struct front {
     int listen_fd;
-    int wake_fd;    /* eventfd: stop, or sockets handed over to linger on */
-    int reserve_fd; /* given up to shed a connection when out of descriptors */
+    int wake_fd;               /* eventfd: stop, or sockets handed over to linger on */
+    struct acceptor_state acc; /* the reserve descriptor, the accept failures' log */
     pthread_t thread;
     bool started;
     bool stop; /* under lock */
@@ -61,8 +62,6 @@ struct front {
     unsigned nlinger;
     char *scratch; /* where lingering sockets' bytes are read to be dropped */
     int64_t paused_until_ns;
-    int64_t logged_ns; /* accept failures: logged at most once a second */
-    unsigned not_logged;
 };
 
 int front_open(struct server *srv, struct sbxd_err *err)
@@ -76,7 +75,7 @@ int front_open(struct server *srv, struct sbxd_err *err)
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     }
     f->scratch = scratch;
-    f->listen_fd = f->wake_fd = f->reserve_fd = -1;
+    f->listen_fd = f->wake_fd = f->acc.reserve_fd = -1;
     pthread_mutex_init(&f->lock, NULL);
     srv->front = f;
     int family = cfg->listen_addr.ss_family;
@@ -97,8 +96,7 @@ int front_open(struct server *srv, struct sbxd_err *err)
         srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                    : ((struct sockaddr_in *)&ss)->sin_port);
     f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (f->wake_fd < 0 || f->reserve_fd < 0)
+    if (f->wake_fd < 0 || acceptor_init(&f->acc) < 0)
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot set up the listener");
     return 0;
 }
@@ -158,34 +156,10 @@ static void shed(struct server *srv, int fd, enum shed_reason why)
     __atomic_add_fetch(&srv->conns_shed, 1, __ATOMIC_RELAXED);
 }
 
-static void log_accept_failure(struct front *f, int e)
+/* acceptor_shed's turn_away: a 503 "out of file descriptors", and closed. */
+static void shed_descriptors(int fd, void *srv)
 {
-    int64_t now = time_mono_ns();
-    if (f->logged_ns && now - f->logged_ns < 1000000000LL) {
-        f->not_logged++;
-        return;
-    }
-    LOG_EVENT("warn", "http", LOG_S("message", "accept failed"), LOG_S("error", strerror(e)),
-              LOG_I("not_logged", f->not_logged));
-    f->logged_ns = now;
-    f->not_logged = 0;
-}
-
-/* Out of descriptors: give up the reserve, take the next connection with it and turn it
- * away, take the reserve back. false: nothing to take, or the reserve is gone. */
-static bool shed_without_descriptors(struct server *srv, struct front *f)
-{
-    if (f->reserve_fd < 0)
-        f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (f->reserve_fd < 0)
-        return false;
-    close(f->reserve_fd);
-    f->reserve_fd = -1;
-    int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0)
-        shed(srv, fd, SHED_DESCRIPTORS);
-    f->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    return fd >= 0 && f->reserve_fd >= 0;
+    shed(srv, fd, SHED_DESCRIPTORS);
 }
 
 static void accept_some(struct server *srv, struct front *f)
@@ -195,18 +169,12 @@ static void accept_some(struct server *srv, struct front *f)
         socklen_t len = sizeof(ss);
         int fd = accept4(f->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-            int e = errno;
-            if (e == EAGAIN || e == EWOULDBLOCK)
+            enum acceptor_next next =
+                acceptor_failed(&f->acc, "http", f->listen_fd, errno, shed_descriptors, srv);
+            if (next == ACCEPT_DRAINED)
                 return;
-            if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM)
+            if (next == ACCEPT_AGAIN)
                 continue;
-            log_accept_failure(f, e);
-            if (e == EMFILE || e == ENFILE) {
-                if (shed_without_descriptors(srv, f))
-                    continue;
-            }
-            /* No memory, or no reserve to shed with: wait a little (new connections wait in
-             * the listen queue meanwhile), rather than retrying what cannot succeed. */
             f->paused_until_ns = time_mono_ns() + ACCEPT_PAUSE_MS * 1000000LL;
             return;
         }
@@ -220,7 +188,7 @@ static void accept_some(struct server *srv, struct front *f)
         /* libmicrohttpd takes the socket (and closes it if it fails). */
         if (MHD_add_connection(srv->mhd, fd, (const struct sockaddr *)&ss, len) != MHD_YES) {
             guard_forget(srv, fd);
-            log_accept_failure(f, errno);
+            acceptor_log_failure(&f->acc, "http", errno);
         }
     }
 }
@@ -355,8 +323,7 @@ void front_free(struct server *srv)
         close(f->listen_fd);
     if (f->wake_fd >= 0)
         close(f->wake_fd);
-    if (f->reserve_fd >= 0)
-        close(f->reserve_fd);
+    acceptor_free(&f->acc);
     pthread_mutex_destroy(&f->lock);
     free(f->scratch);
     free(f);
