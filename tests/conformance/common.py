@@ -5,18 +5,12 @@ them, and validation of /v1 bodies against the OpenAPI contract.
 Standard library plus Debian's python3-yaml and python3-jsonschema only.
 """
 
-import atexit
-import ctypes
 import datetime
 import http.client
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.parse
@@ -26,14 +20,14 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import sbxd_daemon  # noqa: E402 (tests/sbxd_daemon.py)
 
 # Every HTTP call of the tier gives up after this many seconds (a call that expects to wait
 # for a command passes its own).
 HTTP_TIMEOUT = 10.0
-# sbxd must log "listening" within this many seconds (sanitizer builds start slowly).
-START_TIMEOUT = 15.0
 # After SIGTERM sbxd must have exited within this many seconds.
-STOP_TIMEOUT = 20.0
+STOP_TIMEOUT = sbxd_daemon.STOP_TIMEOUT
 
 
 def sbxd_bin():
@@ -172,170 +166,18 @@ def race_reader_writer(write, read, contents, rounds=16, within=60.0):
 # ---------------------------------------------------------------------------------------
 # The daemon
 
-_PR_SET_PDEATHSIG = 1
-_live = []  # every Daemon started and not yet stopped, for the atexit sweep
 
-
-def _child_setup():
-    # If the test runner dies half-way, its daemons go with it (and drain first).
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except Exception:
-        pass
-
-
-class Daemon:
-    """A real sbxd on 127.0.0.1 with an ephemeral port and a fresh workspace.
-
-    The workspace is <tmp>/ws, <tmp> a fresh mkdtemp directory that also holds the log,
-    so a path that climbs one level out of the workspace lands in <tmp>/, which the tests
-    own and can inspect. workspace_flag=False gives no --workspace: the caller then says
-    where it is through env (SANDBOX_BASE_DIR)."""
+class Daemon(sbxd_daemon.Daemon):
+    """A real sbxd (tests/sbxd_daemon.py) of the binary under test, with an HTTP client of
+    its REST port."""
 
     def __init__(self, env=None, args=None, workspace_flag=True, name="sbxd"):
-        self.name = name
-        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="sbxd-conf-"))
-        # The command user (uid 1000) must be able to reach the workspace below it.
-        os.chmod(self.tmp, 0o755)
-        self.ws = os.path.join(self.tmp, "ws")
-        os.mkdir(self.ws, 0o755)
-        self.log_path = os.path.join(self.tmp, "sbxd.log")
-        self.proc = None
-        self.port = None
-        self.exit_status = None
-        argv = [sbxd_bin(), "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                "--log-format", "json"]
-        if workspace_flag:
-            argv += ["--workspace", self.ws]
-        argv += list(args or [])
-        # A clean environment: only what the test says (and the sanitizer options of an
-        # ASan build), so /v1/metadata and the SANDBOX_ variables are what the test set.
-        denv = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
-            if k in os.environ:
-                denv[k] = os.environ[k]
-        for k, v in (env or {}).items():
-            denv[k] = v.replace("{ws}", self.ws) if isinstance(v, str) else v
-        self.env = denv
-        self.argv = argv
-        try:
-            self._start()
-        except BaseException:
-            self.kill()
-            raise
-
-    def _start(self):
-        if not os.access(self.argv[0], os.X_OK):
-            raise RuntimeError("no sbxd binary at %s (build it, or set SBXD_BIN)" % self.argv[0])
-        logf = open(self.log_path, "wb")
-        try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=logf,
-                                         close_fds=True, preexec_fn=_child_setup)
-        finally:
-            logf.close()
-        _live.append(self)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            for ev in self.log_events():
-                if ev.get("event") == "listening" and isinstance(ev.get("port"), int):
-                    self.port = ev["port"]
-                    return
-            if self.proc.poll() is not None:
-                raise RuntimeError("%s exited during start-up (status %s):\n%s" %
-                                   (self.name, self.proc.returncode, self.log_text()))
-            time.sleep(0.01)
-        raise RuntimeError("%s did not log \"listening\" within %.0f s:\n%s" %
-                           (self.name, START_TIMEOUT, self.log_text()))
-
-    def log_text(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def log_events(self):
-        evs = []
-        for line in self.log_text().splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    evs.append(json.loads(line))
-                except ValueError:
-                    pass
-        return evs
-
-    def sanitizer_report(self):
-        log = self.log_text()
-        return any(s in log for s in ("AddressSanitizer", "LeakSanitizer", "runtime error:"))
+        super().__init__(sbxd_bin(), env=env, args=args, workspace_flag=workspace_flag,
+                         name=name, prefix="sbxd-conf-")
 
     def request(self, method, target, body=None, headers=None, timeout=HTTP_TIMEOUT):
         return http_request(self.port, method, target, body=body, headers=headers,
                             timeout=timeout)
-
-    def stop(self):
-        """SIGTERM, wait, remove the temporary directory. Returns the exit status
-        (negative: killed by that signal; None: had to be SIGKILLed after STOP_TIMEOUT)."""
-        status = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                status = self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                status = None
-        elif self.proc is not None:
-            status = self.proc.returncode
-        self.exit_status = status
-        self._cleanup()
-        return status
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._cleanup()
-
-    def _cleanup(self):
-        if self in _live:
-            _live.remove(self)
-        if self.tmp and os.path.isdir(self.tmp):
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            if os.path.exists(self.tmp):  # a read-only directory a command made
-                subprocess.call(["chmod", "-R", "u+rwx", self.tmp])
-                shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp = None
-
-    def stop_checked(self):
-        """stop(), then the reasons it did not stop cleanly ([] when it did)."""
-        problems = []
-        if self.proc is not None and self.proc.poll() is not None:
-            problems.append("%s had exited before the SIGTERM (status %s)" %
-                            (self.name, self.proc.returncode))
-        log = self.log_text()
-        bad_log = self.sanitizer_report()
-        status = self.stop()
-        if status != 0 and not problems:
-            problems.append("%s did not exit 0 after SIGTERM (status %s)" % (self.name, status))
-        if bad_log:
-            problems.append("%s logged a sanitizer report:\n%s" % (self.name, log))
-        elif problems:
-            problems.append("its log:\n" + log[-4000:])
-        return problems
-
-
-def _sweep():
-    for d in list(_live):
-        d.kill()
-
-
-atexit.register(_sweep)
 
 
 class DaemonTestCase(unittest.TestCase):

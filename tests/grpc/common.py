@@ -8,14 +8,11 @@ hpack and hyperframe modules decode the server's frames), and the protoc and
 grpc_python_plugin of protobuf-compiler and protobuf-compiler-grpc.
 """
 
-import atexit
-import ctypes
 import http.client
 import json
 import os
 import select
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -29,15 +26,16 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import sbxd_daemon  # noqa: E402 (tests/sbxd_daemon.py)
 
 # Every RPC and HTTP call of the tier gives up after this many seconds (a call that expects
 # to wait for a command passes its own).
 CALL_TIMEOUT = 10.0
-# sbxd must log "listening" within this many seconds (sanitizer builds and gVisor start
-# slowly).
-START_TIMEOUT = 20.0
-# After SIGTERM sbxd must have exited within this many seconds.
-STOP_TIMEOUT = 20.0
+# sbxd must log "listening" within this many seconds, and exit within this many after
+# SIGTERM (tests/sbxd_daemon.py).
+START_TIMEOUT = sbxd_daemon.START_TIMEOUT
+STOP_TIMEOUT = sbxd_daemon.STOP_TIMEOUT
 # The token of the daemons started with SBXD_TOKEN.
 TOKEN = "secret"
 PROCESS_SERVICE = "process.v1.ProcessService"
@@ -198,8 +196,6 @@ def rss_kb_of(pid):
 # ---------------------------------------------------------------------------------------
 # The daemon
 
-_PR_SET_PDEATHSIG = 1
-_live = []  # every Daemon started and not yet stopped, for the atexit sweep
 _marker_seq = [0]
 
 
@@ -210,104 +206,30 @@ def marker():
     return "%d%05d" % (os.getpid(), _marker_seq[0])
 
 
-def _child_setup():
-    # If the test runner dies half-way, its daemons go with it (and drain first).
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except Exception:
-        pass
-
-
-class Daemon:
-    """A real sbxd on 127.0.0.1 with ephemeral REST and gRPC ports and a fresh workspace
-    (<tmp>/ws, <tmp> a fresh mkdtemp directory that also holds the log). Under SBXD_WRAP it
+class Daemon(sbxd_daemon.Daemon):
+    """A real sbxd (tests/sbxd_daemon.py) of the binary under test, with its gRPC channel and
+    stubs, an HTTP client of its REST port, and a look at what it runs. Under SBXD_WRAP it
     runs inside that command (runsc do), and what the tests look at inside is seen through
     sbxd-probe run in its sandbox."""
 
     def __init__(self, env=None, args=None, name="sbxd"):
-        self.name = name
-        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="sbxd-grpc-"))
-        # The command user (uid 1000) must be able to reach the workspace below it.
-        os.chmod(self.tmp, 0o755)
-        self.ws = os.path.join(self.tmp, "ws")
-        os.mkdir(self.ws, 0o755)
-        self.log_path = os.path.join(self.tmp, "sbxd.log")
-        self.proc = None
-        self.port = None
-        self.grpc_port = None
-        self.exit_status = None
-        self.final_log = ""
         self.sb_root = None
         self.sb_id = None
         self._channel = None
         self.token = (env or {}).get("SBXD_TOKEN")
-        argv = wrap_words() + [sbxd_bin(), "--listen", "127.0.0.1:0", "--grpc-listen",
-                               "127.0.0.1:0", "--workspace", self.ws, "--log-format", "json"]
-        argv += list(args or [])
-        # A clean environment: only what the test says (and the sanitizer options of an
-        # ASan build), plus a marker that commands must never see.
-        denv = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "SBXD_TEST_DAEMON_SECRET": "do-not-leak"}
-        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
-            if k in os.environ:
-                denv[k] = os.environ[k]
-        denv.update(env or {})
-        self.env = denv
-        self.argv = argv
-        try:
-            self._start()
-        except BaseException:
-            self.kill()
-            raise
+        # A marker in the daemon's environment that commands must never see.
+        super().__init__(sbxd_bin(), env=env, args=args, name=name, prefix="sbxd-grpc-",
+                         wrap=wrap_words(),
+                         base_env={"SBXD_TEST_DAEMON_SECRET": "do-not-leak"})
 
-    def _start(self):
-        if not os.access(sbxd_bin(), os.X_OK):
-            raise RuntimeError("no sbxd binary at %s (build it, or set SBXD_BIN)" % sbxd_bin())
-        logf = open(self.log_path, "wb")
-        try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=logf,
-                                         close_fds=True, preexec_fn=_child_setup, cwd="/")
-        finally:
-            logf.close()
-        _live.append(self)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            for ev in self.log_events():
-                if ev.get("event") == "listening" and isinstance(ev.get("port"), int):
-                    if not isinstance(ev.get("grpc_port"), int):
-                        raise RuntimeError("%s logged no grpc_port: %r" % (self.name, ev))
-                    self.port = ev["port"]
-                    self.grpc_port = ev["grpc_port"]
-                    if under_gvisor():
-                        self._sandbox_locate()
-                    return
-            if self.proc.poll() is not None:
-                raise RuntimeError("%s exited during start-up (status %s):\n%s" %
-                                   (self.name, self.proc.returncode, self.log_text()))
-            time.sleep(0.01)
-        raise RuntimeError("%s did not log \"listening\" within %.0f s:\n%s" %
-                           (self.name, START_TIMEOUT, self.log_text()))
+    def _listening(self, ev):
+        if not isinstance(ev.get("grpc_port"), int):
+            raise RuntimeError("%s logged no grpc_port: %r" % (self.name, ev))
+        if under_gvisor():
+            self._sandbox_locate()
 
-    # -- the log --------------------------------------------------------------------
-
-    def log_text(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except (OSError, TypeError):
-            return ""
-
-    def log_events(self):
-        evs = []
-        for line in self.log_text().splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    evs.append(json.loads(line))
-                except ValueError:
-                    pass
-        return evs
+    def _closing(self):
+        self.close_channel()
 
     # -- gRPC -----------------------------------------------------------------------
 
@@ -440,82 +362,6 @@ class Daemon:
                 return int(line.split()[1])
         raise RuntimeError("sbxd-probe daemon 1 said nothing of rss_kb (status %d): %r" %
                            (st, out))
-
-    # -- stopping -------------------------------------------------------------------
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self):
-        """SIGTERM, wait, remove the temporary directory. Returns the exit status
-        (negative: killed by that signal; None: had to be SIGKILLed after STOP_TIMEOUT)."""
-        self.close_channel()
-        status = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                status = self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                status = None
-        elif self.proc is not None:
-            status = self.proc.returncode
-        self.exit_status = status
-        self.final_log = self.log_text()  # with what sbxd wrote at its exit (LeakSanitizer)
-        self._cleanup()
-        return status
-
-    def kill(self):
-        try:
-            self.close_channel()
-        except Exception:
-            pass
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._cleanup()
-
-    def _cleanup(self):
-        if self in _live:
-            _live.remove(self)
-        if self.tmp and os.path.isdir(self.tmp):
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            if os.path.exists(self.tmp):  # a read-only directory a command made
-                subprocess.call(["chmod", "-R", "u+rwx", self.tmp])
-                shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp = None
-
-    def stop_checked(self, already_stopping=False):
-        """stop(), then the reasons it did not stop cleanly ([] when it did).
-        already_stopping: the test sent the SIGTERM itself (it may have exited)."""
-        problems = []
-        if not already_stopping and self.proc is not None and self.proc.poll() is not None:
-            problems.append("%s had exited before the SIGTERM (status %s)" %
-                            (self.name, self.proc.returncode))
-        status = self.stop()
-        log = self.final_log
-        bad_log = any(s in log for s in ("AddressSanitizer", "LeakSanitizer", "runtime error:"))
-        if status != 0 and not problems:
-            problems.append("%s did not exit 0 after SIGTERM (status %s)" % (self.name, status))
-        if bad_log:
-            problems.append("%s logged a sanitizer report:\n%s" % (self.name, log))
-        elif problems:
-            problems.append("its log:\n" + log[-4000:])
-        return problems
-
-
-def _sweep():
-    for d in list(_live):
-        d.kill()
-
-
-atexit.register(_sweep)
-
 
 # The daemon shared by the test classes that need nothing special: started by ./run (or, when
 # the module is run alone with unittest, by the first class that asks).
