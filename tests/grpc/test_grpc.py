@@ -268,6 +268,32 @@ class ExecuteTest(GrpcCase):
         self.assertEqual(response.stderr.decode("utf-8", errors="replace"), "warn\n")
         self.assertEqual(response.exit_code, 0)
 
+    def test_metrics_and_audit_say_grpc(self):
+        """A gRPC command is counted with front="grpc" in /metrics and its audit line says
+        "front":"grpc" and the client's address, as REST's say theirs."""
+        series = 'sbxd_executions_total{front="grpc",mode="sync",status="exited"}'
+
+        def count():
+            st, body = self.d.request("GET", "/metrics")
+            self.assertEqual(st, 200)
+            text = body.decode() if isinstance(body, bytes) else str(body)
+            for line in text.splitlines():
+                if line.startswith(series + " "):
+                    return float(line.split()[1])
+            self.fail("no %s in /metrics" % series)
+
+        before = count()
+        mark = marker()
+        r, tr = self.execute(sh("echo audit-%s" % mark))
+        self.assertEqual(r.exit_code, 0)
+        self.assertEqual(count(), before + 1)
+        lines = [ev for ev in self.d.log_events()
+                 if ev.get("event") == "exec" and mark in ev.get("command", "")]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0].get("front"), "grpc", lines[0])
+        self.assertEqual(lines[0].get("id"), tr.get("sbxd-id"), (lines[0], tr))
+        self.assertTrue(lines[0].get("client", "").startswith("127.0.0.1:"), lines[0])
+
     def test_exit_code_streams_and_status_trailer(self):
         r, tr = self.execute(sh("echo out; echo err >&2; exit 7"))
         self.assertEqual((r.stdout, r.stderr, r.exit_code), (b"out\n", b"err\n", 7))
