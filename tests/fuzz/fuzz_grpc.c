@@ -41,23 +41,6 @@
 
 /* ---- (a) request messages ------------------------------------------------------------ */
 
-static void policy_of(uint8_t sel, struct request_policy *pol)
-{
-    /* The values of a default configuration (config.c) on a two-CPU machine. */
-    *pol = (struct request_policy){
-        .default_timeout_ms = 60000,
-        .max_timeout_ms = 3600000,
-        .max_memory_bytes = 1ULL << 30,
-        .max_pids = 1024,
-        .max_cpu_quota = 2,
-        .workspace = sel & 4 ? "/" : "/workspace",
-    };
-    if (sel & 2) { /* a Start: exec_service_policy(MX_BACKGROUND) */
-        pol->default_timeout_ms = pol->max_timeout_ms;
-        pol->allow_pty = true;
-    }
-}
-
 static bool is_utf8(const char *s)
 {
     size_t n = strlen(s);
@@ -93,7 +76,7 @@ static bool last_of_name(const Process__V1__ProcessConfig *pc, size_t i)
 static void build(const Process__V1__ProcessConfig *pc, uint8_t sel)
 {
     struct request_policy pol;
-    policy_of(sel, &pol);
+    fuzz_policy(sel, &pol);
     size_t argc = pc ? pc->n_command : 0;
     size_t nenv = pc ? pc->n_env_vars : 0;
     struct exec_bytes *v = calloc(argc + 2 * nenv + 1, sizeof(*v));
@@ -162,12 +145,12 @@ static void messages(const uint8_t *d, size_t n, uint8_t sel)
 {
     Process__V1__ExecuteRequest *ex = process__v1__execute_request__unpack(NULL, n, d);
     if (ex) {
-        build(ex->config, sel & ~2);
+        build(ex->config, sel & ~1);
         process__v1__execute_request__free_unpacked(ex, NULL);
     }
     Process__V1__StartRequest *st = process__v1__start_request__unpack(NULL, n, d);
     if (st) {
-        build(st->config, sel | 2);
+        build(st->config, sel | 1);
         process__v1__start_request__free_unpacked(st, NULL);
     }
     Process__V1__WriteStdinRequest *ws = process__v1__write_stdin_request__unpack(NULL, n, d);

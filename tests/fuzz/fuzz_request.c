@@ -23,27 +23,6 @@
 
 #include "fuzz.h"
 
-static void policy_of(uint8_t sel, struct request_policy *pol)
-{
-    /* The values of a default configuration (config.c) on a two-CPU machine. */
-    *pol = (struct request_policy){
-        .default_timeout_ms = 60000,
-        .max_timeout_ms = 3600000,
-        .max_memory_bytes = 1ULL << 30,
-        .max_pids = 1024,
-        .max_cpu_quota = 2,
-        .workspace = sel & 2 ? "/" : "/workspace",
-    };
-    if (sel & 1) { /* route_processes.c */
-        pol->default_timeout_ms = pol->max_timeout_ms;
-        pol->allow_pty = true;
-    }
-    if (sel & 4) {
-        pol->max_memory_bytes = 0;
-        pol->max_pids = 0;
-    }
-}
-
 static void check_strv(char **v, size_t n_expected, bool env)
 {
     check(v != NULL);
@@ -120,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     struct request_policy pol;
-    policy_of(data[0], &pol);
+    fuzz_policy(data[0], &pol);
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
 
