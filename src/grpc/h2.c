@@ -1429,15 +1429,22 @@ static void conn_close_soon(struct conn *cn, int64_t now)
     if (cn->closing)
         return;
     cn->closing = true;
-    nghttp2_session_terminate_session(cn->h2, NGHTTP2_NO_ERROR);
+    /* A GOAWAY that lets the streams already begun end (an answer that is complete goes
+     * out); the connection ends once none is left, or at the deadline. */
+    nghttp2_submit_goaway(cn->h2, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(cn->h2), NGHTTP2_NO_ERROR, NULL,
+                          0);
     cn->closing_deadline_ns = now + GRPC_STOP_FLUSH_MS * 1000000LL;
 }
 
-static void conn_cancel_all(struct conn *cn, enum grpc_cancel why)
+/* Cancel every call whose handler has not finished it (a finished call's answer still goes
+ * out, if the connection lasts long enough). */
+static void conn_cancel_unfinished(struct conn *cn, enum grpc_cancel why)
 {
     pthread_mutex_lock(&cn->lock);
     for (struct grpc_call *c = cn->calls; c; c = c->next)
-        cancel_locked(cn, c, why);
+        if (!c->finished)
+            cancel_locked(cn, c, why);
     pthread_mutex_unlock(&cn->lock);
 }
 
@@ -1450,7 +1457,7 @@ static void conn_loop(struct conn *cn)
         int64_t now = time_mono_ns();
         if (!cn->stopping && __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
             cn->stopping = true;
-            conn_cancel_all(cn, GRPC_DISCONNECTED);
+            conn_cancel_unfinished(cn, GRPC_DISCONNECTED);
             conn_close_soon(cn, now);
         }
         int64_t next = pump(cn, now);
@@ -1458,7 +1465,9 @@ static void conn_loop(struct conn *cn)
             return;
         bool pending = cn->woff < cn->wlen;
         if (!nghttp2_session_want_read(cn->h2) && !nghttp2_session_want_write(cn->h2) && !pending)
-            return; /* GOAWAY sent, or the session failed */
+            return; /* the session failed, or the client said GOAWAY */
+        if (cn->closing && cn->nstreams == 0 && !pending && !nghttp2_session_want_write(cn->h2))
+            return; /* our GOAWAY is out, and no stream is left */
         /* The timers of the connection itself. */
         if (!cn->settings_seen) {
             /* A client must at least say its preface and SETTINGS quickly. */

@@ -47,6 +47,16 @@ def sbxd_bin():
     return os.path.abspath(p)
 
 
+def sanitized():
+    """Whether the sbxd under test is an ASan build: its allocator keeps freed memory in a
+    quarantine (256 MiB by default), so its RSS grows with what it allocates and frees."""
+    try:
+        with open(sbxd_bin(), "rb") as f:
+            return b"AddressSanitizer" in f.read()
+    except OSError:
+        return False
+
+
 def probe_bin():
     """sbxd-probe (tests/integration/probe.c), which looks at processes from inside a gVisor
     sandbox: SBXD_PROBE, else the one built beside sbxd."""
