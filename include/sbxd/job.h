@@ -57,6 +57,7 @@ struct job_env {
     uint64_t memory_max;              /* default memory limit (--memory-max), 0: none */
     uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
     bool interactive; /* stdin stays open for job_stdin_write (a background process) */
+    bool streamed;    /* output is sent as it comes: stdout gets a wide pipe where one is free */
 };
 
 /*

@@ -16,6 +16,13 @@
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 
+/* The stdout pipe of a streamed command is widened to this (the default 64 KiB makes a
+ * writer of 128 KiB blocks stop and wake the reader twice per write), for at most
+ * SBXD_STREAM_PIPES_MAX commands at a time: a pipe's size counts against its creator's
+ * pipe-user-pages-soft (64 MiB by default) even empty, and past it every new pipe is small. */
+#define SBXD_STREAM_PIPE      (1 << 20)
+#define SBXD_STREAM_PIPES_MAX 16
+
 /* Transient memory (KiB) of one request above which the daemon's peak RSS is reset before the
  * next spawn; about the most of the daemon's memory a command's memory_peak_bytes may wrongly
  * include (see spawn.c). */

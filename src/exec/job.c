@@ -210,6 +210,22 @@ static void start_io_close(struct start_io *io, bool pty)
     io->candidates = NULL;
 }
 
+/* Streamed commands holding a widened stdout pipe now. */
+static unsigned wide_pipes;
+
+/* Widen a streamed command's stdout pipe (fd: its read end) while fewer than
+ * SBXD_STREAM_PIPES_MAX are: a fast writer then runs in long bursts, and sbxd reads whole
+ * chunks. Failure (pipe-max-size, the user's pipe budget) leaves the pipe as it was. */
+static void widen_pipe(struct job *job, int fd)
+{
+    if (__atomic_add_fetch(&wide_pipes, 1, __ATOMIC_RELAXED) <= SBXD_STREAM_PIPES_MAX &&
+        fcntl(fd, F_SETPIPE_SZ, SBXD_STREAM_PIPE) >= 0) {
+        job->wide_out = true;
+        return;
+    }
+    __atomic_sub_fetch(&wide_pipes, 1, __ATOMIC_RELAXED);
+}
+
 static int pipes_failed(struct sbxd_err *err)
 {
     return sbxd_fail_errno(err, errno == EMFILE || errno == ENFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL,
@@ -245,6 +261,8 @@ static int open_io(struct job *job, const struct exec_request *req, const struct
                (reports && pipe2(io->st, O_CLOEXEC) < 0) ||
                (io->has_stdin && pipe2(io->in, O_CLOEXEC) < 0)) {
         return pipes_failed(err);
+    } else if (env->streamed) {
+        widen_pipe(job, io->out[0]);
     }
     if (io->has_stdin) {
         /* Written from the poll loop: never block on a child that does not read. */
@@ -492,6 +510,10 @@ void job_release(struct job *job, bool ran)
      * number, by then perhaps another command's pipe. */
     reaper_remove(&job->rt);
     job_close_fd(&job->out_fd);
+    if (job->wide_out) {
+        job->wide_out = false;
+        __atomic_sub_fetch(&wide_pipes, 1, __ATOMIC_RELAXED);
+    }
     job_close_fd(&job->err_fd);
     pthread_mutex_lock(&job->in_lock);
     job_close_fd(&job->in_fd);

@@ -57,6 +57,7 @@ struct job {
     bool exited;      /* the main process is reaped */
     bool final_drain; /* leftovers killed: read what is buffered, then end */
     bool finished;
+    bool wide_out;    /* out_fd's pipe was widened: one of SBXD_STREAM_PIPES_MAX */
     int next_stream;  /* which pipe is read first, alternated so neither starves */
     bool cancel_peek; /* also poll the client socket for POLLIN and peek (see job_step) */
     /* A backend whose job process is a one-command init (contain_ops.init_reports): the init

@@ -41,7 +41,8 @@ static struct job_env exec_service_env(const struct exec_service *s, enum metric
                             .iso = s->iso,
                             .memory_max = s->cfg->memory_max,
                             .pids_max = s->cfg->pids_max,
-                            .interactive = mode == MX_BACKGROUND};
+                            .interactive = mode == MX_BACKGROUND,
+                            .streamed = mode == MX_STREAM};
 }
 
 void exec_service_audit(enum metrics_mode mode, const char *id, const struct exec_request *req,

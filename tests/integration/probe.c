@@ -15,6 +15,7 @@
  *   rss PID            "base <kB>" at once, then samples VmRSS every 2 ms until stdin ends,
  *                      then "peak <kB>"
  *   oom-lower          exit 0 if this process may lower its oom_score_adj to -999, else 3
+ *   pipe-size          the capacity of the pipe on its stdout (F_GETPIPE_SZ), or -1
  *   attack MODE ...    what a hostile command tries (attack.c)
  */
 #ifndef _GNU_SOURCE
@@ -321,9 +322,13 @@ int main(int argc, char **argv)
         return rss(argv[2]);
     if (!strcmp(argv[1], "oom-lower"))
         return oom_lower();
+    if (!strcmp(argv[1], "pipe-size")) {
+        printf("%d\n", fcntl(1, F_GETPIPE_SZ));
+        return 0;
+    }
     if (!strcmp(argv[1], "attack"))
         return attack_main(argc - 2, argv + 2);
     fprintf(stderr, "usage: sbxd-probe [creds | signals | fds | procs MARKER | daemon PID | rss "
-                    "PID | oom-lower | attack ...]\n");
+                    "PID | oom-lower | pipe-size | attack ...]\n");
     return 2;
 }

@@ -225,6 +225,50 @@ START_TEST(a_large_stream_keeps_memory_flat)
 }
 END_TEST
 
+/* A streamed command's stdout is a 1 MiB pipe (a fast writer runs in long bursts), for at
+ * most 16 commands at a time (a pipe's size counts against sbxd's pipe budget even empty); a
+ * command whose output is collected keeps the default. */
+#define WIDE_PIPE  1048576
+#define WIDE_PIPES 16
+
+START_TEST(streamed_stdout_gets_a_wide_pipe_within_a_bound)
+{
+    daemon_install_probe(&g_sbxd);
+    cJSON *r = execute(&g_sbxd, "{\"argv\":[\"./sbxd-probe\",\"pipe-size\"]}");
+    int sync_size = atoi(jstr(r, "stdout"));
+    cJSON_Delete(r);
+    ck_assert_msg(sync_size > 0 && sync_size < WIDE_PIPE, "collected: %d", sync_size);
+    const char *hold = "{\"command\":\"./sbxd-probe pipe-size; sleep 3\"}";
+    int s[WIDE_PIPES + 1];
+    for (int i = 0; i <= WIDE_PIPES; i++)
+        s[i] = raw_execute(&g_sbxd, "application/x-ndjson", hold);
+    int wide = 0, narrow = 0;
+    for (int i = 0; i <= WIDE_PIPES; i++) {
+        char *out = read_until_close(s[i], NULL);
+        close(s[i]);
+        if (strstr(out, "\"data\":\"1048576\\n\""))
+            wide++;
+        else if (strstr(out, "\"type\":\"stdout\""))
+            narrow++;
+        ck_assert_msg(strstr(out, "\"type\":\"exit\""), "%s", out);
+        free(out);
+    }
+    if (!wide && under_gvisor()) {
+        gvisor_skip("wide stream pipes", "F_SETPIPE_SZ is refused there");
+        return;
+    }
+    ck_assert_int_eq(wide, WIDE_PIPES);
+    ck_assert_int_eq(narrow, 1);
+    /* Given back when their commands ended. */
+    int again =
+        raw_execute(&g_sbxd, "application/x-ndjson", "{\"argv\":[\"./sbxd-probe\",\"pipe-size\"]}");
+    char *out = read_until_close(again, NULL);
+    close(again);
+    ck_assert_msg(strstr(out, "\"data\":\"1048576\\n\""), "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(a_slow_reader_blocks_the_command_not_sbxd)
 {
     long base = daemon_rss_kb(&g_sbxd);
@@ -299,6 +343,7 @@ Suite *stream_suite(void)
     tcase_add_test(tc, disconnect_kills_the_streamed_command);
     tcase_add_test(tc, a_large_stream_keeps_memory_flat);
     tcase_add_test(tc, a_slow_reader_blocks_the_command_not_sbxd);
+    tcase_add_test(tc, streamed_stdout_gets_a_wide_pipe_within_a_bound);
     tcase_add_test(tc, sigterm_ends_streams_with_their_exit_event);
     tcase_add_test(tc, timeout_holds_while_the_client_reads_nothing);
     suite_add_tcase(s, tc);
