@@ -311,8 +311,13 @@ static void *pool_main(void *arg)
             break;
         slots_trim();
         slots_release();
-        /* (Slots become idle again unannounced.) */
-        struct timespec ts = time_after_ms(CLOCK_REALTIME, failed ? 1000 : 20);
+        /* Slots become idle again unannounced: while a claimer waits, look again soon. Else
+         * a claim that leaves too few spare wakes this thread, and only the trim (after
+         * SLOT_IDLE_MS) and the release of ended inits need a tick: an idle daemon is not
+         * woken 50 times a second. */
+        struct timespec ts = time_after_ms(CLOCK_REALTIME, failed         ? 1000
+                                                           : pool.waiting ? 20
+                                                                          : 1000);
         pthread_cond_timedwait(&pool.wake, &pool.lock, &ts);
         pthread_cond_broadcast(&pool.ready);
     }
