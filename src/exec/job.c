@@ -349,9 +349,7 @@ static void set_rlimits(struct spawn_spec *spec, const struct exec_request *req,
 static void open_pidfd(struct reap_target *t, void *arg)
 {
     struct job *job = arg;
-    job->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
-    if (job->pidfd >= 0)
-        fcntl(job->pidfd, F_SETFD, FD_CLOEXEC);
+    job->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0); /* close-on-exec, always */
 }
 
 /* Clone the child under the spawn deadline, then arm the command's own. */

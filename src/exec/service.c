@@ -15,6 +15,21 @@
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"
 
+/* Processors online, read once: sysconf reads /sys/devices/system/cpu/online each time (three
+ * system calls on every request's parse). */
+static long cpus_online(void)
+{
+    static long n;
+    long v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+    if (v <= 0) {
+        v = sysconf(_SC_NPROCESSORS_ONLN);
+        if (v < 1)
+            v = 1;
+        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
                          struct request_policy *pol)
 {
@@ -24,7 +39,7 @@ void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
         .max_timeout_ms = s->cfg->max_timeout_ms,
         .max_memory_bytes = s->cfg->memory_max,
         .max_pids = s->cfg->pids_max,
-        .max_cpu_quota = (double)sysconf(_SC_NPROCESSORS_ONLN),
+        .max_cpu_quota = (double)cpus_online(),
         .workspace = s->workspace,
         .allow_pty = background,
     };
