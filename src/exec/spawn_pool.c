@@ -249,18 +249,17 @@ static unsigned slots_alive(void)
     return n;
 }
 
-/* After a burst: end the init of one slot idle for long, while more than the spare ones are
- * idle. Its namespace is empty; the slot's memory serves again once the init is gone. */
+/* After a burst: end the init of every slot idle for long, keeping the spare ones. Its
+ * namespace is empty; the slot's memory serves again once the init is gone. */
 static void slots_trim(void)
 {
-    if (slots_idle() <= SLOT_SPARE)
-        return;
+    unsigned idle = slots_idle();
     int64_t old = mono_ms() - SLOT_IDLE_MS;
-    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+    for (struct spawn_ns_slot *c = pool.all; c && idle > SLOT_SPARE; c = c->next)
         if (slot_idle(c) && c->used_ms < old) {
             c->retired = true;
             kill(c->pid, SIGKILL);
-            return;
+            idle--;
         }
 }
 
@@ -275,6 +274,17 @@ static void slots_release(void)
             close_fd_if(&c->mntns_fd);
             close_fd_if(&c->wsfd);
         }
+}
+
+/* Slots retired whose init has not ended yet, or ended with descriptors still open. Under the
+ * pool's lock. */
+static bool slots_ending(void)
+{
+    for (struct spawn_ns_slot *c = pool.all; c; c = c->next)
+        if (!c->held && (c->retired || __atomic_load_n(&c->tid, __ATOMIC_ACQUIRE) == 0) &&
+            (c->pidns_fd >= 0 || c->mntns_fd >= 0 || c->wsfd >= 0))
+            return true;
+    return false;
 }
 
 static void *pool_main(void *arg)
@@ -311,13 +321,13 @@ static void *pool_main(void *arg)
             break;
         slots_trim();
         slots_release();
-        /* Slots become idle again unannounced: while a claimer waits, look again soon. Else
-         * a claim that leaves too few spare wakes this thread, and only the trim (after
-         * SLOT_IDLE_MS) and the release of ended inits need a tick: an idle daemon is not
-         * woken 50 times a second. */
-        struct timespec ts = time_after_ms(CLOCK_REALTIME, failed         ? 1000
-                                                           : pool.waiting ? 20
-                                                                          : 1000);
+        /* Slots become idle again unannounced: while a claimer waits, or an ended slot's
+         * descriptors wait to be closed, look again soon. Else a claim that leaves too few
+         * spare wakes this thread, and only the trim (after SLOT_IDLE_MS) needs a tick: an
+         * idle daemon is not woken 50 times a second. */
+        struct timespec ts = time_after_ms(CLOCK_REALTIME, failed                           ? 1000
+                                                           : pool.waiting || slots_ending() ? 20
+                                                                                            : 1000);
         pthread_cond_timedwait(&pool.wake, &pool.lock, &ts);
         pthread_cond_broadcast(&pool.ready);
     }
