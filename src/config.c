@@ -94,6 +94,12 @@ static const struct opt opts[] = {
     {"process-retention-s", "S", "SBXD_PROCESS_RETENTION_S", NULL, 0, "600", OPT_UINT,
      OFF(process_retention_s), 0, 7 * 24 * 3600,
      "How long an ended background process keeps its result and output."},
+    {"max-contexts", "N", "SBXD_MAX_CONTEXTS", NULL, 0, "16", OPT_UINT, OFF(max_contexts), 0, 1024,
+     "Code contexts (/contexts: persistent shell sessions) alive at once; more are refused "
+     "with 429. 0: none."},
+    {"context-idle-s", "S", "SBXD_CONTEXT_IDLE_S", NULL, 0, "1800", OPT_UINT, OFF(context_idle_s),
+     0, 7 * 24 * 3600,
+     "A context not used for this long is shut down (its processes killed). 0: never."},
     {"stdin-timeout-ms", "MS", "SBXD_STDIN_TIMEOUT_MS", NULL, 0, "30000", OPT_UINT,
      OFF(stdin_timeout_ms), 100, 3600000,
      "How long a stdin write waits for the process to read it; then 409."},

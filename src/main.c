@@ -21,6 +21,7 @@
 #include "sbxd/auth.h"
 #include "sbxd/cgroup.h"
 #include "sbxd/background.h"
+#include "sbxd/context.h"
 #include "sbxd/config.h"
 #include "sbxd/contain.h"
 #include "sbxd/files.h"
@@ -168,6 +169,9 @@ static void drain(struct server *srv, struct grpc_front *grpc, const struct sbxd
     /* Background processes run until told: they are told now, as a container runtime
      * would, and killed with the rest when the grace period is over. */
     bg_signal_all(SIGTERM);
+    /* A context's shell is interactive, and so ignores SIGTERM: contexts are killed at once
+     * (an execution in progress answers "died"), and forgotten after the server stopped. */
+    ctx_kill_all();
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
     while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
@@ -299,7 +303,8 @@ static void run_main_loop(struct server *srv, const sigset_t *set)
         server_tick(srv);
         trim_at_rest(srv, &trimmed_at);
         if (time_mono_ns() - swept >= 1000000000LL) {
-            bg_sweep(); /* ended background processes past their retention */
+            bg_sweep();  /* ended background processes past their retention */
+            ctx_sweep(); /* contexts idle past --context-idle-s */
             swept = time_mono_ns();
         }
         if (sig == SIGTERM || sig == SIGINT)
@@ -343,7 +348,8 @@ int main(int argc, char **argv)
     }
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
     if (iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&iso, NULL, 0))
-        spawn_pool_start(&harden, (unsigned)(cfg.max_running + cfg.max_processes), rootfd,
+        spawn_pool_start(&harden,
+                         (unsigned)(cfg.max_running + cfg.max_processes + cfg.max_contexts), rootfd,
                          workspace);
     contain_choose(&iso); /* the backend's implementation, once (contain.h) */
     struct bg_config bgc = {.max_processes = (unsigned)cfg.max_processes,
@@ -355,6 +361,12 @@ int main(int argc, char **argv)
         sbxd_fail_errno(&err, SBXD_E_INTERNAL, errno, "cannot start the deadline keeper");
     else
         srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
+    if (srv) {
+        struct ctx_config cc = {.max_contexts = (unsigned)cfg.max_contexts,
+                                .idle_ms = cfg.context_idle_s * 1000,
+                                .max_output_bytes = (size_t)cfg.max_output_bytes};
+        ctx_init(&cc, server_exec(srv));
+    }
     struct grpc_front *grpc = NULL;
     if (srv && !cfg.grpc_off && !(grpc = grpc_front_start(&cfg, srv, &err))) {
         server_stop(srv);
@@ -395,6 +407,7 @@ int main(int argc, char **argv)
     if (grpc)
         grpc_front_stop(grpc);
     server_stop(srv);
+    ctx_shutdown();
     bg_shutdown();
     job_keeper_stop();
     spawn_pool_stop();

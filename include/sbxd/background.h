@@ -49,9 +49,20 @@ void bg_init(const struct bg_config *cfg);
  * process with a reference, or NULL with err (SBXD_E_BUSY at --max-processes). */
 struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, struct sbxd_err *err);
 
+/* The same for a process another part of sbxd owns (a code context's shell): outside
+ * --max-processes, and not one of /processes: bg_get, bg_get_number and bg_list never hand
+ * it out (its number is 0). Shutdown signals and waits for it as for the others. */
+struct bg_proc *bg_start_owned(struct exec_request *req, const struct job_env *env,
+                               struct sbxd_err *err);
+
 /* The process of that id, with a reference; NULL when unknown or forgotten. */
 struct bg_proc *bg_get(const char *id);
 void bg_put(struct bg_proc *p);
+/* One more reference to p (bg_put gives it back). Takes the table's lock: never call it
+ * under p's own. */
+void bg_ref(struct bg_proc *p);
+/* Whether p's command has ended (its result is final). */
+bool bg_ended(struct bg_proc *p);
 
 /* Each process also has a number, 1, 2, ... in the order they started, never reused in the
  * daemon's life: the process id of gRPC's ProcessService (an int32). The process of that

@@ -34,6 +34,8 @@ struct sbxd_config {
     uint64_t max_queued;       /* commands waiting for a running slot; 0: none wait */
     uint64_t queue_timeout_ms; /* the longest such a wait */
     uint64_t max_processes;
+    uint64_t max_contexts;
+    uint64_t context_idle_s;
     uint64_t process_output_bytes;
     uint64_t process_retention_s;
     uint64_t stdin_timeout_ms;

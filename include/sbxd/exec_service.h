@@ -74,6 +74,9 @@ struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
                                const struct exec_request *req, int cancel_fd, struct sbxd_err *err);
 /* Start req as a background process (background.h; req is taken over, also on failure).
  * NULL with err. */
+/* The same for a process a code context owns (bg_start_owned): not one of /processes. */
+struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
+                                         struct sbxd_err *err);
 struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_request *req,
                                            struct sbxd_err *err);
 

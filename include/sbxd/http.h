@@ -6,6 +6,7 @@
 #define SBXD_HTTP_H
 
 #include <limits.h>
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -221,6 +222,11 @@ struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCa
 /* Whether a request's Content-Type is one a JSON body may come with. */
 bool json_content_type(const char *ct);
 
+/* A small JSON body (application/json, UTF-8): an object of known keys only, each once. NULL
+ * after replying with the error (*ret). The caller frees the object. */
+cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
+                        enum MHD_Result *ret);
+
 /* Every counter of metrics.h, with the routes' labels (server.c). */
 void server_render_route_metrics(struct jsonw *w);
 
@@ -233,6 +239,8 @@ enum MHD_Result route_v1_metadata(struct server *srv, struct MHD_Connection *c, 
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_processes(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_contexts(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const char *url, const char *method);

@@ -13,6 +13,11 @@
  * `sleep 100 & echo started` answers at once. */
 #define SBXD_DRAIN_WINDOW_MS 50
 
+/* Code contexts: how long a shell has to come back from an interrupt (then it is restarted),
+ * and to start and answer its first marker. */
+#define SBXD_CTX_GRACE_MS 2000
+#define SBXD_CTX_START_MS 10000
+
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 

@@ -27,8 +27,9 @@ static struct {
     pthread_cond_t ended; /* a driver is done */
     struct bg_config cfg;
     struct bg_proc *head;
-    unsigned running; /* drivers alive */
-    int32_t numbered; /* the last number given (bg_number) */
+    unsigned running;       /* drivers alive */
+    unsigned owned_running; /* ... of them, owned processes' (outside --max-processes) */
+    int32_t numbered;       /* the last number given (bg_number) */
 } tab = {.lock = PTHREAD_MUTEX_INITIALIZER, .ended = PTHREAD_COND_INITIALIZER};
 
 void bg_init(const struct bg_config *cfg)
@@ -186,6 +187,7 @@ static void *driver_main(void *arg)
     exec_service_audit(MX_BACKGROUND, p->id, &p->req, &p->res, -1, NULL);
     pthread_mutex_lock(&tab.lock);
     tab.running--;
+    tab.owned_running -= p->owned;
     pthread_cond_broadcast(&tab.ended);
     bool last = unref_locked(p); /* the driver's own */
     pthread_mutex_unlock(&tab.lock);
@@ -194,7 +196,8 @@ static void *driver_main(void *arg)
     return NULL;
 }
 
-struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, struct sbxd_err *err)
+static struct bg_proc *start(struct exec_request *req, const struct job_env *env, bool owned,
+                             struct sbxd_err *err)
 {
     bg_sweep();
     struct bg_proc *p = calloc(1, sizeof(*p));
@@ -220,8 +223,9 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
     p->pty_cols = p->req.pty_cols;
     p->pty_rows = p->req.pty_rows;
 
+    p->owned = owned;
     pthread_mutex_lock(&tab.lock);
-    if (tab.running >= tab.cfg.max_processes) {
+    if (!owned && tab.running - tab.owned_running >= tab.cfg.max_processes) {
         unsigned max = tab.cfg.max_processes;
         pthread_mutex_unlock(&tab.lock);
         proc_free(p);
@@ -232,6 +236,7 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
         return NULL;
     }
     tab.running++; /* held while it starts */
+    tab.owned_running += owned;
     pthread_mutex_unlock(&tab.lock);
 
     struct job_env e = *env;
@@ -257,6 +262,7 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
     pthread_mutex_lock(&tab.lock);
     if (rc != 0) {
         tab.running--;
+        tab.owned_running -= owned;
         pthread_mutex_unlock(&tab.lock);
         proc_free(p); /* job_free kills a job that started */
         return NULL;
@@ -266,9 +272,20 @@ struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, st
         pp = &(*pp)->next;
     *pp = p;
     p->listed = true;
-    p->number = ++tab.numbered;
+    p->number = owned ? 0 : ++tab.numbered;
     pthread_mutex_unlock(&tab.lock);
     return p;
+}
+
+struct bg_proc *bg_start(struct exec_request *req, const struct job_env *env, struct sbxd_err *err)
+{
+    return start(req, env, false, err);
+}
+
+struct bg_proc *bg_start_owned(struct exec_request *req, const struct job_env *env,
+                               struct sbxd_err *err)
+{
+    return start(req, env, true, err);
 }
 
 struct bg_proc *bg_get(const char *id)
@@ -276,7 +293,7 @@ struct bg_proc *bg_get(const char *id)
     struct bg_proc *found = NULL;
     pthread_mutex_lock(&tab.lock);
     for (struct bg_proc *p = tab.head; p && !found; p = p->next)
-        if (strcmp(p->id, id) == 0) {
+        if (!p->owned && strcmp(p->id, id) == 0) {
             found = p;
             p->refs++;
         }
@@ -289,7 +306,7 @@ struct bg_proc *bg_get_number(int32_t number)
     struct bg_proc *found = NULL;
     pthread_mutex_lock(&tab.lock);
     for (struct bg_proc *p = tab.head; p && !found; p = p->next)
-        if (p->number == number) {
+        if (!p->owned && p->number == number) {
             found = p;
             p->refs++;
         }
@@ -302,7 +319,8 @@ int32_t bg_number(const struct bg_proc *p)
     return p->number;
 }
 
-size_t bg_list(struct bg_proc ***out)
+/* Every process kept (owned ones too, with `owned`), oldest first, each with a reference. */
+static size_t list(struct bg_proc ***out, bool owned)
 {
     bg_sweep();
     pthread_mutex_lock(&tab.lock);
@@ -312,12 +330,19 @@ size_t bg_list(struct bg_proc ***out)
     struct bg_proc **v = calloc(n ? n : 1, sizeof(*v));
     size_t i = 0;
     for (struct bg_proc *p = tab.head; v && p; p = p->next) {
+        if (p->owned && !owned)
+            continue;
         p->refs++;
         v[i++] = p;
     }
     pthread_mutex_unlock(&tab.lock);
     *out = v;
     return i;
+}
+
+size_t bg_list(struct bg_proc ***out)
+{
+    return list(out, false);
 }
 
 void bg_info(struct bg_proc *p, struct bg_info *out)
@@ -489,7 +514,7 @@ void bg_remove(struct bg_proc *p, struct bg_info *info)
 void bg_signal_all(int sig)
 {
     struct bg_proc **v;
-    size_t n = bg_list(&v);
+    size_t n = list(&v, true);
     for (size_t i = 0; v && i < n; i++) {
         if (!bg_ended(v[i]))
             job_signal(v[i]->job, sig);

@@ -31,6 +31,7 @@ struct stdin_write {
 struct bg_proc {
     struct bg_proc *next; /* the table, oldest first (under tab.lock) */
     bool listed;          /* in the table (under tab.lock) */
+    bool owned;           /* bg_start_owned: a context's, not one of /processes */
     unsigned refs;        /* under tab.lock */
     struct job *job;
     struct exec_request req;
@@ -62,11 +63,5 @@ struct bg_proc {
     const char *in_why;
     uint8_t *in_buf; /* the feeder's chunk (SBXD_STDIN_CHUNK) */
 };
-
-/* Whether p's command has ended (its result is final). */
-bool bg_ended(struct bg_proc *p);
-/* One more reference to p (bg_put gives it back). Takes the table's lock: never call it
- * under p->lock. */
-void bg_ref(struct bg_proc *p);
 
 #endif

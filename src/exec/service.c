@@ -328,6 +328,19 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
     return p;
 }
 
+struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
+                                         struct sbxd_err *err)
+{
+    struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
+    enum exec_front front = req->front;
+    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    struct bg_proc *p = bg_start_owned(req, &env, err);
+    __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    if (!p)
+        metrics_start_failed(front, MX_BACKGROUND);
+    return p;
+}
+
 void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *errb)
 {
     char buf[SBXD_READ_CHUNK];

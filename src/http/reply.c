@@ -1,9 +1,11 @@
+#include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sbxd/http.h"
+#include "sbxd/utf8.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
 
@@ -164,4 +166,44 @@ enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allo
     snprintf(msg, sizeof(msg), "method not allowed here; allowed: %s", allow);
     return queue_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", msg,
                        MHD_HTTP_HEADER_ALLOW, allow);
+}
+
+/* A small JSON body: an object of known keys only. NULL after replying with the error. */
+cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
+                        enum MHD_Result *ret)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!json_content_type(ct)) {
+        *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
+                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+        return NULL;
+    }
+    /* JSON is UTF-8, as for the bodies server.c collects (the routes that use this one also
+     * take raw bodies, so the check is here). */
+    size_t at = rc->body ? utf8_valid((const uint8_t *)rc->body, rc->body_len) : 0;
+    if (rc->body && at < rc->body_len) {
+        *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "the body is not valid UTF-8: byte 0x%02X at offset %zu",
+                           (uint8_t)rc->body[at], at);
+        return NULL;
+    }
+    cJSON *o = rc->body ? cJSON_ParseWithLength(rc->body, rc->body_len) : NULL;
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "the body must be a JSON object");
+        return NULL;
+    }
+    for (cJSON *k = o->child; k; k = k->next) {
+        bool known = false;
+        for (const char *const *n = keys; *n; n++)
+            known = known || strcmp(k->string, *n) == 0;
+        if (!known || cJSON_GetObjectItemCaseSensitive(o, k->string) != k) {
+            *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s field '%.64s'",
+                               known ? "duplicate" : "unknown", k->string);
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    return o;
 }

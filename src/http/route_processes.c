@@ -404,46 +404,6 @@ static enum MHD_Result write_stdin(struct server *srv, struct MHD_Connection *c,
     return reply_ok_err(c, r == BG_STDIN_DONE ? 0 : -1, &err, &w);
 }
 
-/* A small JSON body: an object of known keys only. NULL after replying with the error. */
-static cJSON *json_body(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
-                        enum MHD_Result *ret)
-{
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    if (!json_content_type(ct)) {
-        *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "Content-Type '%.100s' is not accepted; send application/json", ct);
-        return NULL;
-    }
-    /* JSON is UTF-8, as for the bodies server.c collects (these routes also take raw stdin,
-     * so the check is here). */
-    size_t at = rc->body ? utf8_valid((const uint8_t *)rc->body, rc->body_len) : 0;
-    if (rc->body && at < rc->body_len) {
-        *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                           "the body is not valid UTF-8: byte 0x%02X at offset %zu",
-                           (uint8_t)rc->body[at], at);
-        return NULL;
-    }
-    cJSON *o = rc->body ? cJSON_ParseWithLength(rc->body, rc->body_len) : NULL;
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                           "the body must be a JSON object");
-        return NULL;
-    }
-    for (cJSON *k = o->child; k; k = k->next) {
-        bool known = false;
-        for (const char *const *n = keys; *n; n++)
-            known = known || strcmp(k->string, *n) == 0;
-        if (!known || cJSON_GetObjectItemCaseSensitive(o, k->string) != k) {
-            *ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s field '%.64s'",
-                               known ? "duplicate" : "unknown", k->string);
-            cJSON_Delete(o);
-            return NULL;
-        }
-    }
-    return o;
-}
-
 static const struct {
     const char *name;
     int sig;
@@ -455,7 +415,7 @@ static enum MHD_Result send_signal(struct MHD_Connection *c, struct req_ctx *rc,
 {
     static const char *const keys[] = {"signal", NULL};
     enum MHD_Result ret;
-    cJSON *o = json_body(c, rc, keys, &ret);
+    cJSON *o = http_json_object(c, rc, keys, &ret);
     if (!o)
         return ret;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "signal");
@@ -488,7 +448,7 @@ static enum MHD_Result resize(struct MHD_Connection *c, struct req_ctx *rc, stru
 {
     static const char *const keys[] = {"cols", "rows", NULL};
     enum MHD_Result ret;
-    cJSON *o = json_body(c, rc, keys, &ret);
+    cJSON *o = http_json_object(c, rc, keys, &ret);
     if (!o)
         return ret;
     double d[2];

@@ -25,6 +25,10 @@ static const struct route routes[] = {
      FACE_NONE},
     {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL,
      "/processes/{id}", FACE_NONE},
+    {"/contexts", HTTP_GET | HTTP_POST, true, route_contexts, false, NULL, NULL, "/contexts",
+     FACE_NONE},
+    {"/contexts", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_context, true, NULL, NULL,
+     "/contexts/{id}", FACE_NONE},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
      route_files_begin, route_files_body, "/files/{path}", FACE_FILES},
     /* The standardized REST file API (KEP-539.2): the same implementation, another face. */

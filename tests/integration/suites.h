@@ -10,6 +10,7 @@ Suite *isolation_suite(void);
 Suite *files_suite(void);
 Suite *stream_suite(void);
 Suite *processes_suite(void);
+Suite *contexts_suite(void);
 Suite *sbx_suite(void);
 Suite *faults_suite(void);
 Suite *hardening_suite(void);

@@ -1,0 +1,141 @@
+/*
+ * context.h - code contexts (/contexts): interpreters whose state persists from one execution
+ * to the next. A shell context (language "bash", or "sh": bash in POSIX mode) is a bash that
+ * sbxd starts as a background process of its own (bg_start_owned): contained as every command
+ * is (the command user, no capabilities, seccomp, rlimits, the backend's tree kill), with the
+ * working directory, exported variables, functions and aliases kept between executions.
+ *
+ * How one execution is told from the next: the code goes to the shell's stdin as a quoted
+ * here-document, read into a variable and run with `eval` (stdin from /dev/null, so code that
+ * reads stdin cannot eat what follows), and on the same line a call that prints a marker,
+ * "\n\x1e<token> <status>\n" on stdout and "\n\x1e<token>\n" on stderr, the token 128 random
+ * bits new for each execution. The reader strips every marker, so none reaches the output.
+ * The shell is interactive (-i, without line editing or job control): SIGINT aborts the whole
+ * line it runs and it reads on, so a timeout or an interrupt stops the foreground command
+ * without ending the session; sbxd then has the marker printed itself (status 130). A shell
+ * that does not come back within SBXD_CTX_GRACE_MS is restarted (its state is lost; the
+ * answer says so). Code that ends the shell (`exit`) ends the context: status "died", until
+ * a restart.
+ *
+ * One registry per daemon; every ctx handed out carries a reference (ctx_put gives it back).
+ * One execution at a time per context; another waits for it.
+ */
+#ifndef SBXD_CONTEXT_H
+#define SBXD_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sbxd/err.h"
+#include "sbxd/exec_service.h"
+
+struct ctx_config {
+    unsigned max_contexts;   /* alive at once (SBXD_E_BUSY beyond) */
+    uint64_t idle_ms;        /* unused this long: shut down by ctx_sweep (0: never) */
+    size_t max_output_bytes; /* of stdout and of stderr kept per execution (the head) */
+};
+
+void ctx_init(const struct ctx_config *cfg, struct exec_service *svc);
+
+struct ctx;
+
+enum ctx_state { CTX_IDLE, CTX_BUSY, CTX_DEAD };
+
+struct ctx_info {
+    char id[25];
+    char language[8];
+    char cwd[256]; /* as asked, relative to the workspace ("" for its root) */
+    pid_t pid;     /* the shell's (0 when dead) */
+    enum ctx_state state;
+    unsigned execution_count;
+    int64_t created_real_ns, last_used_real_ns;
+    char dead_reason[320];
+};
+
+/* The languages there are contexts for (a NULL-terminated list). */
+extern const char *const ctx_languages[];
+
+/*
+ * A context for `language` ("bash" or "sh"), its shell started and ready. `spec` is the JSON
+ * object of the request (language, and cwd, env, limits as /execute takes them). NULL with
+ * err: SBXD_E_INVALID (a field), SBXD_E_BUSY (--max-contexts), SBXD_E_UNAVAILABLE (no bash),
+ * or what the start met.
+ */
+struct ctx *ctx_create(const char *spec, size_t len, struct sbxd_err *err);
+
+/* The context of that id, with a reference; NULL when unknown or deleted. */
+struct ctx *ctx_get(const char *id);
+void ctx_put(struct ctx *c);
+
+/* Every context, oldest first, each with a reference: an array to free. Returns how many. */
+size_t ctx_list(struct ctx ***out);
+
+void ctx_info(struct ctx *c, struct ctx_info *out);
+
+/* Kill the context's processes and forget it (it stays readable through references held). */
+void ctx_delete(struct ctx *c);
+
+/* A new shell in place of the old (killed): the state is lost. Waits for a running execution
+ * to end first (it is interrupted). -1 with err when the new one cannot start (the context is
+ * then dead). */
+int ctx_restart(struct ctx *c, struct sbxd_err *err);
+
+/* SIGINT to everything the context runs: the execution in progress ends with status 130.
+ * Returns whether one was running. */
+bool ctx_interrupt(struct ctx *c);
+
+/* Shut down contexts unused for --context-idle-s (the main thread calls it now and then:
+ * the deletes, which wait for the shells' ends, run on a thread of their own, as the main
+ * thread may be the one that reaps them). */
+void ctx_sweep(void);
+
+/* Shutdown: kill every context's shell without waiting (the main thread drains on), and
+ * take no new executions. */
+void ctx_kill_all(void);
+
+/* Forget every context (after the server stopped). */
+void ctx_shutdown(void);
+
+/* ---------------------------------------------------------------------------------- */
+/* One execution                                                                        */
+
+enum ctx_status { CTX_OK, CTX_ERROR, CTX_TIMEOUT, CTX_DIED };
+
+struct ctx_result {
+    enum ctx_status status; /* OK: exit status 0; ERROR: another; TIMEOUT; DIED */
+    int exit_code;          /* the code's $? (130 after an interrupt); -1 when it died */
+    unsigned execution_count;
+    double duration_ms;
+    bool interrupted; /* by ctx_interrupt or the timeout */
+    bool restarted;   /* the shell did not come back from the interrupt: a new one runs */
+    uint64_t stdout_bytes, stderr_bytes;
+    char reason[320]; /* DIED: why */
+};
+
+const char *ctx_status_name(enum ctx_status s);
+
+struct ctx_run;
+
+/*
+ * Run `code` (len bytes, no NUL) in c: waits up to wait_ms for the context to be free. NULL
+ * with err: SBXD_E_CONFLICT (dead, or still busy after wait_ms), SBXD_E_INVALID (a NUL in the
+ * code). The timeout (ms) interrupts the code.
+ */
+struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
+                              int wait_ms, struct sbxd_err *err);
+
+/*
+ * The next output of the run: waits up to wait_ms (-1: until there is some, or the end).
+ * 1: *n bytes of *stream (1 stdout, 2 stderr) at *data, valid until the next call;
+ * 0: nothing within the wait; -1: the run is over, its result final.
+ */
+int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n);
+
+const struct ctx_result *ctx_run_result(const struct ctx_run *r);
+
+/* Let the context go (interrupting the code if it still runs: its client left) and free r. */
+void ctx_run_end(struct ctx_run *r);
+
+#endif

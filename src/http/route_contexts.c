@@ -1,0 +1,528 @@
+/* /contexts: code contexts (context.h) over HTTP. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "sbxd/context.h"
+#include "sbxd/http.h"
+#include "sbxd/limits.h"
+#include "sbxd/log.h"
+#include "sbxd/outbuf.h"
+#include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
+
+static const char *state_name(enum ctx_state s)
+{
+    return s == CTX_IDLE ? "idle" : s == CTX_BUSY ? "busy" : "dead";
+}
+
+static void write_time(struct jsonw *w, const char *key, int64_t real_ns)
+{
+    jw_key(w, key);
+    if (!real_ns) {
+        jw_null(w);
+        return;
+    }
+    char when[40];
+    time_rfc3339(real_ns, when, sizeof(when));
+    jw_str(w, when);
+}
+
+/* The context object of docs/api.md. */
+static void write_context(struct jsonw *w, const struct ctx_info *in)
+{
+    jw_obj_begin(w);
+    jw_key(w, "id");
+    jw_str(w, in->id);
+    jw_key(w, "language");
+    jw_str(w, in->language);
+    jw_key(w, "kernel");
+    jw_str(w, "shell");
+    jw_key(w, "cwd");
+    jw_str(w, in->cwd);
+    jw_key(w, "pid");
+    if (in->pid)
+        jw_int(w, in->pid);
+    else
+        jw_null(w);
+    jw_key(w, "state");
+    jw_str(w, state_name(in->state));
+    jw_key(w, "execution_count");
+    jw_uint(w, in->execution_count);
+    write_time(w, "created_at", in->created_real_ns);
+    write_time(w, "last_used_at", in->last_used_real_ns);
+    if (in->state == CTX_DEAD) {
+        jw_key(w, "dead_reason");
+        jw_str(w, in->dead_reason);
+    }
+    jw_obj_end(w);
+}
+
+static enum MHD_Result reply_context(struct MHD_Connection *c, unsigned status, struct ctx *x)
+{
+    struct ctx_info in;
+    ctx_info(x, &in);
+    struct jsonw w;
+    jw_init(&w, 512);
+    write_context(&w, &in);
+    if (status != MHD_HTTP_CREATED)
+        return reply_jsonw(c, status, &w);
+    char loc[64];
+    snprintf(loc, sizeof(loc), "/contexts/%s", in.id);
+    return reply_jsonw_header(c, status, &w, MHD_HTTP_HEADER_LOCATION, loc);
+}
+
+static enum MHD_Result list(struct MHD_Connection *c)
+{
+    struct ctx **v;
+    size_t n = ctx_list(&v);
+    if (!v)
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
+    struct jsonw w;
+    jw_init(&w, 256 + n * 384);
+    jw_obj_begin(&w);
+    jw_key(&w, "contexts");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < n; i++) {
+        struct ctx_info in;
+        ctx_info(v[i], &in);
+        write_context(&w, &in);
+        ctx_put(v[i]);
+    }
+    free(v);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+static enum MHD_Result create(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                           "sbxd is shutting down and makes no new contexts");
+    struct sbxd_err err = {0};
+    struct ctx *x = ctx_create(rc->body ? rc->body : "{}", rc->body ? rc->body_len : 2, &err);
+    if (!x)
+        return reply_err(c, &err);
+    struct ctx_info in;
+    ctx_info(x, &in);
+    LOG_EVENT("info", "context", LOG_S("id", in.id), LOG_S("action", "created"),
+              LOG_S("language", in.language), LOG_I("pid", in.pid), LOG_S("client", rc->client));
+    enum MHD_Result ret = reply_context(c, MHD_HTTP_CREATED, x);
+    ctx_put(x);
+    return ret;
+}
+
+enum MHD_Result route_contexts(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    if (strcmp(rc->method, "POST") == 0)
+        return create(srv, c, rc);
+    return list(c);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* POST /contexts/{id}/execute                                                          */
+
+/* The result fields of an execution (after "stdout" and "stderr" where there are those). */
+static void write_result(struct jsonw *w, const struct ctx_result *r, uint64_t timeout_ms)
+{
+    jw_key(w, "status");
+    jw_str(w, ctx_status_name(r->status));
+    jw_key(w, "execution_count");
+    jw_uint(w, r->execution_count);
+    jw_key(w, "exit_code");
+    if (r->status == CTX_DIED)
+        jw_null(w);
+    else
+        jw_int(w, r->exit_code);
+    jw_key(w, "results");
+    jw_arr_begin(w);
+    jw_arr_end(w);
+    jw_key(w, "error");
+    if (r->status == CTX_OK) {
+        jw_null(w);
+    } else {
+        char value[400];
+        const char *name = "ExitStatus";
+        if (r->status == CTX_TIMEOUT) {
+            name = "Timeout";
+            snprintf(value, sizeof(value), "interrupted after %llu ms%s",
+                     (unsigned long long)timeout_ms,
+                     r->restarted ? "; the shell did not come back and was restarted (its "
+                                    "state is lost)"
+                                  : "; the context's state is kept");
+        } else if (r->status == CTX_DIED) {
+            name = "ContextDied";
+            snprintf(value, sizeof(value), "%s", r->reason);
+        } else {
+            snprintf(value, sizeof(value), "exit status %d%s", r->exit_code,
+                     r->interrupted ? " (interrupted)" : "");
+        }
+        jw_obj_begin(w);
+        jw_key(w, "name");
+        jw_str(w, name);
+        jw_key(w, "value");
+        jw_str(w, value);
+        jw_key(w, "traceback");
+        jw_arr_begin(w);
+        jw_arr_end(w);
+        jw_obj_end(w);
+    }
+    jw_key(w, "stdout_bytes");
+    jw_uint(w, r->stdout_bytes);
+    jw_key(w, "stderr_bytes");
+    jw_uint(w, r->stderr_bytes);
+    jw_key(w, "interrupted");
+    jw_bool(w, r->interrupted);
+    jw_key(w, "restarted");
+    jw_bool(w, r->restarted);
+    jw_key(w, "duration_ms");
+    jw_double(w, r->duration_ms, 3);
+}
+
+static void audit(const char *id, const struct ctx_result *r, size_t code_len, const char *client)
+{
+    LOG_EVENT("info", "context_exec", LOG_S("id", id), LOG_I("execution_count", r->execution_count),
+              LOG_S("status", ctx_status_name(r->status)), LOG_I("exit_code", r->exit_code),
+              LOG_I("code_bytes", code_len), LOG_D("duration_ms", r->duration_ms),
+              LOG_I("stdout_bytes", r->stdout_bytes), LOG_I("stderr_bytes", r->stderr_bytes),
+              LOG_S("client", client));
+}
+
+/* Whether the client at fd has gone (end of stream or a broken connection); a pipelined
+ * request or nothing yet means it is there. */
+static bool client_gone(int fd)
+{
+    if (fd < 0)
+        return false;
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* A client's poll of its connection while a synchronous execution runs. */
+#define CLIENT_CHECK_MS 250
+
+static enum MHD_Result execute_sync(struct server *srv, struct MHD_Connection *c,
+                                    struct req_ctx *rc, struct ctx_run *run, const char *id,
+                                    uint64_t timeout_ms, size_t code_len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    struct outbuf ob[3];
+    outbuf_init(&ob[1], (size_t)srv->cfg->max_output_bytes);
+    outbuf_init(&ob[2], (size_t)srv->cfg->max_output_bytes);
+    int st;
+    const uint8_t *d;
+    size_t n;
+    int k;
+    while ((k = ctx_run_next(run, CLIENT_CHECK_MS, &st, &d, &n)) >= 0) {
+        if (k > 0)
+            outbuf_append(&ob[st], d, n);
+        else if (client_gone(fd))
+            break; /* ctx_run_end interrupts it */
+    }
+    if (k >= 0) {
+        outbuf_free(&ob[1]);
+        outbuf_free(&ob[2]);
+        ctx_run_end(run);
+        return MHD_NO;
+    }
+    const struct ctx_result *r = ctx_run_result(run);
+    audit(id, r, code_len, rc->client);
+    struct jsonw w;
+    jw_init(&w, 512 + ob[1].len + ob[2].len);
+    jw_obj_begin(&w);
+    jw_key(&w, "context");
+    jw_str(&w, id);
+    jw_key(&w, "stdout");
+    jw_str_utf8(&w, ob[1].data, ob[1].len, outbuf_truncated(&ob[1]));
+    jw_key(&w, "stderr");
+    jw_str_utf8(&w, ob[2].data, ob[2].len, outbuf_truncated(&ob[2]));
+    jw_key(&w, "stdout_truncated");
+    jw_bool(&w, outbuf_truncated(&ob[1]));
+    jw_key(&w, "stderr_truncated");
+    jw_bool(&w, outbuf_truncated(&ob[2]));
+    write_result(&w, r, timeout_ms);
+    jw_obj_end(&w);
+    outbuf_free(&ob[1]);
+    outbuf_free(&ob[2]);
+    ctx_run_end(run);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* A streamed execution: start, stdout/stderr as they come, end. */
+struct ctx_stream {
+    struct server *srv;
+    struct ctx_run *run;
+    char id[25];
+    char client[64];
+    uint64_t timeout_ms;
+    size_t code_len;
+    bool started, ended;
+    uint64_t offset[3];
+    uint8_t carry[3][4]; /* a UTF-8 character cut by a read waits for its rest */
+    size_t ncarry[3];
+    uint8_t buf[SBXD_READ_CHUNK + 8];
+    struct events ev;
+};
+
+static void stream_output(struct ctx_stream *s, int st, const uint8_t *data, size_t n, bool final)
+{
+    size_t len = s->ncarry[st];
+    memcpy(s->buf, s->carry[st], len);
+    if (n > sizeof(s->buf) - len)
+        n = sizeof(s->buf) - len; /* (never: a read is at most SBXD_READ_CHUNK) */
+    memcpy(s->buf + len, data, n);
+    len += n;
+    size_t send = final ? len : utf8_whole(s->buf, len);
+    s->ncarry[st] = len - send;
+    memcpy(s->carry[st], s->buf + send, len - send);
+    if (!send)
+        return;
+    event_begin(&s->ev, st == 1 ? "stdout" : "stderr");
+    jw_obj_begin(&s->ev.pending);
+    jw_key(&s->ev.pending, "type");
+    jw_str(&s->ev.pending, st == 1 ? "stdout" : "stderr");
+    jw_key(&s->ev.pending, "data");
+    jw_str_utf8(&s->ev.pending, s->buf, send, false);
+    jw_key(&s->ev.pending, "offset");
+    jw_uint(&s->ev.pending, s->offset[st]);
+    jw_obj_end(&s->ev.pending);
+    event_end(&s->ev);
+    s->offset[st] += send;
+}
+
+static bool stream_next(struct ctx_stream *s, bool ready)
+{
+    struct jsonw *w = &s->ev.pending;
+    if (!s->started) {
+        s->started = true;
+        event_begin(&s->ev, "start");
+        jw_obj_begin(w);
+        jw_key(w, "type");
+        jw_str(w, "start");
+        jw_key(w, "context");
+        jw_str(w, s->id);
+        jw_key(w, "execution_count");
+        jw_uint(w, ctx_run_result(s->run)->execution_count);
+        jw_obj_end(w);
+        event_end(&s->ev);
+        return true;
+    }
+    if (s->ended)
+        return false;
+    for (;;) {
+        int st;
+        const uint8_t *d;
+        size_t n;
+        int k = ctx_run_next(s->run, ready ? 0 : event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms),
+                             &st, &d, &n);
+        if (k > 0) {
+            stream_output(s, st, d, n, false);
+            if (events_pending(&s->ev))
+                return true;
+            continue;
+        }
+        if (k == 0) {
+            if (!ready)
+                event_heartbeat(&s->ev);
+            return true;
+        }
+        for (int i = 1; i <= 2; i++)
+            if (s->ncarry[i]) {
+                stream_output(s, i, NULL, 0, true);
+                return true;
+            }
+        const struct ctx_result *r = ctx_run_result(s->run);
+        audit(s->id, r, s->code_len, s->client);
+        event_begin(&s->ev, "end");
+        jw_obj_begin(w);
+        jw_key(w, "type");
+        jw_str(w, "end");
+        jw_key(w, "context");
+        jw_str(w, s->id);
+        write_result(w, r, s->timeout_ms);
+        jw_obj_end(w);
+        event_end(&s->ev);
+        s->ended = true;
+        return true;
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct ctx_stream *s = cls;
+    size_t n = 0;
+    for (;;) {
+        while (!events_pending(&s->ev)) {
+            if (!stream_next(s, n > 0))
+                return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+            if (n > 0 && !events_pending(&s->ev))
+                return (ssize_t)n;
+        }
+        n += events_take(&s->ev, out + n, max - n);
+        if (events_pending(&s->ev) || max - n < 4096)
+            return (ssize_t)n;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct ctx_stream *s = cls;
+    ctx_run_end(s->run); /* the client left mid-stream: the code is interrupted */
+    events_free(&s->ev);
+    free(s);
+}
+
+static enum MHD_Result execute_stream(struct server *srv, struct MHD_Connection *c,
+                                      struct req_ctx *rc, struct ctx_run *run, const char *id,
+                                      enum stream_format fmt, uint64_t timeout_ms, size_t code_len)
+{
+    struct ctx_stream *s = calloc(1, sizeof(*s));
+    if (!s) {
+        ctx_run_end(run);
+        return MHD_NO;
+    }
+    s->srv = srv;
+    s->run = run;
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    snprintf(s->client, sizeof(s->client), "%s", rc->client);
+    s->timeout_ms = timeout_ms;
+    s->code_len = code_len;
+    events_init(&s->ev, fmt);
+    struct MHD_Response *r = events_response(fmt, stream_read, s, stream_free);
+    if (!r) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                               struct ctx *x)
+{
+    static const char *const keys[] = {"code", "timeout_ms", NULL};
+    enum MHD_Result ret;
+    cJSON *o = http_json_object(c, rc, keys, &ret);
+    if (!o)
+        return ret;
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "code");
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(o, "timeout_ms");
+    uint64_t max = srv->cfg->max_timeout_ms;
+    if (!cJSON_IsString(code)) {
+        cJSON_Delete(o);
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "'code' is required: the code to run, as a string");
+    }
+    if (to && (!cJSON_IsNumber(to) || to->valuedouble < 1 || to->valuedouble > (double)max ||
+               to->valuedouble != (double)(uint64_t)to->valuedouble)) {
+        cJSON_Delete(o);
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "'timeout_ms' must be a whole number from 1 to %llu (--max-timeout-ms)",
+                           (unsigned long long)max);
+    }
+    uint64_t timeout_ms = to ? (uint64_t)to->valuedouble : srv->cfg->timeout_ms;
+    if (timeout_ms > max)
+        timeout_ms = max;
+    /* A NUL can only come as \u0000: JSON text carries no raw one. */
+    size_t len = strlen(code->valuestring);
+    if (rc->body && json_check_no_nul(rc->body, rc->body_len) != 0) {
+        cJSON_Delete(o);
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "'code' must not contain NUL characters");
+    }
+    struct ctx_info in;
+    ctx_info(x, &in);
+    struct sbxd_err err = {0};
+    struct ctx_run *run =
+        ctx_run_start(x, code->valuestring, len, timeout_ms, (int)srv->cfg->queue_timeout_ms, &err);
+    cJSON_Delete(o);
+    if (!run)
+        return reply_err(c, &err);
+    enum stream_format fmt = stream_format_of(c);
+    if (fmt != STREAM_NONE)
+        return execute_stream(srv, c, rc, run, in.id, fmt, timeout_ms, len);
+    return execute_sync(srv, c, rc, run, in.id, timeout_ms, len);
+}
+
+/* /contexts/{id}[/{action}] */
+enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    const char *rest = rc->url + strlen("/contexts/");
+    size_t idlen = strcspn(rest, "/");
+    const char *action = rest[idlen] ? rest + idlen + 1 : "";
+    bool get = strcmp(rc->method, "GET") == 0;
+    bool post = strcmp(rc->method, "POST") == 0;
+    bool del = strcmp(rc->method, "DELETE") == 0;
+    if (idlen == 0 && !*action) {
+        if (get)
+            return list(c);
+        if (post)
+            return create(srv, c, rc);
+        return reply_method_not_allowed(c, HTTP_GET | HTTP_POST);
+    }
+    char id[32];
+    if (idlen == 0 || idlen >= sizeof(id))
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no context '%.64s'", rest);
+    memcpy(id, rest, idlen);
+    id[idlen] = '\0';
+    unsigned allowed;
+    if (!*action)
+        allowed = HTTP_GET | HTTP_DELETE;
+    else if (strcmp(action, "execute") == 0 || strcmp(action, "restart") == 0 ||
+             strcmp(action, "interrupt") == 0)
+        allowed = HTTP_POST;
+    else
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
+                           "no route for %.100s (known: execute, restart, interrupt)", rc->url);
+    if (!((get && (allowed & HTTP_GET)) || (post && (allowed & HTTP_POST)) ||
+          (del && (allowed & HTTP_DELETE))))
+        return reply_method_not_allowed(c, allowed);
+    struct ctx *x = ctx_get(id);
+    if (!x)
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
+                           "no context '%s' (unknown, deleted, or shut down after "
+                           "--context-idle-s)",
+                           id);
+    enum MHD_Result ret;
+    if (!*action && get) {
+        ret = reply_context(c, MHD_HTTP_OK, x);
+    } else if (!*action) {
+        ctx_delete(x);
+        LOG_EVENT("info", "context", LOG_S("id", id), LOG_S("action", "deleted"),
+                  LOG_S("client", rc->client));
+        ret = reply_context(c, MHD_HTTP_OK, x);
+    } else if (strcmp(action, "execute") == 0) {
+        ret = execute(srv, c, rc, x);
+    } else if (strcmp(action, "restart") == 0) {
+        struct sbxd_err err = {0};
+        if (ctx_restart(x, &err) < 0) {
+            ret = reply_err(c, &err);
+        } else {
+            LOG_EVENT("info", "context", LOG_S("id", id), LOG_S("action", "restarted"),
+                      LOG_S("client", rc->client));
+            ret = reply_context(c, MHD_HTTP_OK, x);
+        }
+    } else {
+        bool was = ctx_interrupt(x);
+        struct jsonw w;
+        jw_init(&w, 96);
+        jw_obj_begin(&w);
+        jw_key(&w, "id");
+        jw_str(&w, id);
+        jw_key(&w, "interrupted");
+        jw_bool(&w, was);
+        jw_obj_end(&w);
+        ret = reply_jsonw(c, MHD_HTTP_OK, &w);
+    }
+    ctx_put(x);
+    return ret;
+}
