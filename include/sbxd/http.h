@@ -215,6 +215,26 @@ static inline bool events_pending(const struct events *e)
 }
 /* Copy up to max bytes of the pending event out. */
 size_t events_take(struct events *e, char *out, size_t max);
+
+/*
+ * A content reader's body: fills out (max bytes: libmicrohttpd's free buffer) with as many
+ * events as are ready and fit, asking next(cls, ready) for each: false when the stream is
+ * over; with ready, only what is there at once (nothing pending when there is nothing new).
+ * A fast producer goes out in large chunks, one send for many events, while the first event
+ * after a pause still goes out alone and at once; below `room` bytes left the chunk goes as
+ * it is. Returns the bytes, or MHD_CONTENT_READER_END_OF_STREAM.
+ */
+/* Answer 200 with a stream of events that read(cls) produces; done(cls) at its end, or at
+ * once when the answer cannot be made. */
+enum MHD_Result events_reply(struct MHD_Connection *c, enum stream_format fmt,
+                             MHD_ContentReaderCallback read, void *cls,
+                             MHD_ContentReaderFreeCallback done);
+
+/* Below this much room left in libmicrohttpd's buffer, a chunk goes out as it is rather than
+ * wait for another event (one from a 64 KiB read is at least that large). */
+#define EVENTS_BATCH_ROOM 16384
+ssize_t events_fill(struct events *e, bool (*next)(void *cls, bool ready), void *cls, char *out,
+                    size_t max, size_t room);
 /* A chunked response fed by read, with the event stream's headers. */
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
                                      void *cls, MHD_ContentReaderFreeCallback done);
@@ -224,6 +244,27 @@ bool json_content_type(const char *ct);
 
 /* A small JSON body (application/json, UTF-8): an object of known keys only, each once. NULL
  * after replying with the error (*ret). The caller frees the object. */
+/* HTTP_GET for "GET" and so on; 0 for another method. */
+unsigned http_method_bit(const char *method);
+
+/* A route of items, PREFIX/{id}[/{action}]: what rc->url names below prefix ("/processes"). */
+struct item_url {
+    char id[32];        /* "" for the collection itself */
+    const char *action; /* "" for the item itself */
+};
+
+/* Parse rc->url into u; false after replying (*ret) 404 for an id that is empty or too long
+ * ("no WHAT '...'"). */
+bool http_item_url(struct MHD_Connection *c, const struct req_ctx *rc, const char *prefix,
+                   const char *what, struct item_url *u, enum MHD_Result *ret);
+
+/* Whether rc's method is among allowed (HTTP_* bits); else false after replying (*ret) 405. */
+bool http_method_in(struct MHD_Connection *c, const struct req_ctx *rc, unsigned allowed,
+                    enum MHD_Result *ret);
+
+/* "key": the time as RFC 3339 in UTC with milliseconds, or null for 0. */
+void reply_time_field(struct jsonw *w, const char *key, int64_t real_ns);
+
 cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
                         enum MHD_Result *ret);
 

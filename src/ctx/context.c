@@ -279,6 +279,19 @@ static void finish(struct ctx_run *r, enum ctx_status status, const char *why)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* The run's shell is gone (why): the context is dead if it was still its shell, and the run
+ * ends as died. */
+static void run_died(struct ctx_run *r, const char *why)
+{
+    struct ctx *c = r->c;
+    pthread_mutex_lock(&c->lock);
+    if (c->shell == r->shell)
+        mark_dead(c, why);
+    pthread_mutex_unlock(&c->lock);
+    r->res.exit_code = -1;
+    finish(r, CTX_DIED, why);
+}
+
 static int start_shell(struct ctx *c, struct sbxd_err *err);
 
 /* The shell did not come back from the interrupt: a new one in its place (if it is still the
@@ -317,7 +330,6 @@ static void restart_for(struct ctx_run *r)
 
 int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n)
 {
-    struct ctx *c = r->c;
     int64_t until = wait_ms < 0 ? 0 : time_mono_ns() + (int64_t)wait_ms * 1000000;
     for (;;) {
         if (r->over)
@@ -355,12 +367,7 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
         if (rr == BG_READ_END) {
             char why[320];
             ended_reason(r->shell, why, sizeof(why));
-            pthread_mutex_lock(&c->lock);
-            if (c->shell == r->shell)
-                mark_dead(c, why);
-            pthread_mutex_unlock(&c->lock);
-            r->res.exit_code = -1;
-            finish(r, CTX_DIED, why);
+            run_died(r, why);
             return -1;
         }
         if (rr == BG_READ_DATA) {
@@ -493,12 +500,7 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
         memset(err, 0, sizeof(*err));
         if (bg_ended(r->shell))
             ended_reason(r->shell, why, sizeof(why));
-        pthread_mutex_lock(&c->lock);
-        if (c->shell == r->shell)
-            mark_dead(c, why);
-        pthread_mutex_unlock(&c->lock);
-        r->res.exit_code = -1;
-        finish(r, CTX_DIED, why);
+        run_died(r, why);
     }
     return r;
 }

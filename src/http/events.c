@@ -78,3 +78,34 @@ struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCa
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     return r;
 }
+
+ssize_t events_fill(struct events *e, bool (*next)(void *cls, bool ready), void *cls, char *out,
+                    size_t max, size_t room)
+{
+    size_t n = 0;
+    for (;;) {
+        while (!events_pending(e)) {
+            if (!next(cls, n > 0))
+                return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+            if (n > 0 && !events_pending(e))
+                return (ssize_t)n; /* nothing more at once */
+        }
+        n += events_take(e, out + n, max - n);
+        if (events_pending(e) || max - n < room)
+            return (ssize_t)n;
+    }
+}
+
+enum MHD_Result events_reply(struct MHD_Connection *c, enum stream_format fmt,
+                             MHD_ContentReaderCallback read, void *cls,
+                             MHD_ContentReaderFreeCallback done)
+{
+    struct MHD_Response *r = events_response(fmt, read, cls, done);
+    if (!r) {
+        done(cls);
+        return MHD_NO;
+    }
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}

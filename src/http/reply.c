@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sbxd/http.h"
+#include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
@@ -206,4 +207,44 @@ cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char
         }
     }
     return o;
+}
+
+void reply_time_field(struct jsonw *w, const char *key, int64_t real_ns)
+{
+    jw_key(w, key);
+    if (!real_ns) {
+        jw_null(w);
+        return;
+    }
+    char when[40];
+    time_rfc3339(real_ns, when, sizeof(when));
+    jw_str(w, when);
+}
+
+bool http_item_url(struct MHD_Connection *c, const struct req_ctx *rc, const char *prefix,
+                   const char *what, struct item_url *u, enum MHD_Result *ret)
+{
+    size_t pl = strlen(prefix);
+    const char *rest = rc->url + pl + (rc->url[pl] == '/');
+    size_t idlen = strcspn(rest, "/");
+    u->action = rest[idlen] ? rest + idlen + 1 : "";
+    u->id[0] = '\0';
+    if (idlen == 0 && !*u->action)
+        return true; /* the collection */
+    if (idlen == 0 || idlen >= sizeof(u->id)) {
+        *ret = reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no %s '%.64s'", what, rest);
+        return false;
+    }
+    memcpy(u->id, rest, idlen);
+    u->id[idlen] = '\0';
+    return true;
+}
+
+bool http_method_in(struct MHD_Connection *c, const struct req_ctx *rc, unsigned allowed,
+                    enum MHD_Result *ret)
+{
+    if (http_method_bit(rc->method) & allowed)
+        return true;
+    *ret = reply_method_not_allowed(c, allowed);
+    return false;
 }

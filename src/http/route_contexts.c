@@ -19,18 +19,6 @@ static const char *state_name(enum ctx_state s)
     return s == CTX_IDLE ? "idle" : s == CTX_BUSY ? "busy" : "dead";
 }
 
-static void write_time(struct jsonw *w, const char *key, int64_t real_ns)
-{
-    jw_key(w, key);
-    if (!real_ns) {
-        jw_null(w);
-        return;
-    }
-    char when[40];
-    time_rfc3339(real_ns, when, sizeof(when));
-    jw_str(w, when);
-}
-
 /* The context object of docs/api.md. */
 static void write_context(struct jsonw *w, const struct ctx_info *in)
 {
@@ -52,8 +40,8 @@ static void write_context(struct jsonw *w, const struct ctx_info *in)
     jw_str(w, state_name(in->state));
     jw_key(w, "execution_count");
     jw_uint(w, in->execution_count);
-    write_time(w, "created_at", in->created_real_ns);
-    write_time(w, "last_used_at", in->last_used_real_ns);
+    reply_time_field(w, "created_at", in->created_real_ns);
+    reply_time_field(w, "last_used_at", in->last_used_real_ns);
     if (in->state == CTX_DEAD) {
         jw_key(w, "dead_reason");
         jw_str(w, in->dead_reason);
@@ -297,8 +285,9 @@ static void stream_output(struct ctx_stream *s, int st, const uint8_t *data, siz
     s->offset[st] += send;
 }
 
-static bool stream_next(struct ctx_stream *s, bool ready)
+static bool stream_next(void *cls, bool ready)
 {
+    struct ctx_stream *s = cls;
     struct jsonw *w = &s->ev.pending;
     if (!s->started) {
         s->started = true;
@@ -358,18 +347,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct ctx_stream *s = cls;
-    size_t n = 0;
-    for (;;) {
-        while (!events_pending(&s->ev)) {
-            if (!stream_next(s, n > 0))
-                return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
-            if (n > 0 && !events_pending(&s->ev))
-                return (ssize_t)n;
-        }
-        n += events_take(&s->ev, out + n, max - n);
-        if (events_pending(&s->ev) || max - n < 4096)
-            return (ssize_t)n;
-    }
+    return events_fill(&s->ev, stream_next, s, out, max, EVENTS_BATCH_ROOM);
 }
 
 static void stream_free(void *cls)
@@ -396,14 +374,7 @@ static enum MHD_Result execute_stream(struct server *srv, struct MHD_Connection 
     s->timeout_ms = timeout_ms;
     s->code_len = code_len;
     events_init(&s->ev, fmt);
-    struct MHD_Response *r = events_response(fmt, stream_read, s, stream_free);
-    if (!r) {
-        stream_free(s);
-        return MHD_NO;
-    }
-    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
-    MHD_destroy_response(r);
-    return ret;
+    return events_reply(c, fmt, stream_read, s, stream_free);
 }
 
 static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
@@ -456,24 +427,14 @@ static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, str
 /* /contexts/{id}[/{action}] */
 enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    const char *rest = rc->url + strlen("/contexts/");
-    size_t idlen = strcspn(rest, "/");
-    const char *action = rest[idlen] ? rest + idlen + 1 : "";
+    struct item_url u;
+    enum MHD_Result ret;
+    if (!http_item_url(c, rc, "/contexts", "context", &u, &ret))
+        return ret;
+    const char *id = u.id, *action = u.action;
     bool get = strcmp(rc->method, "GET") == 0;
-    bool post = strcmp(rc->method, "POST") == 0;
-    bool del = strcmp(rc->method, "DELETE") == 0;
-    if (idlen == 0 && !*action) {
-        if (get)
-            return list(c);
-        if (post)
-            return create(srv, c, rc);
-        return reply_method_not_allowed(c, HTTP_GET | HTTP_POST);
-    }
-    char id[32];
-    if (idlen == 0 || idlen >= sizeof(id))
-        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no context '%.64s'", rest);
-    memcpy(id, rest, idlen);
-    id[idlen] = '\0';
+    if (!id[0])
+        return http_method_in(c, rc, HTTP_GET | HTTP_POST, &ret) ? route_contexts(srv, c, rc) : ret;
     unsigned allowed;
     if (!*action)
         allowed = HTTP_GET | HTTP_DELETE;
@@ -483,16 +444,14 @@ enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, stru
     else
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "no route for %.100s (known: execute, restart, interrupt)", rc->url);
-    if (!((get && (allowed & HTTP_GET)) || (post && (allowed & HTTP_POST)) ||
-          (del && (allowed & HTTP_DELETE))))
-        return reply_method_not_allowed(c, allowed);
+    if (!http_method_in(c, rc, allowed, &ret))
+        return ret;
     struct ctx *x = ctx_get(id);
     if (!x)
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "no context '%s' (unknown, deleted, or shut down after "
                            "--context-idle-s)",
                            id);
-    enum MHD_Result ret;
     if (!*action && get) {
         ret = reply_context(c, MHD_HTTP_OK, x);
     } else if (!*action) {

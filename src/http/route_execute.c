@@ -84,8 +84,9 @@ static void output_event(struct exec_stream *s, int stream, const uint8_t *data,
 
 /* The next event into s->pending; false when the stream is over. With `ready`, only what
  * is there at once: nothing pending (and no heartbeat) when the command has nothing new. */
-static bool next_event(struct exec_stream *s, bool ready)
+static bool next_event(void *cls, bool ready)
 {
+    struct exec_stream *s = cls;
     if (!s->started) {
         s->started = true;
         event_begin(&s->ev, "start");
@@ -133,29 +134,13 @@ static bool next_event(struct exec_stream *s, bool ready)
     }
 }
 
-/* Below this much room left in libmicrohttpd's buffer, a chunk goes out as it is rather than
- * wait for another event (one from a 64 KiB read is at least that large). */
-#define STREAM_BATCH_ROOM 16384
-
 /* libmicrohttpd's buffer (out, max: the connection's free memory, about 256 KiB) takes as
- * many events as are ready and fit: a command that writes fast is sent in large chunks, one
- * send for many events, while the first event of a pause still goes out alone and at once. */
+ * many events as are ready and fit (events_fill). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
     (void)pos;
     struct exec_stream *s = cls;
-    size_t n = 0;
-    for (;;) {
-        while (!events_pending(&s->ev)) {
-            if (!next_event(s, n > 0))
-                return n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
-            if (n > 0 && !events_pending(&s->ev))
-                return (ssize_t)n; /* nothing more at once */
-        }
-        n += events_take(&s->ev, out + n, max - n);
-        if (events_pending(&s->ev) || max - n < STREAM_BATCH_ROOM)
-            return (ssize_t)n;
-    }
+    return events_fill(&s->ev, next_event, s, out, max, EVENTS_BATCH_ROOM);
 }
 
 static void stream_free(void *cls)
@@ -185,14 +170,7 @@ static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c
     s->queued_ms = queued_ms;
     snprintf(s->client, sizeof(s->client), "%s", rc->client);
     events_init(&s->ev, fmt);
-    struct MHD_Response *r = events_response(fmt, stream_read, s, stream_free);
-    if (!r) {
-        stream_free(s);
-        return MHD_NO;
-    }
-    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
-    MHD_destroy_response(r);
-    return ret;
+    return events_reply(c, fmt, stream_read, s, stream_free);
 }
 
 /* A body of "command" alone is the legacy python-runtime shape (every agent-sandbox SDK

@@ -14,18 +14,6 @@
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-static void write_time(struct jsonw *w, const char *key, int64_t real_ns)
-{
-    jw_key(w, key);
-    if (!real_ns) {
-        jw_null(w);
-        return;
-    }
-    char when[40];
-    time_rfc3339(real_ns, when, sizeof(when));
-    jw_str(w, when);
-}
-
 /* The process object of docs/api.md. */
 static void write_process(struct jsonw *w, struct bg_proc *p, const struct bg_info *in,
                           const char *type)
@@ -83,8 +71,8 @@ static void write_process(struct jsonw *w, struct bg_proc *p, const struct bg_in
     } else {
         jw_null(w);
     }
-    write_time(w, "started_at", in->started_real_ns);
-    write_time(w, "finished_at", in->finished ? in->finished_real_ns : 0);
+    reply_time_field(w, "started_at", in->started_real_ns);
+    reply_time_field(w, "finished_at", in->finished ? in->finished_real_ns : 0);
     jw_key(w, "stdin_open");
     jw_bool(w, in->stdin_open);
     jw_key(w, "output_start");
@@ -346,14 +334,7 @@ static enum MHD_Result output(struct server *srv, struct MHD_Connection *c, stru
     s->utf8 = utf8;
     events_init(&s->ev, fmt);
     __atomic_add_fetch(&srv->streams, 1, __ATOMIC_ACQ_REL); /* until out_free */
-    struct MHD_Response *r = events_response(fmt, out_read, s, out_free);
-    if (!r) {
-        out_free(s);
-        return MHD_NO;
-    }
-    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
-    MHD_destroy_response(r);
-    return ret;
+    return events_reply(c, fmt, out_read, s, out_free);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -479,22 +460,14 @@ static enum MHD_Result resize(struct MHD_Connection *c, struct req_ctx *rc, stru
 /* /processes/{id}[/{action}] */
 enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    const char *rest = rc->url + strlen("/processes/");
-    size_t idlen = strcspn(rest, "/");
-    const char *action = rest[idlen] ? rest + idlen + 1 : "";
+    struct item_url u;
+    enum MHD_Result ret;
+    if (!http_item_url(c, rc, "/processes", "process", &u, &ret))
+        return ret;
+    const char *id = u.id, *action = u.action;
     bool get = strcmp(rc->method, "GET") == 0;
-    bool post = strcmp(rc->method, "POST") == 0;
-    bool del = strcmp(rc->method, "DELETE") == 0;
-    if (idlen == 0 && !*action) {
-        if (!get)
-            return reply_method_not_allowed(c, HTTP_GET);
-        return list(c);
-    }
-    char id[32];
-    if (idlen == 0 || idlen >= sizeof(id))
-        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no process '%.64s'", rest);
-    memcpy(id, rest, idlen);
-    id[idlen] = '\0';
+    if (!id[0])
+        return http_method_in(c, rc, HTTP_GET, &ret) ? list(c) : ret;
     unsigned allowed;
     if (!*action)
         allowed = HTTP_GET | HTTP_DELETE;
@@ -506,14 +479,12 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
     else
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "no route for %.100s (known: output, stdin, signal, resize)", rc->url);
-    if (!((get && (allowed & HTTP_GET)) || (post && (allowed & HTTP_POST)) ||
-          (del && (allowed & HTTP_DELETE))))
-        return reply_method_not_allowed(c, allowed);
+    if (!http_method_in(c, rc, allowed, &ret))
+        return ret;
     struct bg_proc *p = bg_get(id);
     if (!p)
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "no process '%s' (unknown, or forgotten after its retention)", id);
-    enum MHD_Result ret;
     struct bg_info in;
     if (!*action && get) {
         bg_info(p, &in);

@@ -209,7 +209,7 @@ static const char *malformed(struct MHD_Connection *c, const char *url, const ch
     return NULL;
 }
 
-static unsigned method_bit(const char *m)
+unsigned http_method_bit(const char *m)
 {
     if (strcmp(m, "GET") == 0)
         return HTTP_GET;
@@ -274,7 +274,7 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
                                      struct req_ctx *rc, const char *method)
 {
     const struct route *rt = rc->route;
-    unsigned m = method_bit(method);
+    unsigned m = http_method_bit(method);
     if (!(rt->methods & m)) {
         rc->replied = true;
         return reply_method_not_allowed(c, rt->methods);

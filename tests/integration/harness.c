@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -911,15 +912,20 @@ int sbxd_run(const char *const *args, const char *const *env, char *out, size_t 
 
 int raw_execute(const struct daemon *d, const char *accept, const char *body)
 {
+    return raw_post(d, "/execute", accept, body);
+}
+
+int raw_post(const struct daemon *d, const char *path, const char *accept, const char *body)
+{
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
     char req[2048];
     int n = snprintf(req, sizeof(req),
-                     "POST /execute HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
+                     "POST %s HTTP/1.1\r\nHost: x\r\n%s%s%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     accept ? "Accept: " : "", accept ? accept : "", accept ? "\r\n" : "",
+                     path, accept ? "Accept: " : "", accept ? accept : "", accept ? "\r\n" : "",
                      strlen(body), body);
     ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
     return s;
@@ -939,4 +945,16 @@ char *read_until_close(int s, size_t *len)
     if (len)
         *len = n;
     return raw;
+}
+
+void http_reqf(const struct daemon *d, struct http_resp *r, const char *method, const char *body,
+               const char *fmt, ...)
+{
+    char path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    int rc = http_request(d, method, path, NULL, body, body ? strlen(body) : 0, 60000, r);
+    ck_assert_msg(rc == 0, "%s %s: transfer failed", method, path);
 }

@@ -82,6 +82,12 @@ int http_request(const struct daemon *d, const char *method, const char *path, c
                  const char *body, size_t body_len, long timeout_ms, struct http_resp *r);
 void http_resp_free(struct http_resp *r);
 
+/* One request whose path is printf-formatted (a JSON body or none, 60 s at most); asserts
+ * that the transfer itself worked. */
+__attribute__((format(printf, 5, 6))) void http_reqf(const struct daemon *d, struct http_resp *r,
+                                                     const char *method, const char *body,
+                                                     const char *fmt, ...);
+
 /* POST /execute with a JSON body; asserts 200 and a JSON object; returns the parsed result
  * (caller frees with cJSON_Delete). */
 cJSON *execute(const struct daemon *d, const char *json);
@@ -153,8 +159,9 @@ bool daemon_may_lower_oom_score(const struct daemon *d);
 void rss_sampling_start(const struct daemon *d);
 long rss_sampling_stop(long *base_kb);
 
-/* POST /execute with body on a raw connection (with "Accept: accept" unless NULL,
- * Connection: close); returns the socket. */
+/* POST path with a JSON body on a raw connection (with "Accept: accept" unless NULL,
+ * Connection: close); returns the socket. raw_execute: to /execute. */
+int raw_post(const struct daemon *d, const char *path, const char *accept, const char *body);
 int raw_execute(const struct daemon *d, const char *accept, const char *body);
 /* Everything until the peer closes s (head and chunk framing included), NUL-terminated;
  * *len (unless NULL) its length. malloc'd. */

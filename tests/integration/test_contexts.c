@@ -1,5 +1,4 @@
 /* /contexts: persistent shell sessions, their executions, interrupts, limits and ends. */
-#include <arpa/inet.h>
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,25 +10,11 @@
 #include "harness.h"
 #include "suites.h"
 
-/* A request whose path is printf-formatted; asserts the transfer itself worked. */
-__attribute__((format(printf, 5, 6))) static void req(const struct daemon *d, struct http_resp *r,
-                                                      const char *method, const char *body,
-                                                      const char *fmt, ...)
-{
-    char path[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(path, sizeof(path), fmt, ap);
-    va_end(ap);
-    int rc = http_request(d, method, path, NULL, body, body ? strlen(body) : 0, 60000, r);
-    ck_assert_msg(rc == 0, "%s %s: transfer failed", method, path);
-}
-
 /* POST /contexts: asserts 201 and returns the id. */
 static void ctx_new(const struct daemon *d, const char *body, char *id, size_t idlen)
 {
     struct http_resp r;
-    req(d, &r, "POST", body, "/contexts");
+    http_reqf(d, &r, "POST", body, "/contexts");
     ck_assert_msg(r.status == 201, "status %ld for %s: %s", r.status, body, r.body);
     snprintf(id, idlen, "%s", jstr(r.json, "id"));
     ck_assert_msg(id[0] && jnum(r.json, "pid") > 0, "%s", r.body);
@@ -50,7 +35,7 @@ static cJSON *run(const struct daemon *d, const char *id, const char *code_json,
     else
         snprintf(body, sizeof(body), "{\"code\":%s}", code_json);
     struct http_resp r;
-    req(d, &r, "POST", body, "/contexts/%s/execute", id);
+    http_reqf(d, &r, "POST", body, "/contexts/%s/execute", id);
     ck_assert_msg(r.status == 200 && cJSON_IsObject(r.json), "status %ld: %s", r.status, r.body);
     ck_assert_msg(!memchr(r.body, 0x1e, r.len) && !strstr(r.body, "\\u001e") &&
                       !strstr(r.body, "__sbxd"),
@@ -64,7 +49,7 @@ static cJSON *run(const struct daemon *d, const char *id, const char *code_json,
 static void ctx_delete_ok(const struct daemon *d, const char *id)
 {
     struct http_resp r;
-    req(d, &r, "DELETE", NULL, "/contexts/%s", id);
+    http_reqf(d, &r, "DELETE", NULL, "/contexts/%s", id);
     ck_assert_msg(r.status == 200, "status %ld: %s", r.status, r.body);
     ck_assert_str_eq(jstr(r.json, "state"), "dead");
     http_resp_free(&r);
@@ -168,25 +153,17 @@ START_TEST(interrupt_stops_the_running_code)
     char id[64];
     ctx_new(&g_sbxd, "{}", id, sizeof(id));
     struct http_resp r;
-    req(&g_sbxd, &r, "POST", NULL, "/contexts/%s/interrupt", id);
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/interrupt", id);
     ck_assert_int_eq(r.status, 200);
     ck_assert(!jbool(r.json, "interrupted")); /* nothing ran */
     http_resp_free(&r);
     /* The execution on a connection of its own; the interrupt on another. */
-    char body[256], head[512];
-    snprintf(body, sizeof(body), "{\"code\":\"sleep 33.25; echo after\"}");
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_sbxd.port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    int n = snprintf(head, sizeof(head),
-                     "POST /contexts/%s/execute HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     id, strlen(body), body);
-    ck_assert_int_eq(send(s, head, (size_t)n, 0), n);
+    char path[128];
+    snprintf(path, sizeof(path), "/contexts/%s/execute", id);
+    int s = raw_post(&g_sbxd, path, NULL, "{\"code\":\"sleep 33.25; echo after\"}");
     for (int i = 0; i < 100 && daemon_procs_with(&g_sbxd, "sleep 33.25") < 1; i++)
         usleep(20000);
-    req(&g_sbxd, &r, "POST", NULL, "/contexts/%s/interrupt", id);
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/interrupt", id);
     ck_assert_int_eq(r.status, 200);
     ck_assert(jbool(r.json, "interrupted"));
     http_resp_free(&r);
@@ -209,16 +186,16 @@ START_TEST(exit_ends_the_context_and_restart_brings_it_back)
     ck_assert_ptr_nonnull(strstr(jstr(cJSON_GetObjectItem(o, "error"), "value"), "status 3"));
     cJSON_Delete(o);
     struct http_resp r;
-    req(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(jstr(r.json, "state"), "dead");
     ck_assert(jnull(r.json, "pid"));
     ck_assert_ptr_nonnull(strstr(jstr(r.json, "dead_reason"), "exited with status 3"));
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"code\":\"echo x\"}", "/contexts/%s/execute", id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"echo x\"}", "/contexts/%s/execute", id);
     assert_error(&r, 409, "CONFLICT");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", NULL, "/contexts/%s/restart", id);
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/restart", id);
     ck_assert_msg(r.status == 200, "%s", r.body);
     ck_assert_str_eq(jstr(r.json, "state"), "idle");
     ck_assert_int_eq((int)jnum(r.json, "execution_count"), 0);
@@ -259,10 +236,10 @@ START_TEST(contexts_are_contained_and_apart)
     cJSON_Delete(o);
     /* Not one of /processes. */
     struct http_resp r;
-    req(&g_sbxd, &r, "GET", NULL, "/processes");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/processes");
     ck_assert_ptr_null(strstr(r.body, "--noediting"));
     http_resp_free(&r);
-    req(&g_sbxd, &r, "GET", NULL, "/contexts");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts");
     ck_assert_msg(strstr(r.body, a) && strstr(r.body, b), "%s", r.body);
     http_resp_free(&r);
     /* What a context leaves running goes with it. */
@@ -274,7 +251,7 @@ START_TEST(contexts_are_contained_and_apart)
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 34.25", 3000), 0);
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 35.25", 3000), 0);
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "--noediting", 3000), 0);
-    req(&g_sbxd, &r, "GET", NULL, "/contexts/%s", a);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", a);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
 }
@@ -285,20 +262,11 @@ START_TEST(streamed_execution_is_live)
 {
     char id[64];
     ctx_new(&g_sbxd, "{}", id, sizeof(id));
-    const char *body =
-        "{\"code\":\"echo first; sleep 1; echo second; echo e >&2; exit_is_not; true\"}";
-    char head[512];
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_sbxd.port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    int n = snprintf(head, sizeof(head),
-                     "POST /contexts/%s/execute HTTP/1.1\r\nHost: x\r\nAccept: "
-                     "application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: "
-                     "%zu\r\nConnection: close\r\n\r\n%s",
-                     id, strlen(body), body);
+    char path[128];
+    snprintf(path, sizeof(path), "/contexts/%s/execute", id);
     double t0 = now_ms();
-    ck_assert_int_eq(send(s, head, (size_t)n, 0), n);
+    int s = raw_post(&g_sbxd, path, "application/x-ndjson",
+                     "{\"code\":\"echo first; sleep 1; echo second; echo e >&2; true\"}");
     char got[16384];
     size_t have = 0;
     double first_at = 0;
@@ -326,39 +294,40 @@ END_TEST
 START_TEST(bad_requests)
 {
     struct http_resp r;
-    req(&g_sbxd, &r, "POST", "{\"language\":\"python\"}", "/contexts");
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"python\"}", "/contexts");
     assert_error(&r, 400, "INVALID_ARGUMENT");
     ck_assert_ptr_nonnull(strstr(r.body, "language"));
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"bogus\":1}", "/contexts");
+    http_reqf(&g_sbxd, &r, "POST", "{\"bogus\":1}", "/contexts");
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"cwd\":\"../out\"}", "/contexts");
+    http_reqf(&g_sbxd, &r, "POST", "{\"cwd\":\"../out\"}", "/contexts");
     ck_assert_int_ge(r.status, 400);
     ck_assert_int_lt(r.status, 500);
     http_resp_free(&r);
-    req(&g_sbxd, &r, "GET", NULL, "/contexts/nope");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/nope");
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
     char id[64];
     ctx_new(&g_sbxd, "{}", id, sizeof(id));
-    req(&g_sbxd, &r, "POST", "{}", "/contexts/%s/execute", id);
+    http_reqf(&g_sbxd, &r, "POST", "{}", "/contexts/%s/execute", id);
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"code\":\"a\\u0000b\"}", "/contexts/%s/execute", id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"a\\u0000b\"}", "/contexts/%s/execute", id);
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"code\":\"true\",\"timeout_ms\":0}", "/contexts/%s/execute", id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"true\",\"timeout_ms\":0}", "/contexts/%s/execute",
+              id);
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", NULL, "/contexts/%s/nothing", id);
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/nothing", id);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "GET", NULL, "/contexts/%s/execute", id);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s/execute", id);
     ck_assert_int_eq(r.status, 405);
     http_resp_free(&r);
     ctx_delete_ok(&g_sbxd, id);
-    req(&g_sbxd, &r, "DELETE", NULL, "/contexts/%s", id);
+    http_reqf(&g_sbxd, &r, "DELETE", NULL, "/contexts/%s", id);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
 }
@@ -373,7 +342,7 @@ START_TEST(max_contexts_and_idle_expiry)
     ctx_new(&d, "{}", a, sizeof(a));
     ctx_new(&d, "{}", b, sizeof(b));
     struct http_resp r;
-    req(&d, &r, "POST", "{}", "/contexts");
+    http_reqf(&d, &r, "POST", "{}", "/contexts");
     assert_error(&r, 429, "RESOURCE_EXHAUSTED");
     ck_assert_ptr_nonnull(strstr(r.body, "--max-contexts"));
     http_resp_free(&r);
@@ -382,7 +351,7 @@ START_TEST(max_contexts_and_idle_expiry)
     cJSON *o = run(&d, a, "\"true\"", 0);
     cJSON_Delete(o);
     usleep(1900 * 1000);
-    req(&d, &r, "GET", NULL, "/contexts/%s", b);
+    http_reqf(&d, &r, "GET", NULL, "/contexts/%s", b);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
     ck_assert_int_eq(daemon_wait_no_procs(&d, "--noediting", 3000), 0);

@@ -17,20 +17,6 @@
 #include "harness.h"
 #include "suites.h"
 
-/* A request whose path is printf-formatted; asserts the transfer itself worked. */
-__attribute__((format(printf, 5, 6))) static void req(const struct daemon *d, struct http_resp *r,
-                                                      const char *method, const char *body,
-                                                      const char *fmt, ...)
-{
-    char path[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(path, sizeof(path), fmt, ap);
-    va_end(ap);
-    int rc = http_request(d, method, path, NULL, body, body ? strlen(body) : 0, 30000, r);
-    ck_assert_msg(rc == 0, "%s %s: transfer failed", method, path);
-}
-
 struct bg {
     char id[64];
     long pid;
@@ -40,7 +26,7 @@ struct bg {
 static struct bg bg_start(const struct daemon *d, const char *body)
 {
     struct http_resp r;
-    req(d, &r, "POST", body, "/processes");
+    http_reqf(d, &r, "POST", body, "/processes");
     ck_assert_msg(r.status == 201, "status %ld for %s: %s", r.status, body, r.body);
     struct bg p = {.pid = (long)jnum(r.json, "pid")};
     snprintf(p.id, sizeof(p.id), "%s", jstr(r.json, "id"));
@@ -56,7 +42,7 @@ static struct bg bg_start(const struct daemon *d, const char *body)
 static cJSON *bg_get(const struct daemon *d, const char *id)
 {
     struct http_resp r;
-    req(d, &r, "GET", NULL, "/processes/%s", id);
+    http_reqf(d, &r, "GET", NULL, "/processes/%s", id);
     ck_assert_msg(r.status == 200 && cJSON_IsObject(r.json), "status %ld: %s", r.status, r.body);
     ck_assert_str_eq(jstr(r.json, "id"), id);
     cJSON *o = r.json;
@@ -69,7 +55,7 @@ static cJSON *bg_get(const struct daemon *d, const char *id)
 static bool bg_gone(const struct daemon *d, const char *id)
 {
     struct http_resp r;
-    req(d, &r, "GET", NULL, "/processes/%s", id);
+    http_reqf(d, &r, "GET", NULL, "/processes/%s", id);
     bool gone = r.status == 404;
     if (gone)
         assert_error(&r, 404, "NOT_FOUND");
@@ -118,7 +104,7 @@ static void bg_wait_output(const struct daemon *d, const char *id, uint64_t n, i
 static cJSON *bg_delete(const struct daemon *d, const char *id)
 {
     struct http_resp r;
-    req(d, &r, "DELETE", NULL, "/processes/%s", id);
+    http_reqf(d, &r, "DELETE", NULL, "/processes/%s", id);
     ck_assert_msg(r.status == 200 && cJSON_IsObject(r.json), "status %ld: %s", r.status, r.body);
     ck_assert_str_eq(jstr(r.json, "id"), id);
     ck_assert_str_ne(jstr(r.json, "status"), "running");
@@ -167,7 +153,7 @@ static void bg_signal(const struct daemon *d, const char *id, const char *name)
     snprintf(body, sizeof(body), "{\"signal\":\"%s\"}", name);
     snprintf(canon, sizeof(canon), "%s%s", strncmp(name, "SIG", 3) == 0 ? "" : "SIG", name);
     struct http_resp r;
-    req(d, &r, "POST", body, "/processes/%s/signal", id);
+    http_reqf(d, &r, "POST", body, "/processes/%s/signal", id);
     ck_assert_msg(r.status == 200, "%s: status %ld: %s", name, r.status, r.body);
     ck_assert_str_eq(jstr(r.json, "id"), id);
     /* The name as sent, or with its SIG prefix added. */
@@ -287,7 +273,8 @@ static void replay_free(struct replay *rp)
 static cJSON *bg_output(const struct daemon *d, const char *id, const char *query)
 {
     struct http_resp r;
-    req(d, &r, "GET", NULL, "/processes/%s/output%s%s", id, query ? "?" : "", query ? query : "");
+    http_reqf(d, &r, "GET", NULL, "/processes/%s/output%s%s", id, query ? "?" : "",
+              query ? query : "");
     ck_assert_msg(r.status == 200, "status %ld: %.300s", r.status, r.body);
     ck_assert_msg(strstr(r.headers, "Content-Type: application/x-ndjson"), "%s", r.headers);
     ck_assert_msg(r.len > 0 && r.body[r.len - 1] == '\n', "%.300s", r.body);
@@ -558,7 +545,7 @@ START_TEST(start_status_list_and_delete)
     /* Listed, oldest first: the running one, and the one that ended. */
     cJSON_Delete(bg_wait_end(&g_sbxd, q.id, 5000));
     struct http_resp r;
-    req(&g_sbxd, &r, "GET", NULL, "/processes");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/processes");
     ck_assert_int_eq(r.status, 200);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(r.json, "processes");
     ck_assert(cJSON_IsArray(list));
@@ -587,10 +574,10 @@ START_TEST(start_status_list_and_delete)
     cJSON_Delete(o);
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 30.7101", (int)(2000 * SLOW)), 0);
     ck_assert(bg_gone(&g_sbxd, p.id));
-    req(&g_sbxd, &r, "GET", NULL, "/processes/%s/output", p.id);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/processes/%s/output", p.id);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
-    req(&g_sbxd, &r, "GET", NULL, "/processes");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/processes");
     ck_assert_ptr_null(strstr(r.body, p.id));
     http_resp_free(&r);
     bg_delete_expect(&g_sbxd, q.id, "exited");
@@ -696,7 +683,7 @@ START_TEST(replay_is_exact_and_resumes_anywhere)
     cJSON_Delete(all);
     free(bytes);
     bg_delete_expect(&g_sbxd, p.id, "exited");
-    req(&g_sbxd, &r, "DELETE", NULL, "/files/proc-replay.bin");
+    http_reqf(&g_sbxd, &r, "DELETE", NULL, "/files/proc-replay.bin");
     http_resp_free(&r);
 }
 END_TEST
@@ -950,7 +937,7 @@ START_TEST(signal_errors)
                                       "{\"signal\":\"SIGTERM\",\"x\":1}"};
     struct http_resp r;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        req(&g_sbxd, &r, "POST", bad[i], "/processes/%s/signal", p.id);
+        http_reqf(&g_sbxd, &r, "POST", bad[i], "/processes/%s/signal", p.id);
         ck_assert_msg(r.status == 400, "%s: %ld %s", bad[i], r.status, r.body);
         assert_error(&r, 400, "INVALID_ARGUMENT");
         http_resp_free(&r);
@@ -959,13 +946,13 @@ START_TEST(signal_errors)
     cJSON *o = bg_get(&g_sbxd, p.id);
     ck_assert_str_eq(jstr(o, "status"), "running");
     cJSON_Delete(o);
-    req(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal",
-        "000000000000000000000000");
+    http_reqf(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal",
+              "000000000000000000000000");
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
     bg_signal(&g_sbxd, p.id, "TERM");
     cJSON_Delete(bg_wait_end(&g_sbxd, p.id, 5000));
-    req(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal", p.id);
     assert_error(&r, 409, "CONFLICT");
     http_resp_free(&r);
     bg_delete_expect(&g_sbxd, p.id, "signaled");
@@ -994,7 +981,7 @@ START_TEST(a_signal_to_an_exited_process_is_409)
     for (int i = 0; i < 500 && proc_stat((pid_t)p.pid, &state, &ppid) && state != 'Z'; i++)
         usleep(10000);
     ck_assert_int_eq(state, 'Z');
-    req(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"signal\":\"SIGTERM\"}", "/processes/%s/signal", p.id);
     assert_error(&r, 409, "CONFLICT");
     ck_assert_msg(strstr(jstr(r.json, "message"), "exited"), "%s", r.body);
     http_resp_free(&r);
@@ -1067,12 +1054,12 @@ START_TEST(pty_resize)
     struct bg p = bg_start(&g_sbxd, "{\"command\":\"read x; stty size; read y; echo done\","
                                     "\"pty\":{\"cols\":80,\"rows\":24}}");
     struct http_resp r;
-    req(&g_sbxd, &r, "POST", "{\"cols\":120,\"rows\":40}", "/processes/%s/resize", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"cols\":120,\"rows\":40}", "/processes/%s/resize", p.id);
     ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
     ck_assert_int_eq((int)jnum(r.json, "cols"), 120);
     ck_assert_int_eq((int)jnum(r.json, "rows"), 40);
     http_resp_free(&r);
-    req(&g_sbxd, &r, "POST", "{\"cols\":0,\"rows\":40}", "/processes/%s/resize", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"cols\":0,\"rows\":40}", "/processes/%s/resize", p.id);
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
     cJSON *o = bg_get(&g_sbxd, p.id);
@@ -1095,14 +1082,14 @@ START_TEST(pty_resize)
     ck_assert_msg(strstr(t, "done"), "%s", t);
     free(t);
     /* Ended: no more resizing. */
-    req(&g_sbxd, &r, "POST", "{\"cols\":100,\"rows\":30}", "/processes/%s/resize", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"cols\":100,\"rows\":30}", "/processes/%s/resize", p.id);
     assert_error(&r, 409, "CONFLICT");
     http_resp_free(&r);
     bg_delete_expect(&g_sbxd, p.id, "exited");
 
     /* Without a pty there is nothing to resize. */
     p = bg_start(&g_sbxd, "{\"argv\":[\"sleep\",\"30.7707\"]}");
-    req(&g_sbxd, &r, "POST", "{\"cols\":120,\"rows\":40}", "/processes/%s/resize", p.id);
+    http_reqf(&g_sbxd, &r, "POST", "{\"cols\":120,\"rows\":40}", "/processes/%s/resize", p.id);
     assert_error(&r, 409, "CONFLICT");
     http_resp_free(&r);
     bg_delete_expect(&g_sbxd, p.id, "canceled");
@@ -1130,7 +1117,7 @@ START_TEST(max_processes_and_what_is_kept)
     struct bg a = bg_start(&d, "{\"argv\":[\"sleep\",\"30.7909\"]}");
     struct bg b = bg_start(&d, "{\"argv\":[\"sleep\",\"30.7909\"]}");
     struct http_resp r;
-    req(&d, &r, "POST", "{\"argv\":[\"sleep\",\"30.7909\"]}", "/processes");
+    http_reqf(&d, &r, "POST", "{\"argv\":[\"sleep\",\"30.7909\"]}", "/processes");
     assert_error(&r, 429, "RESOURCE_EXHAUSTED");
     http_resp_free(&r);
     /* Background processes do not count against --max-running. */
@@ -1158,7 +1145,7 @@ START_TEST(max_processes_and_what_is_kept)
     }
     ck_assert(!bg_gone(&d, e[1].id));
     ck_assert(!bg_gone(&d, e[2].id));
-    req(&d, &r, "GET", NULL, "/processes");
+    http_reqf(&d, &r, "GET", NULL, "/processes");
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(r.json, "processes");
     ck_assert_int_eq(cJSON_GetArraySize(list), 2);
     ck_assert_str_eq(jstr(cJSON_GetArrayItem(list, 0), "id"), e[1].id);
@@ -1192,10 +1179,10 @@ START_TEST(ended_processes_are_forgotten_after_retention)
     double t_gone = now_ms();
     ck_assert_msg(t_gone - t0 >= 950, "forgotten %.0f ms after its start", t_gone - t0);
     struct http_resp r;
-    req(&d, &r, "GET", NULL, "/processes/%s/output", p.id);
+    http_reqf(&d, &r, "GET", NULL, "/processes/%s/output", p.id);
     assert_error(&r, 404, "NOT_FOUND");
     http_resp_free(&r);
-    req(&d, &r, "GET", NULL, "/processes");
+    http_reqf(&d, &r, "GET", NULL, "/processes");
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r.json, "processes")), 0);
     http_resp_free(&r);
     ck_assert(daemon_stop_clean(&d, 10000));
@@ -1256,7 +1243,8 @@ static void ring_check(const struct daemon *d, const char *body, uint64_t total)
     cJSON_Delete(evs);
     /* Past the end. */
     struct http_resp r;
-    req(d, &r, "GET", NULL, "/processes/%s/output?since=%lu", p.id, (unsigned long)(total + 1));
+    http_reqf(d, &r, "GET", NULL, "/processes/%s/output?since=%lu", p.id,
+              (unsigned long)(total + 1));
     assert_error(&r, 416, "RANGE_NOT_SATISFIABLE");
     http_resp_free(&r);
     bg_delete_expect(d, p.id, "exited");
@@ -1306,7 +1294,7 @@ START_TEST(shutdown_ends_followers_with_exit_events)
     /* Draining: no new background process. */
     struct http_resp r;
     for (;;) {
-        req(&d, &r, "GET", NULL, "/healthz");
+        http_reqf(&d, &r, "GET", NULL, "/healthz");
         long st = r.status;
         http_resp_free(&r);
         if (st == 503)
@@ -1314,7 +1302,7 @@ START_TEST(shutdown_ends_followers_with_exit_events)
         ck_assert_msg(now_ms() - t0 < 1000, "not draining %.0f ms after SIGTERM", now_ms() - t0);
         usleep(10000);
     }
-    req(&d, &r, "POST", "{\"command\":\"true\"}", "/processes");
+    http_reqf(&d, &r, "POST", "{\"command\":\"true\"}", "/processes");
     assert_error(&r, 503, "UNAVAILABLE");
     http_resp_free(&r);
 
@@ -1359,34 +1347,35 @@ START_TEST(bad_requests)
     };
     struct http_resp r;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        req(&g_sbxd, &r, "POST", bad[i], "/processes");
+        http_reqf(&g_sbxd, &r, "POST", bad[i], "/processes");
         ck_assert_msg(r.status == 400, "%s: %ld %s", bad[i], r.status, r.body);
         assert_error(&r, 400, "INVALID_ARGUMENT");
         http_resp_free(&r);
     }
     /* A terminal is for background processes only. */
-    req(&g_sbxd, &r, "POST", "{\"command\":\"true\",\"pty\":{\"cols\":80,\"rows\":24}}",
-        "/execute");
+    http_reqf(&g_sbxd, &r, "POST", "{\"command\":\"true\",\"pty\":{\"cols\":80,\"rows\":24}}",
+              "/execute");
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
     /* Unknown ids, on every route. */
     static const char *const unknown[] = {"nonexistent", "000000000000000000000000"};
     for (size_t i = 0; i < 2; i++) {
         ck_assert(bg_gone(&g_sbxd, unknown[i]));
-        req(&g_sbxd, &r, "GET", NULL, "/processes/%s/output", unknown[i]);
+        http_reqf(&g_sbxd, &r, "GET", NULL, "/processes/%s/output", unknown[i]);
         assert_error(&r, 404, "NOT_FOUND");
         http_resp_free(&r);
-        req(&g_sbxd, &r, "DELETE", NULL, "/processes/%s", unknown[i]);
+        http_reqf(&g_sbxd, &r, "DELETE", NULL, "/processes/%s", unknown[i]);
         assert_error(&r, 404, "NOT_FOUND");
         http_resp_free(&r);
         bg_stdin(&g_sbxd, unknown[i], NULL, "x", &r);
         assert_error(&r, 404, "NOT_FOUND");
         http_resp_free(&r);
-        req(&g_sbxd, &r, "POST", "{\"cols\":80,\"rows\":24}", "/processes/%s/resize", unknown[i]);
+        http_reqf(&g_sbxd, &r, "POST", "{\"cols\":80,\"rows\":24}", "/processes/%s/resize",
+                  unknown[i]);
         assert_error(&r, 404, "NOT_FOUND");
         http_resp_free(&r);
     }
-    req(&g_sbxd, &r, "PUT", "{}", "/processes");
+    http_reqf(&g_sbxd, &r, "PUT", "{}", "/processes");
     assert_error(&r, 405, "METHOD_NOT_ALLOWED");
     ck_assert_msg(strstr(r.headers, "Allow: "), "%s", r.headers);
     http_resp_free(&r);
@@ -1394,13 +1383,13 @@ START_TEST(bad_requests)
     struct bg p = bg_start(&g_sbxd, "{\"argv\":[\"sleep\",\"30.7131\"]}");
     static const char *const badq[] = {"since=abc", "since=-1", "since=1x", "encoding=latin1"};
     for (size_t i = 0; i < sizeof(badq) / sizeof(badq[0]); i++) {
-        req(&g_sbxd, &r, "GET", NULL, "/processes/%s/output?%s", p.id, badq[i]);
+        http_reqf(&g_sbxd, &r, "GET", NULL, "/processes/%s/output?%s", p.id, badq[i]);
         ck_assert_msg(r.status == 400, "%s: %ld %s", badq[i], r.status, r.body);
         assert_error(&r, 400, "INVALID_ARGUMENT");
         http_resp_free(&r);
     }
     /* Past what it printed so far (nothing yet): 416, running or not. */
-    req(&g_sbxd, &r, "GET", NULL, "/processes/%s/output?since=1", p.id);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/processes/%s/output?since=1", p.id);
     assert_error(&r, 416, "RANGE_NOT_SATISFIABLE");
     http_resp_free(&r);
     bg_delete_expect(&g_sbxd, p.id, "canceled");
@@ -1550,7 +1539,7 @@ START_TEST(abandoned_stdin_writers_are_released)
 
     /* sbxd answers as before, and the process's stdin works once it reads. */
     struct http_resp r;
-    req(&g_sbxd, &r, "GET", NULL, "/healthz");
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/healthz");
     ck_assert_int_eq(r.status, 200);
     http_resp_free(&r);
     bg_signal(&g_sbxd, p.id, "SIGUSR1");
