@@ -67,7 +67,12 @@ struct ctx *ctx_create(const char *spec, size_t len, struct sbxd_err *err);
 
 /* The context of that id, with a reference; NULL when unknown or deleted. */
 struct ctx *ctx_get(const char *id);
+void ctx_ref(struct ctx *c);
 void ctx_put(struct ctx *c);
+
+/* The default context of `language` (for POST /run_code), with a reference: made on first
+ * use, and started again when it died. NULL with err as ctx_create's. */
+struct ctx *ctx_default(const char *language, struct sbxd_err *err);
 
 /* Every context, oldest first, each with a reference: an array to free. Returns how many. */
 size_t ctx_list(struct ctx ***out);

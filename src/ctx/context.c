@@ -53,6 +53,7 @@ static struct {
     struct exec_service *svc;
     struct ctx *head;
     unsigned alive;
+    char defaults[3][25]; /* the default context's id of each of ctx_languages ("" none) */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void ctx_init(const struct ctx_config *cfg, struct exec_service *svc)
@@ -365,6 +366,21 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
             continue;
         }
         if (rr == BG_READ_END) {
+            /* What was held back as a possible marker's start is output after all. */
+            for (int i = 1; i <= 2; i++)
+                if (r->sc[i].nheld && !r->sc[i].done) {
+                    memcpy(r->work, r->sc[i].held, r->sc[i].nheld);
+                    r->emit_len = r->sc[i].nheld;
+                    r->sc[i].nheld = 0;
+                    if (i == 1)
+                        r->res.stdout_bytes += r->emit_len;
+                    else
+                        r->res.stderr_bytes += r->emit_len;
+                    *stream = i;
+                    *data = r->work;
+                    *n = r->emit_len;
+                    return 1;
+                }
             char why[320];
             ended_reason(r->shell, why, sizeof(why));
             run_died(r, why);
@@ -735,6 +751,47 @@ struct ctx *ctx_get(const char *id)
         }
     pthread_mutex_unlock(&reg.lock);
     return found;
+}
+
+void ctx_ref(struct ctx *c)
+{
+    pthread_mutex_lock(&reg.lock);
+    c->refs++;
+    pthread_mutex_unlock(&reg.lock);
+}
+
+struct ctx *ctx_default(const char *language, struct sbxd_err *err)
+{
+    size_t k = 0;
+    while (ctx_languages[k] && strcmp(ctx_languages[k], language) != 0)
+        k++;
+    if (!ctx_languages[k]) {
+        sbxd_fail(err, SBXD_E_INVALID, 0,
+                  "'language' must be \"bash\" or \"sh\" (a persistent shell session); "
+                  "Jupyter kernels are not available in this sbxd yet");
+        return NULL;
+    }
+    static pthread_mutex_t made = PTHREAD_MUTEX_INITIALIZER; /* one made at a time */
+    pthread_mutex_lock(&made);
+    struct ctx *c = reg.defaults[k][0] ? ctx_get(reg.defaults[k]) : NULL;
+    if (!c) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "{\"language\":\"%s\"}", language);
+        c = ctx_create(spec, strlen(spec), err);
+        if (c)
+            snprintf(reg.defaults[k], sizeof(reg.defaults[k]), "%s", c->id);
+    }
+    pthread_mutex_unlock(&made);
+    if (!c)
+        return NULL;
+    pthread_mutex_lock(&c->lock);
+    bool dead = c->dead;
+    pthread_mutex_unlock(&c->lock);
+    if (dead && ctx_restart(c, err) < 0) {
+        ctx_put(c);
+        return NULL;
+    }
+    return c;
 }
 
 void ctx_put(struct ctx *c)

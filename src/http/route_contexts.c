@@ -377,14 +377,11 @@ static enum MHD_Result execute_stream(struct server *srv, struct MHD_Connection 
     return events_reply(c, fmt, stream_read, s, stream_free);
 }
 
-static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
-                               struct ctx *x)
+/* The code of o (a request's body, freed here) in context x (NULL: the default context of
+ * o's "language", made on first use). */
+static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c,
+                                    struct req_ctx *rc, struct ctx *x, cJSON *o)
 {
-    static const char *const keys[] = {"code", "timeout_ms", NULL};
-    enum MHD_Result ret;
-    cJSON *o = http_json_object(c, rc, keys, &ret);
-    if (!o)
-        return ret;
     const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "code");
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(o, "timeout_ms");
     uint64_t max = srv->cfg->max_timeout_ms;
@@ -410,11 +407,32 @@ static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, str
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "'code' must not contain NUL characters");
     }
+    struct sbxd_err err = {0};
+    if (!x) {
+        const cJSON *lang = cJSON_GetObjectItemCaseSensitive(o, "language");
+        if (!cJSON_IsString(lang)) {
+            cJSON_Delete(o);
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "give 'language' (\"bash\" or \"sh\": its default context, made "
+                               "on first use) or 'context' (the id of one)");
+        }
+        if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
+            cJSON_Delete(o);
+            return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                               "sbxd is shutting down and makes no new contexts");
+        }
+        if (!(x = ctx_default(lang->valuestring, &err))) {
+            cJSON_Delete(o);
+            return reply_err(c, &err);
+        }
+    } else {
+        ctx_ref(x);
+    }
     struct ctx_info in;
     ctx_info(x, &in);
-    struct sbxd_err err = {0};
     struct ctx_run *run =
         ctx_run_start(x, code->valuestring, len, timeout_ms, (int)srv->cfg->queue_timeout_ms, &err);
+    ctx_put(x); /* (the run holds one of its own) */
     cJSON_Delete(o);
     if (!run)
         return reply_err(c, &err);
@@ -422,6 +440,40 @@ static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, str
     if (fmt != STREAM_NONE)
         return execute_stream(srv, c, rc, run, in.id, fmt, timeout_ms, len);
     return execute_sync(srv, c, rc, run, in.id, timeout_ms, len);
+}
+
+static enum MHD_Result execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                               struct ctx *x)
+{
+    static const char *const keys[] = {"code", "timeout_ms", NULL};
+    enum MHD_Result ret;
+    cJSON *o = http_json_object(c, rc, keys, &ret);
+    return o ? execute_body(srv, c, rc, x, o) : ret;
+}
+
+/* POST /run_code: code in a context named, or in its language's default one. */
+enum MHD_Result route_run_code(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    static const char *const keys[] = {"code", "language", "context", "timeout_ms", NULL};
+    enum MHD_Result ret;
+    cJSON *o = http_json_object(c, rc, keys, &ret);
+    if (!o)
+        return ret;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "context");
+    if (!id)
+        return execute_body(srv, c, rc, NULL, o);
+    struct ctx *x = cJSON_IsString(id) ? ctx_get(id->valuestring) : NULL;
+    if (!x) {
+        ret = cJSON_IsString(id) ? reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
+                                               "no context '%.64s'", id->valuestring)
+                                 : reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                                               "'context' must be a context's id, as a string");
+        cJSON_Delete(o);
+        return ret;
+    }
+    ret = execute_body(srv, c, rc, x, o);
+    ctx_put(x);
+    return ret;
 }
 
 /* /contexts/{id}[/{action}] */

@@ -141,6 +141,41 @@ static const struct sbx_cmd commands[] = {
      "Examples:\n"
      "  sbx mkdir in out/logs\n",
      cmd_mkdir},
+    {"code", "[OPTIONS] CODE | -", "Run code in a persistent context (shell session)",
+     "Runs CODE (or the code on stdin, for '-') in a context: a shell session whose working\n"
+     "directory, variables, functions and aliases last from one run to the next. Without\n"
+     "--context it is the default context of LANG, which sbxd makes on first use and keeps\n"
+     "(until --context-idle-s without use). The output comes out as it is printed: stdout\n"
+     "on stdout, stderr on stderr.\n"
+     "\n"
+     "Options:\n"
+     "  -l, --language LANG     bash (the default) or sh\n"
+     "  -c, --context ID        a context made with POST /contexts (see 'sbx contexts')\n"
+     "  -t, --timeout DURATION  interrupt the code after this long (milliseconds, or 10s,\n"
+     "                          2m); the context and its state stay\n"
+     "  -h, --help              show this help\n"
+     "\n"
+     "Exit status: the code's own (its last command's; 130 after an interrupt, with a line\n"
+     "on stderr); 125 when sbx fails (sbxd refused, cannot be reached, a usage error) or the\n"
+     "context died (the code ended its shell: 'exit').\n"
+     "\n"
+     "Examples:\n"
+     "  sbx code 'cd src && export MODE=fast'\n"
+     "  sbx code 'pwd; echo $MODE'               # src, fast\n"
+     "  sbx code -t 30s - < setup.sh\n",
+     cmd_code},
+    {"contexts", "[rm ID...]", "List or delete contexts",
+     "Without arguments, one line per context, oldest first: its id, language, the pid of its\n"
+     "shell, its state (idle, busy, dead), how many runs it has had and when it was last used\n"
+     "(UTC). 'rm ID...' deletes contexts: everything they run is killed.\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx contexts\n"
+     "  sbx contexts rm 573266a705b8c5a4465b56fd\n",
+     cmd_contexts},
     {"ps", "", "List background processes",
      "One line per background process (started with POST /processes), running and recently\n"
      "ended, oldest first: its id, pid, status (running, exited, signaled, timeout, ...), exit\n"

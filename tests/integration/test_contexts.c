@@ -291,6 +291,51 @@ START_TEST(streamed_execution_is_live)
 }
 END_TEST
 
+/* POST /run_code: the default context of a language, made on first use and kept (and
+ * started again when its code ended it); or a context named. */
+START_TEST(run_code_uses_a_default_context_per_language)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"X=1\"}", "/run_code");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    ck_assert_ptr_nonnull(strstr(r.body, "language"));
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"X=1\",\"context\":\"nope\"}", "/run_code");
+    assert_error(&r, 404, "NOT_FOUND");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"export D=bash1\",\"language\":\"bash\"}",
+              "/run_code");
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", jstr(r.json, "context"));
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"echo [$D]\",\"language\":\"sh\"}", "/run_code");
+    ck_assert_str_eq(jstr(r.json, "stdout"), "[]\n"); /* another language, another context */
+    ck_assert_str_ne(jstr(r.json, "context"), id);
+    char sh[64];
+    snprintf(sh, sizeof(sh), "%s", jstr(r.json, "context"));
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"echo $D; exit 7\",\"language\":\"bash\"}",
+              "/run_code");
+    ck_assert_str_eq(jstr(r.json, "context"), id);
+    ck_assert_str_eq(jstr(r.json, "status"), "died");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"echo [$D] again\",\"language\":\"bash\"}",
+              "/run_code");
+    ck_assert_str_eq(jstr(r.json, "context"), id);
+    ck_assert_str_eq(jstr(r.json, "stdout"), "[] again\n");
+    http_resp_free(&r);
+    char body[128];
+    snprintf(body, sizeof(body), "{\"code\":\"echo named\",\"context\":\"%s\"}", sh);
+    http_reqf(&g_sbxd, &r, "POST", body, "/run_code");
+    ck_assert_str_eq(jstr(r.json, "context"), sh);
+    ck_assert_str_eq(jstr(r.json, "stdout"), "named\n");
+    http_resp_free(&r);
+    ctx_delete_ok(&g_sbxd, id);
+    ctx_delete_ok(&g_sbxd, sh);
+}
+END_TEST
+
 START_TEST(bad_requests)
 {
     struct http_resp r;
@@ -375,6 +420,7 @@ Suite *contexts_suite(void)
     tcase_add_test(tc, exit_ends_the_context_and_restart_brings_it_back);
     tcase_add_test(tc, contexts_are_contained_and_apart);
     tcase_add_test(tc, streamed_execution_is_live);
+    tcase_add_test(tc, run_code_uses_a_default_context_per_language);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, max_contexts_and_idle_expiry);
     suite_add_tcase(s, tc);

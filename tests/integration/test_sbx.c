@@ -1011,6 +1011,81 @@ START_TEST(ps_logs_and_kill_a_background_process)
 }
 END_TEST
 
+/* `sbx code`: the default context keeps its state; output as printed; the code's status;
+ * an interrupt and a dead context said on stderr; `sbx contexts` lists and removes. */
+START_TEST(code_runs_in_a_context_that_keeps_its_state)
+{
+    struct run r;
+    SBX(&r, "code", "-l", "bash", "cd /tmp && export MODE=fast && echo set");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "set\n");
+    run_free(&r);
+    SBX(&r, "code", "pwd; echo $MODE; echo warn >&2; (exit 3)");
+    ck_assert_int_eq(r.code, 3);
+    ASSERT_OUT(&r, "/tmp\nfast\n");
+    ASSERT_ERR(&r, "warn\n");
+    run_free(&r);
+    /* From stdin, with '-'. */
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    const char *script = "for i in 1 2; do echo line$i; done\n";
+    ck_assert_int_eq(write(p[1], script, strlen(script)), (ssize_t)strlen(script));
+    close(p[1]);
+    struct child ch;
+    const char *words[] = {"code", "-", NULL};
+    child_start(&ch, words, true, p[0], -1, NULL);
+    close(p[0]);
+    child_wait(&ch, &r, 15000);
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "line1\nline2\n");
+    run_free(&r);
+    /* Live: the first line before the code ends. */
+    SBX(&r, "code", "echo early; sleep 1; echo late");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "early\nlate\n");
+    ck_assert_msg(r.first_out_ms >= 0 && r.first_out_ms < r.ms - 600,
+                  "first output at %.0f of %.0f ms", r.first_out_ms, r.ms);
+    run_free(&r);
+    SBX(&r, "code", "-t", "300", "sleep 30");
+    ck_assert_int_eq(r.code, 130);
+    ck_assert_msg(strstr(r.err, "sbx: code interrupted after 300 ms"), "%s", r.err);
+    run_free(&r);
+    SBX(&r, "code", "echo $MODE still");
+    ASSERT_OUT(&r, "fast still\n");
+    run_free(&r);
+    /* The listing, then a context ended by its code, then removed. */
+    SBX(&r, "contexts");
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_msg(strncmp(r.out, "ID ", 3) == 0 && strstr(r.out, " bash ") &&
+                      strstr(r.out, " idle "),
+                  "%s", r.out);
+    char id[32] = "";
+    const char *nl = strchr(r.out, '\n');
+    ck_assert_ptr_nonnull(nl);
+    sscanf(nl + 1, "%31s", id);
+    run_free(&r);
+    SBX(&r, "code", "-c", id, "exit 4");
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(strstr(r.err, "sbx: the context died: the shell exited with status 4"), "%s",
+                  r.err);
+    run_free(&r);
+    SBX(&r, "contexts", "rm", id);
+    ck_assert_int_eq(r.code, 0);
+    run_free(&r);
+    SBX(&r, "contexts", "rm", id);
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(strstr(r.err, "no context"), "%s", r.err);
+    run_free(&r);
+    SBX(&r, "code", "-l", "python", "print(1)");
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(strstr(r.err, "Jupyter"), "%s", r.err);
+    run_free(&r);
+    SBX(&r, "code");
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(kill_sends_the_signal_asked_for)
 {
     struct {
@@ -1234,8 +1309,8 @@ START_TEST(help_names_every_command_and_option)
     SBX(&r, "--help");
     ck_assert_int_eq(r.code, 0);
     ck_assert_uint_eq(r.err_len, 0);
-    const char *cmds[] = {"exec",  "run", "put",  "get",  "ls",    "rm",
-                          "mkdir", "ps",  "logs", "kill", "health"};
+    const char *cmds[] = {"exec", "run",  "put",  "get",    "ls",   "rm",      "mkdir",
+                          "ps",   "logs", "kill", "health", "code", "contexts"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1262,6 +1337,8 @@ START_TEST(help_names_every_command_and_option)
         {"logs", {"--follow", NULL}},
         {"kill", {"--signal", "TERM", NULL}},
         {"health", {"tree_kill", NULL}},
+        {"code", {"--language", "--context", "--timeout", NULL}},
+        {"contexts", {"rm ID", NULL}},
     };
     for (size_t i = 0; i < sizeof(per) / sizeof(per[0]); i++) {
         SBX(&r, per[i].cmd, "--help");
@@ -1316,6 +1393,7 @@ Suite *sbx_suite(void)
     TCase *procs = tcase_create("processes");
     tcase_add_test(procs, ps_logs_and_kill_a_background_process);
     tcase_add_test(procs, kill_sends_the_signal_asked_for);
+    tcase_add_test(procs, code_runs_in_a_context_that_keeps_its_state);
     TCase *cli = tcase_create("cli");
     tcase_add_test(cli, health_summarises_healthz);
     tcase_add_test(cli, an_unreachable_sbxd_is_one_clear_line);
