@@ -154,6 +154,7 @@ struct ctx_run {
     int64_t start_ns, deadline_ns, grace_ns;
     bool interrupting; /* SIGINT sent, the marker asked for: waiting for it until grace_ns */
     bool timed_out;    /* ... because the timeout passed */
+    bool asked;        /* atomic: ctx_interrupt sent SIGINT to this run */
     bool over;         /* the result is final */
     struct scan sc[3]; /* [1] stdout, [2] stderr */
     struct ctx_result res;
@@ -264,6 +265,8 @@ static void finish(struct ctx_run *r, enum ctx_status status, const char *why)
 {
     struct ctx *c = r->c;
     r->over = true;
+    if (__atomic_load_n(&r->asked, __ATOMIC_ACQUIRE))
+        r->res.interrupted = true;
     r->res.status = status;
     r->res.duration_ms = (double)(time_mono_ns() - r->start_ns) / 1e6;
     if (why)
@@ -915,6 +918,7 @@ bool ctx_interrupt(struct ctx *c)
     struct bg_proc *shell = r ? r->shell : NULL;
     char token[TOKEN_LEN + 1];
     if (r) {
+        __atomic_store_n(&r->asked, true, __ATOMIC_RELEASE);
         memcpy(token, r->token, sizeof(token));
         bg_ref(shell); /* (the table's lock after c's: never the other way round) */
     }

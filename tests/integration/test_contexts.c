@@ -169,7 +169,9 @@ START_TEST(interrupt_stops_the_running_code)
     http_resp_free(&r);
     char *out = read_until_close(s, NULL);
     close(s);
-    ck_assert_msg(strstr(out, "\"exit_code\":130") && !strstr(out, "after"), "%s", out);
+    ck_assert_msg(strstr(out, "\"exit_code\":130") && strstr(out, "\"interrupted\":true") &&
+                      !strstr(out, "after"),
+                  "%s", out);
     free(out);
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 33.25", 3000), 0);
     ctx_delete_ok(&g_sbxd, id);
