@@ -1313,6 +1313,100 @@ static double spawn_p50_now(char *const *argv, int n)
 }
 
 /* ------------------------------------------------------------------------ */
+/* contexts                                                                 */
+
+/* Idle contexts whose memory is measured. */
+#define CTX_IDLE 4
+
+typedef struct {
+    samples create, exec;    /* ms: POST /contexts (each deleted after), an execution */
+    long rss_base, rss_idle; /* kB: sbxd before and with CTX_IDLE idle contexts */
+    bool ok;
+} ctx_result;
+
+/* The "id" of a JSON answer into id; false when there is none. */
+static bool json_id(const char *body, char *id, size_t len)
+{
+    const char *k = body ? strstr(body, "\"id\":\"") : NULL;
+    if (!k)
+        return false;
+    k += 6;
+    size_t n = strcspn(k, "\"");
+    if (n == 0 || n >= len)
+        return false;
+    memcpy(id, k, n);
+    id[n] = '\0';
+    return true;
+}
+
+/* Contexts (persistent shells): POST /contexts and its DELETE, `x=$((x+1))` in one, and
+ * sbxd's RSS with CTX_IDLE idle ones (their shells are processes of their own, not counted). */
+static void measure_contexts(const target *tg, pid_t pid, int creates, int warm, int iters,
+                             ctx_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    char id[64], path[128];
+    int status = 0;
+    for (int i = 0; i < creates && !g_interrupted; i++) {
+        double t0 = now_ms();
+        if (http_do(&c, "POST", "/contexts", "{\"language\":\"bash\"}", &status) != 0 ||
+            status != 201 || !json_id(c.body, id, sizeof id)) {
+            setmsg(err, errlen, "POST /contexts: %d %s", status, c.err);
+            goto out;
+        }
+        samples_push(&res->create, now_ms() - t0);
+        snprintf(path, sizeof path, "/contexts/%s", id);
+        if (http_do(&c, "DELETE", path, NULL, &status) != 0 || status != 200) {
+            setmsg(err, errlen, "DELETE %s: %d %s", path, status, c.err);
+            goto out;
+        }
+    }
+    if (http_do(&c, "POST", "/contexts", "{}", &status) != 0 || status != 201 ||
+        !json_id(c.body, id, sizeof id)) {
+        setmsg(err, errlen, "POST /contexts: %d %s", status, c.err);
+        goto out;
+    }
+    snprintf(path, sizeof path, "/contexts/%s/execute", id);
+    for (int i = 0; i < warm + iters && !g_interrupted; i++) {
+        double t0 = now_ms();
+        if (http_do(&c, "POST", path, "{\"code\":\"x=$((x+1))\"}", &status) != 0 || status != 200 ||
+            !strstr(c.body, "\"status\":\"ok\"")) {
+            setmsg(err, errlen, "POST %s: %d %s", path, status, c.err);
+            goto out;
+        }
+        if (i >= warm)
+            samples_push(&res->exec, now_ms() - t0);
+    }
+    snprintf(path, sizeof path, "/contexts/%s", id);
+    http_do(&c, "DELETE", path, NULL, &status);
+    sleep_us(200000);
+    res->rss_base = vmrss_kb(pid);
+    char ids[CTX_IDLE][64];
+    int made = 0;
+    for (; made < CTX_IDLE; made++)
+        if (http_do(&c, "POST", "/contexts", "{}", &status) != 0 || status != 201 ||
+            !json_id(c.body, ids[made], sizeof ids[made]))
+            break;
+    sleep_us(500000);
+    res->rss_idle = vmrss_kb(pid);
+    for (int i = 0; i < made; i++) {
+        snprintf(path, sizeof path, "/contexts/%s", ids[i]);
+        http_do(&c, "DELETE", path, NULL, &status);
+    }
+    if (made < CTX_IDLE) {
+        setmsg(err, errlen, "only %d of %d idle contexts were made", made, CTX_IDLE);
+        goto out;
+    }
+    samples_sort(&res->create);
+    samples_sort(&res->exec);
+    res->ok = true;
+out:
+    conn_free(&c);
+}
+
+/* ------------------------------------------------------------------------ */
 /* gRPC against REST                                                        */
 
 /* Rounds of the gRPC-against-REST rows, each a series of REST then a series of gRPC. */
@@ -1943,17 +2037,16 @@ enum {
     PH_STREAM = 1 << 8,
     PH_FILES = 1 << 9,
     PH_UPLOADS = 1 << 10,
-    PH_ALL = (1 << 11) - 1,
+    PH_CONTEXTS = 1 << 11,
+    PH_ALL = (1 << 12) - 1,
 };
 
 static const struct {
     const char *name;
     unsigned phases;
 } ONLY_GROUPS[] = {
-    {"grpc", PH_GRPC | PH_IDLE_GRPC},
-    {"throughput", PH_EXEC1 | PH_LOAD},
-    {"stream", PH_STREAM},
-    {"uploads", PH_FILES | PH_UPLOADS},
+    {"grpc", PH_GRPC | PH_IDLE_GRPC},   {"throughput", PH_EXEC1 | PH_LOAD}, {"stream", PH_STREAM},
+    {"uploads", PH_FILES | PH_UPLOADS}, {"contexts", PH_CONTEXTS},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -2000,6 +2093,7 @@ static void usage(FILE *f)
           "                   throughput  /execute 1 client (the floor) and 16 clients\n"
           "                   stream      first-event lag, NDJSON against GET /files\n"
           "                   uploads     /files up and down, raw and multipart uploads\n"
+          "                   contexts    POST /contexts, an execution in one, RSS with 4 idle\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -2426,6 +2520,20 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    ctx_result cx = {0};
+    if ((phases & PH_CONTEXTS) && !crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: contexts: create x%d, %d executions, %d idle ...\n",
+                quick ? 5 : 20, quick ? 50 : 200, CTX_IDLE);
+        char cerr[256] = "";
+        measure_contexts(&local, pid, quick ? 5 : 20, quick ? 10 : 20, quick ? 50 : 200, &cx, cerr,
+                         sizeof cerr);
+        if (!cx.ok) {
+            warnx_("contexts: %s", cerr);
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
     long rss_after = crashed ? -1 : vmrss_kb(pid);
     if (crashed) {
         warnx_("sbxd died under load: %s", describe_status(crash_st, d, sizeof d));
@@ -2547,6 +2655,17 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (cx.ok) {
+        add_row("context: POST /contexts (bash), p50", "", "", "%.2f ms", pct(&cx.create, 50));
+        add_row("context: execute x=$((x+1)), p50", "", "", "%.3f ms", pct(&cx.exec, 50));
+        add_row("  p99", "", "", "%.3f ms", pct(&cx.exec, 99));
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "RSS, %d idle contexts (shells apart)", CTX_IDLE);
+        add_row(lbl, "", "", "%.2f MiB (+%.1f KiB each)", (double)cx.rss_idle / 1024.0,
+                (double)(cx.rss_idle - cx.rss_base) / CTX_IDLE);
+    }
+    samples_free(&cx.create);
+    samples_free(&cx.exec);
     /* With the gRPC listener on, as by default (start_sbxd). */
     add_row("idle RSS (gRPC listener on)", "<= 3 MiB", yesno(rss_idle > 0 && rss_idle <= 3072),
             "%.2f MiB", (double)rss_idle / 1024.0);
