@@ -28,23 +28,8 @@ static double num(const cJSON *o, const char *key, double dflt)
 /* The code from stdin ('-'); SBX_OK or an exit status. */
 static int read_code(const char *cmd, struct buf *b)
 {
-    char chunk[65536];
-    for (;;) {
-        ssize_t k = read(STDIN_FILENO, chunk, sizeof(chunk));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return fail(cmd, "cannot read stdin: %s", strerror(errno));
-        if (k == 0)
-            break;
-        if (b->len + (size_t)k > SBX_MAX_CODE)
-            return fail(cmd, "the code on stdin is over %u MiB", SBX_MAX_CODE >> 20);
-        if (buf_append(b, chunk, (size_t)k) < 0)
-            return fail(cmd, "out of memory");
-    }
-    if (memchr(b->p ? b->p : "", '\0', b->len))
-        return fail(cmd, "the code holds a NUL byte, which no context takes");
-    return SBX_OK;
+    return read_stdin_all(cmd, b, SBX_MAX_CODE, "the code on stdin is over 64 MiB",
+                          "the code holds a NUL byte, which no context takes");
 }
 
 /* The streamed answer: output as it comes, the end event kept. */

@@ -94,29 +94,14 @@ static int exec_opts_parse(const struct sbx_cmd *cmd, int argc, char **argv, str
     return -1;
 }
 
-/* sbx's own stdin as text for the command's; SBX_OK or an exit status. */
+/* sbx's own stdin as text for the command's (the request's "stdin" is a JSON string: text,
+ * never a NUL); SBX_OK or an exit status. */
 static int read_stdin_text(const char *cmd, struct buf *b)
 {
-    char chunk[65536];
-    for (;;) {
-        ssize_t k = read(STDIN_FILENO, chunk, sizeof(chunk));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return fail(cmd, "cannot read stdin: %s", strerror(errno));
-        if (k == 0)
-            break;
-        if (b->len + (size_t)k > SBX_MAX_STDIN)
-            return fail(cmd, "stdin is over %u MiB; upload it with 'sbx put' and redirect it",
-                        SBX_MAX_STDIN >> 20);
-        if (buf_append(b, chunk, (size_t)k) < 0)
-            return fail(cmd, "out of memory");
-    }
-    /* The request's "stdin" is a JSON string: text, never a NUL. */
-    if (memchr(b->p ? b->p : "", '\0', b->len))
-        return fail(cmd, "stdin holds a NUL byte, which --stdin cannot send; upload it with "
-                         "'sbx put' and redirect it instead");
-    return SBX_OK;
+    return read_stdin_all(cmd, b, SBX_MAX_STDIN,
+                          "stdin is over 64 MiB; upload it with 'sbx put' and redirect it",
+                          "stdin holds a NUL byte, which --stdin cannot send; upload it with "
+                          "'sbx put' and redirect it instead");
 }
 
 /* The request body: {"argv":[...]} or {"command":"..."} with the options. */

@@ -85,6 +85,12 @@ void opt_reset(void);
 int opt_next(const char *cmd, int argc, char **argv, const char *shorts,
              const struct option *longs);
 
+/* All of sbx's stdin as text into b: at most max bytes (else too_big is the error) and no NUL
+ * (else has_nul); SBX_OK or an exit status, after reporting. */
+struct buf;
+int read_stdin_all(const char *cmd, struct buf *b, size_t max, const char *too_big,
+                   const char *has_nul);
+
 /* Write all n bytes to fd, retrying after EINTR and short writes; 0 or -1 (errno set). */
 int write_all(int fd, const void *p, size_t n);
 

@@ -198,3 +198,25 @@ const char *signal_describe(int sig, char *buf, size_t len)
         snprintf(buf, len, "signal %d", sig);
     return buf;
 }
+
+int read_stdin_all(const char *cmd, struct buf *b, size_t max, const char *too_big,
+                   const char *has_nul)
+{
+    char chunk[65536];
+    for (;;) {
+        ssize_t k = read(STDIN_FILENO, chunk, sizeof(chunk));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return fail(cmd, "cannot read stdin: %s", strerror(errno));
+        if (k == 0)
+            break;
+        if (b->len + (size_t)k > max)
+            return fail(cmd, "%s", too_big);
+        if (buf_append(b, chunk, (size_t)k) < 0)
+            return fail(cmd, "out of memory");
+    }
+    if (memchr(b->p ? b->p : "", '\0', b->len))
+        return fail(cmd, "%s", has_nul);
+    return SBX_OK;
+}
