@@ -938,7 +938,7 @@ START_TEST(oversized_head_is_431)
     struct raw *rh = malloc(sizeof(*rh));
     ck_assert_int_eq(raw_read(fd, rh, 5000), 0);
     ck_assert_int_eq(rh->status, 431);
-    ck_assert(header_has(rh, "Content-Type: application/json"));
+    ck_assert_msg(header_has(rh, "Content-Type: application/json"), "head:\n%s", rh->head);
     ck_assert_str_eq(body_code(rh, code, sizeof(code)), "HEADERS_TOO_LARGE");
     free(rh);
     free(huge);
