@@ -363,8 +363,7 @@ int main(int argc, char **argv)
         srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (srv) {
         struct ctx_config cc = {.max_contexts = (unsigned)cfg.max_contexts,
-                                .idle_ms = cfg.context_idle_s * 1000,
-                                .max_output_bytes = (size_t)cfg.max_output_bytes};
+                                .idle_ms = cfg.context_idle_s * 1000};
         ctx_init(&cc, server_exec(srv));
     }
     struct grpc_front *grpc = NULL;

@@ -32,9 +32,8 @@
 #include "sbxd/exec_service.h"
 
 struct ctx_config {
-    unsigned max_contexts;   /* alive at once (SBXD_E_BUSY beyond) */
-    uint64_t idle_ms;        /* unused this long: shut down by ctx_sweep (0: never) */
-    size_t max_output_bytes; /* of stdout and of stderr kept per execution (the head) */
+    unsigned max_contexts; /* alive at once (SBXD_E_BUSY beyond) */
+    uint64_t idle_ms;      /* unused this long: shut down by ctx_sweep (0: never) */
 };
 
 void ctx_init(const struct ctx_config *cfg, struct exec_service *svc);
@@ -53,9 +52,6 @@ struct ctx_info {
     int64_t created_real_ns, last_used_real_ns;
     char dead_reason[320];
 };
-
-/* The languages there are contexts for (a NULL-terminated list). */
-extern const char *const ctx_languages[];
 
 /*
  * A context for `language` ("bash" or "sh"), its shell started and ready. `spec` is the JSON

@@ -17,7 +17,8 @@
 #include "sbxd/outbuf.h"
 #include "sbxd/timeutil.h"
 
-const char *const ctx_languages[] = {"bash", "sh", NULL};
+/* The languages there are contexts for. */
+static const char *const ctx_languages[] = {"bash", "sh", NULL};
 
 #define TOKEN_LEN 32 /* hex digits: 128 random bits */
 /* The longest marker: "\n\x1e" TOKEN " -2147483648\n". */
