@@ -17,6 +17,17 @@
  * answer says so). Code that ends the shell (`exit`) ends the context: status "died", until
  * a restart.
  *
+ * Any other language is a Jupyter kernel (kernelspec.h: "python" is ipykernel's python3),
+ * started as an owned background process too, and spoken to directly (jupyter.h): each
+ * execution is an execute_request, its output the iopub messages in reply to it (stream,
+ * display_data, execute_result, error) until its execute_reply and the kernel's idle. The
+ * connection file reaches the kernel as its stdin, a memfd it reads through /proc/self/fd/0,
+ * emptied once the kernel answers: the key is in no file a command could open. A timeout or
+ * an interrupt is SIGINT to the kernel (or interrupt_request on the control channel, for a
+ * kernelspec with interrupt_mode "message"); a kernel that does not finish within
+ * SBXD_CTX_GRACE_MS is restarted. A kernel that dies (its code called os._exit, or the memory
+ * limit killed it) leaves the context dead, with the reason, until a restart.
+ *
  * One registry per daemon; every ctx handed out carries a reference (ctx_put gives it back).
  * One execution at a time per context; another waits for it.
  */
@@ -44,9 +55,11 @@ enum ctx_state { CTX_IDLE, CTX_BUSY, CTX_DEAD };
 
 struct ctx_info {
     char id[25];
-    char language[8];
-    char cwd[256]; /* as asked, relative to the workspace ("" for its root) */
-    pid_t pid;     /* the shell's (0 when dead) */
+    char language[32];
+    char kernel[64];       /* the kernelspec's name, "shell" for a shell session */
+    char cwd[256];         /* as asked, relative to the workspace ("" for its root) */
+    pid_t pid;             /* the shell's or kernel's (0 when dead) */
+    uint64_t memory_bytes; /* its resident memory (the process itself, not its children) */
     enum ctx_state state;
     unsigned execution_count;
     int64_t created_real_ns, last_used_real_ns;
@@ -54,10 +67,10 @@ struct ctx_info {
 };
 
 /*
- * A context for `language` ("bash" or "sh"), its shell started and ready. `spec` is the JSON
- * object of the request (language, and cwd, env, limits as /execute takes them). NULL with
- * err: SBXD_E_INVALID (a field), SBXD_E_BUSY (--max-contexts), SBXD_E_UNAVAILABLE (no bash),
- * or what the start met.
+ * A context, its shell or kernel started and ready. `spec` is the JSON object of the request:
+ * language ("bash" by default, "sh", or a kernel's language), kernel (a kernelspec's name),
+ * and cwd, env, limits as /execute takes them. NULL with err: SBXD_E_INVALID (a field, no
+ * such kernel, no bash), SBXD_E_BUSY (--max-contexts), or what the start met.
  */
 struct ctx *ctx_create(const char *spec, size_t len, struct sbxd_err *err);
 
@@ -105,14 +118,17 @@ void ctx_shutdown(void);
 enum ctx_status { CTX_OK, CTX_ERROR, CTX_TIMEOUT, CTX_DIED };
 
 struct ctx_result {
-    enum ctx_status status; /* OK: exit status 0; ERROR: another; TIMEOUT; DIED */
-    int exit_code;          /* the code's $? (130 after an interrupt); -1 when it died */
+    enum ctx_status status; /* OK: exit status 0 (a kernel: "ok"); ERROR: another; TIMEOUT; DIED */
+    bool kernel;            /* a kernel's run: no exit code; errors come in error_json */
+    int exit_code;          /* a shell's $? (130 after an interrupt); -1 when it died */
     unsigned execution_count;
     double duration_ms;
     bool interrupted; /* by ctx_interrupt or the timeout */
     bool restarted;   /* the shell did not come back from the interrupt: a new one runs */
     uint64_t stdout_bytes, stderr_bytes;
-    char reason[320]; /* DIED: why */
+    char reason[320];      /* DIED: why */
+    char *error_json;      /* a kernel's error: {"name","value","traceback":[...]} (NULL: none) */
+    uint64_t result_bytes; /* display and result events' JSON, in all */
 };
 
 const char *ctx_status_name(enum ctx_status s);
@@ -127,12 +143,21 @@ struct ctx_run;
 struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
                               int wait_ms, struct sbxd_err *err);
 
+/* What ctx_run_next gives: output bytes, or (a kernel's) an object as JSON text. */
+enum ctx_event {
+    CTX_EV_STDOUT = 1,
+    CTX_EV_STDERR = 2,
+    CTX_EV_DISPLAY = 3, /* display_data: a MIME bundle, {"text/plain": ..., "image/png": ...} */
+    CTX_EV_RESULT = 4,  /* execute_result: the same, with "is_main_result": true */
+    CTX_EV_ERROR = 5,   /* {"name", "value", "traceback": [lines, without terminal colours]} */
+};
+
 /*
- * The next output of the run: waits up to wait_ms (-1: until there is some, or the end).
- * 1: *n bytes of *stream (1 stdout, 2 stderr) at *data, valid until the next call;
- * 0: nothing within the wait; -1: the run is over, its result final.
+ * The next event of the run: waits up to wait_ms (-1: until there is one, or the end).
+ * 1: *n bytes of event *type at *data, valid until the next call; 0: nothing within the
+ * wait; -1: the run is over, its result final.
  */
-int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n);
+int ctx_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n);
 
 const struct ctx_result *ctx_run_result(const struct ctx_run *r);
 

@@ -74,11 +74,13 @@ struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
                                const struct exec_request *req, int cancel_fd, struct sbxd_err *err);
 /* Start req as a background process (background.h; req is taken over, also on failure).
  * NULL with err. */
-/* The same for a process a code context owns (bg_start_owned): not one of /processes. */
-struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
-                                         struct sbxd_err *err);
 struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_request *req,
                                            struct sbxd_err *err);
+/* The same for a process a code context owns (bg_start_owned): not one of /processes.
+ * stdin_file > 0: the descriptor it gets as its stdin (else a pipe, as every background
+ * process has). */
+struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
+                                         int stdin_file, struct sbxd_err *err);
 
 /* Drive job to its end, its stdout and stderr into out and errb (capped outbufs). */
 void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *errb);

@@ -58,6 +58,8 @@ struct job_env {
     uint64_t pids_max;                /* default pids limit (--pids-max), 0: none */
     bool interactive; /* stdin stays open for job_stdin_write (a background process) */
     bool streamed;    /* output is sent as it comes: stdout gets a wide pipe where one is free */
+    int stdin_file;   /* > 0: a descriptor the command gets as its stdin, in place of a pipe or
+                       * /dev/null (a code context's connection file: context.h) */
 };
 
 /*

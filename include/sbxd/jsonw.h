@@ -48,6 +48,9 @@ void jw_null(struct jsonw *w);
 /* Append bytes as they are (for text that is not JSON); no comma logic. */
 void jw_raw(struct jsonw *w, const void *s, size_t n);
 
+/* Append one JSON value that is already text (valid JSON: the caller's word), as a value. */
+void jw_json(struct jsonw *w, const void *s, size_t n);
+
 /* Append a newline (for NDJSON); no comma logic. */
 void jw_newline(struct jsonw *w);
 

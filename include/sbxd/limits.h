@@ -18,6 +18,12 @@
 #define SBXD_CTX_GRACE_MS 2000
 #define SBXD_CTX_START_MS 10000
 
+/* A Jupyter kernel's start (an interpreter and its libraries: seconds, more under gVisor or
+ * an emulated machine), and the largest message sbxd takes from one: a bigger one drops the
+ * kernel's connection (a guard on sbxd's memory, far above a chart or a page of output). */
+#define SBXD_KERNEL_START_MS 60000
+#define SBXD_KERNEL_MSG_MAX  (64LL << 20)
+
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 

@@ -16,37 +16,10 @@
 #include "sbxd/log.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/timeutil.h"
+#include "context_internal.h"
 
-/* The languages there are contexts for. */
-static const char *const ctx_languages[] = {"bash", "sh", NULL};
-
-#define TOKEN_LEN 32 /* hex digits: 128 random bits */
-/* The longest marker: "\n\x1e" TOKEN " -2147483648\n". */
-#define MARKER_MAX (2 + TOKEN_LEN + 13)
-
-struct ctx {
-    struct ctx *next; /* the registry, oldest first (under reg.lock) */
-    bool listed;      /* under reg.lock */
-    unsigned refs;    /* under reg.lock */
-    char id[25];
-    char language[8];
-    char cwd[256];
-    char *spec; /* the request the shell is started from (again at a restart) */
-    int64_t created_real_ns;
-    pthread_mutex_t admin; /* one restart or delete at a time */
-    /* Under lock: */
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* free again, or dead */
-    bool busy;           /* an execution, or a (re)start, holds it */
-    bool expiring;       /* ctx_sweep chose it: its delete is under way */
-    bool dead;
-    char dead_reason[320];
-    struct bg_proc *shell; /* with a reference; NULL when dead */
-    pid_t pid;
-    unsigned execution_count;
-    int64_t last_used_real_ns, last_used_mono_ns;
-    struct ctx_run *run; /* the execution in progress */
-};
+/* Languages with a default context (POST /run_code) at most. */
+#define DEFAULTS_MAX 8
 
 static struct {
     pthread_mutex_t lock;
@@ -54,7 +27,10 @@ static struct {
     struct exec_service *svc;
     struct ctx *head;
     unsigned alive;
-    char defaults[3][25]; /* the default context's id of each of ctx_languages ("" none) */
+    struct {
+        char language[32];
+        char id[25];
+    } defaults[DEFAULTS_MAX]; /* each language's default context ("" none) */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void ctx_init(const struct ctx_config *cfg, struct exec_service *svc)
@@ -90,13 +66,6 @@ static int random_hex(char *out, size_t n)
 
 /* One output stream of an execution: bytes that may begin a marker are held back until the
  * rest shows whether they do. */
-struct scan {
-    uint8_t held[MARKER_MAX];
-    size_t nheld;
-    bool done;  /* the execution's marker was seen on this stream */
-    int status; /* stdout's marker: the code's exit status */
-};
-
 static bool is_hex(uint8_t c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -147,25 +116,7 @@ static enum mark marker_at(const uint8_t *b, size_t len, int stream, size_t *mle
 /* ---------------------------------------------------------------------------------- */
 /* One execution                                                                        */
 
-struct ctx_run {
-    struct ctx *c;         /* with a reference */
-    struct bg_proc *shell; /* the shell it runs in, with a reference of its own */
-    uint64_t off;          /* the shell's output is read up to here */
-    char token[TOKEN_LEN + 1];
-    int64_t start_ns, deadline_ns, grace_ns;
-    bool interrupting; /* SIGINT sent, the marker asked for: waiting for it until grace_ns */
-    bool timed_out;    /* ... because the timeout passed */
-    bool asked;        /* atomic: ctx_interrupt sent SIGINT to this run */
-    bool over;         /* the result is final */
-    struct scan sc[3]; /* [1] stdout, [2] stderr */
-    struct ctx_result res;
-    uint8_t buf[SBXD_READ_CHUNK];
-    uint8_t work[SBXD_READ_CHUNK + MARKER_MAX];
-    size_t emit_len; /* the clean bytes at work */
-};
-
-/* The shell is gone (or must go): the context is dead. Under c->lock. */
-static void mark_dead(struct ctx *c, const char *why)
+void ctx_mark_dead(struct ctx *c, const char *why)
 {
     if (!c->dead)
         snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", why);
@@ -174,19 +125,18 @@ static void mark_dead(struct ctx *c, const char *why)
     pthread_cond_broadcast(&c->cond);
 }
 
-/* Why the shell ended, in words. */
-static void ended_reason(struct bg_proc *p, char *out, size_t len)
+void ctx_ended_reason(struct bg_proc *p, const char *what, char *out, size_t len)
 {
     struct bg_info in;
     bg_info(p, &in);
     if (in.res.oom_killed)
-        snprintf(out, len, "the shell was killed for running out of memory");
+        snprintf(out, len, "the %s was killed for running out of memory", what);
     else if (in.res.timed_out)
-        snprintf(out, len, "the shell reached sbxd's longest lifetime for a process");
+        snprintf(out, len, "the %s reached sbxd's longest lifetime for a process", what);
     else if (in.res.signal)
-        snprintf(out, len, "the shell was killed by signal %d", in.res.signal);
+        snprintf(out, len, "the %s was killed by signal %d", what, in.res.signal);
     else
-        snprintf(out, len, "the shell exited with status %d", in.res.exit_code);
+        snprintf(out, len, "the %s exited with status %d", what, in.res.exit_code);
 }
 
 /* Feed n bytes of stream st through its scan: the clean bytes are then r->work[0 ..
@@ -250,19 +200,21 @@ static void send_interrupt(struct bg_proc *shell, const char *token)
     bg_stdin(shell, line, (size_t)n, false, SBXD_CTX_GRACE_MS, -1, &written, &open_after, &err);
 }
 
-static void interrupt_run(struct ctx_run *r)
+void ctx_interrupt_run(struct ctx_run *r)
 {
     if (r->interrupting || r->over)
         return;
     r->interrupting = true;
     r->res.interrupted = true;
     r->grace_ns = time_mono_ns() + (int64_t)SBXD_CTX_GRACE_MS * 1000000;
-    send_interrupt(r->shell, r->token);
+    if (r->c->kernel)
+        kernel_interrupt(r->shell, r->jc, r->c->interrupt_message);
+    else
+        send_interrupt(r->shell, r->token);
 }
 
-/* The run is over: its result is final, and the context free again (if it is still the
- * context's run: a restart or a delete may have let it go). */
-static void finish(struct ctx_run *r, enum ctx_status status, const char *why)
+/* (A restart or a delete may have let the context go already.) */
+void ctx_finish(struct ctx_run *r, enum ctx_status status, const char *why)
 {
     struct ctx *c = r->c;
     r->over = true;
@@ -284,35 +236,36 @@ static void finish(struct ctx_run *r, enum ctx_status status, const char *why)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* The run's shell is gone (why): the context is dead if it was still its shell, and the run
- * ends as died. */
-static void run_died(struct ctx_run *r, const char *why)
+void ctx_run_died(struct ctx_run *r, const char *why)
 {
     struct ctx *c = r->c;
     pthread_mutex_lock(&c->lock);
     if (c->shell == r->shell)
-        mark_dead(c, why);
+        ctx_mark_dead(c, why);
     pthread_mutex_unlock(&c->lock);
     r->res.exit_code = -1;
-    finish(r, CTX_DIED, why);
+    ctx_finish(r, CTX_DIED, why);
 }
 
-static int start_shell(struct ctx *c, struct sbxd_err *err);
+static int start_proc(struct ctx *c, struct sbxd_err *err);
 
-/* The shell did not come back from the interrupt: a new one in its place (if it is still the
- * context's). */
-static void restart_for(struct ctx_run *r)
+/* (If it is still the context's.) */
+void ctx_restart_for(struct ctx_run *r)
 {
     struct ctx *c = r->c;
     r->res.restarted = true;
     r->res.exit_code = 130;
     pthread_mutex_lock(&c->lock);
     bool current = c->shell == r->shell && c->run == r;
+    struct jp_conn *jc = NULL;
     if (current) {
         c->shell = NULL;
-        c->run = NULL; /* still busy: the new shell starts */
+        c->run = NULL; /* still busy: the new process starts */
+        jc = c->jc;
+        c->jc = NULL;
     }
     pthread_mutex_unlock(&c->lock);
+    jp_close(jc); /* (the run holds it still) */
     struct bg_info in;
     bg_remove(r->shell, &in); /* kills what the old one ran */
     r->over = true;
@@ -322,10 +275,10 @@ static void restart_for(struct ctx_run *r)
         return;
     bg_put(r->shell); /* the context's reference */
     struct sbxd_err err = {0};
-    int rc = start_shell(c, &err);
+    int rc = start_proc(c, &err);
     pthread_mutex_lock(&c->lock);
     if (rc < 0)
-        mark_dead(c, err.msg[0] ? err.msg : "the shell could not be started again");
+        ctx_mark_dead(c, err.msg[0] ? err.msg : "it could not be started again");
     c->busy = false;
     c->last_used_real_ns = time_real_ns();
     c->last_used_mono_ns = time_mono_ns();
@@ -335,6 +288,8 @@ static void restart_for(struct ctx_run *r)
 
 int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n)
 {
+    if (r->c->kernel)
+        return kernel_run_next(r, wait_ms, stream, data, n);
     int64_t until = wait_ms < 0 ? 0 : time_mono_ns() + (int64_t)wait_ms * 1000000;
     for (;;) {
         if (r->over)
@@ -342,16 +297,16 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
         if (r->sc[1].done && r->sc[2].done) {
             int st = r->sc[1].status;
             r->res.exit_code = st;
-            finish(r, r->timed_out ? CTX_TIMEOUT : st == 0 ? CTX_OK : CTX_ERROR, NULL);
+            ctx_finish(r, r->timed_out ? CTX_TIMEOUT : st == 0 ? CTX_OK : CTX_ERROR, NULL);
             return -1;
         }
         int64_t now = time_mono_ns();
         if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
             r->timed_out = true;
-            interrupt_run(r);
+            ctx_interrupt_run(r);
         }
         if (r->interrupting && now >= r->grace_ns) {
-            restart_for(r);
+            ctx_restart_for(r);
             return -1;
         }
         int64_t wake = r->interrupting ? r->grace_ns : r->deadline_ns;
@@ -364,7 +319,7 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
         int st = 0;
         uint64_t next = 0;
         enum bg_read_result rr =
-            bg_read(r->shell, r->off, r->buf, sizeof(r->buf), false, ms, &got, &st, &next);
+            bg_read(r->shell, r->off, r->buf, SBXD_READ_CHUNK, false, ms, &got, &st, &next);
         if (rr == BG_READ_DROPPED) {
             r->off = next; /* (not while held: output from before the run) */
             continue;
@@ -386,8 +341,8 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
                     return 1;
                 }
             char why[320];
-            ended_reason(r->shell, why, sizeof(why));
-            run_died(r, why);
+            ctx_ended_reason(r->shell, "shell", why, sizeof(why));
+            ctx_run_died(r, why);
             return -1;
         }
         if (rr == BG_READ_DATA) {
@@ -425,16 +380,63 @@ void ctx_run_end(struct ctx_run *r)
     if (!r->over) {
         /* Its client left: stop the code, and read on to the end so that the context is
          * free (and in step) for the next execution. */
-        interrupt_run(r);
+        ctx_interrupt_run(r);
         int st;
         const uint8_t *d;
         size_t n;
         while (ctx_run_next(r, -1, &st, &d, &n) >= 0) {
         }
     }
+    if (r->c->kernel)
+        kernel_run_free(r);
     bg_put(r->shell);
     ctx_put(r->c);
+    free(r->buf);
+    free(r->work);
     free(r);
+}
+
+/* The text a shell is given for the run's code: a here-document whose delimiter carries the
+ * token (no line of the code can end it), eval'ed, and the marker. NULL when out of memory. */
+static char *shell_text(const struct ctx_run *r, const char *code, size_t len, size_t *tl)
+{
+    size_t cap = len + 3 * TOKEN_LEN + 128;
+    char *text = malloc(cap);
+    if (!text)
+        return NULL;
+    int head = snprintf(text, cap, "IFS= read -r -d '' __sbxd_c <<'SBXD_%s'\n", r->token);
+    memcpy(text + head, code, len);
+    size_t at = (size_t)head + len;
+    if (len && code[len - 1] != '\n')
+        text[at++] = '\n';
+    at += (size_t)snprintf(text + at, cap - at,
+                           "SBXD_%s\neval \"$__sbxd_c\" </dev/null; __sbxd_mark %s $?\n", r->token,
+                           r->token);
+    *tl = at;
+    return text;
+}
+
+/* Give the run's code to its process: the run ends as died when it takes nothing. */
+static void run_begin(struct ctx_run *r, const char *code, size_t len, const char *text, size_t tl)
+{
+    struct sbxd_err err = {0};
+    bool taken;
+    if (r->c->kernel) {
+        taken = kernel_run_begin(r, code, len, &err) == 0;
+    } else {
+        uint64_t written;
+        bool open_after;
+        taken = bg_stdin(r->shell, text, tl, false, SBXD_CTX_GRACE_MS, -1, &written, &open_after,
+                         &err) == BG_STDIN_DONE;
+    }
+    if (taken)
+        return;
+    const char *what = r->c->kernel ? "kernel" : "shell";
+    char why[320];
+    snprintf(why, sizeof(why), "the %s did not take the code: %s", what, err.msg);
+    if (bg_ended(r->shell))
+        ctx_ended_reason(r->shell, what, why, sizeof(why));
+    ctx_run_died(r, why);
 }
 
 struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
@@ -445,31 +447,29 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
         return NULL;
     }
     struct ctx_run *r = calloc(1, sizeof(*r));
-    if (!r) {
+    char *text = NULL;
+    size_t tl = 0;
+    if (r && !c->kernel) {
+        r->buf = malloc(SBXD_READ_CHUNK);
+        r->work = malloc(SBXD_READ_CHUNK + MARKER_MAX);
+        if (random_hex(r->token, TOKEN_LEN / 2) < 0) {
+            free(r->buf);
+            free(r->work);
+            free(r);
+            sbxd_fail(err, SBXD_E_INTERNAL, errno, "no random bytes for the execution's marker");
+            return NULL;
+        }
+        text = r->buf && r->work ? shell_text(r, code, len, &tl) : NULL;
+    }
+    if (!r || (!c->kernel && !text)) {
+        if (r) {
+            free(r->buf);
+            free(r->work);
+        }
+        free(r);
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    if (random_hex(r->token, TOKEN_LEN / 2) < 0) {
-        free(r);
-        sbxd_fail(err, SBXD_E_INTERNAL, errno, "no random bytes for the execution's marker");
-        return NULL;
-    }
-    /* The here-document's delimiter carries the token too: no line of the code can end it. */
-    size_t cap = len + 3 * TOKEN_LEN + 128;
-    char *text = malloc(cap);
-    if (!text) {
-        free(r);
-        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-        return NULL;
-    }
-    int head = snprintf(text, cap, "IFS= read -r -d '' __sbxd_c <<'SBXD_%s'\n", r->token);
-    memcpy(text + head, code, len);
-    size_t tl = (size_t)head + len;
-    if (len && code[len - 1] != '\n')
-        text[tl++] = '\n';
-    tl += (size_t)snprintf(text + tl, cap - tl,
-                           "SBXD_%s\neval \"$__sbxd_c\" </dev/null; __sbxd_mark %s $?\n", r->token,
-                           r->token);
 
     pthread_mutex_lock(&c->lock);
     struct timespec until = time_after_ms(CLOCK_MONOTONIC, wait_ms < 0 ? 0 : wait_ms);
@@ -479,9 +479,11 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
     if (c->dead || c->busy || !c->shell) {
         bool dead = c->dead || !c->shell;
         char why[320];
-        snprintf(why, sizeof(why), "%s", c->dead_reason[0] ? c->dead_reason : "no shell");
+        snprintf(why, sizeof(why), "%s", c->dead_reason[0] ? c->dead_reason : "no process");
         pthread_mutex_unlock(&c->lock);
         free(text);
+        free(r->buf);
+        free(r->work);
         free(r);
         if (dead)
             sbxd_fail(err, SBXD_E_CONFLICT, 0, "the context is dead (%s); restart it first", why);
@@ -494,34 +496,28 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
     c->run = r;
     c->execution_count++;
     r->res.execution_count = c->execution_count;
+    r->res.kernel = c->kernel;
     r->shell = c->shell;
+    r->jc = c->jc;
+    if (r->jc)
+        jp_hold(r->jc);
     pthread_mutex_unlock(&c->lock);
-    bg_ref(r->shell); /* (c is busy: its shell stays until this run lets it go) */
+    bg_ref(r->shell); /* (c is busy: its process stays until this run lets it go) */
     pthread_mutex_lock(&reg.lock);
     c->refs++;
     pthread_mutex_unlock(&reg.lock);
     r->c = c;
-    /* What the shell printed between executions (background jobs) is not this one's. */
-    struct bg_info in;
-    bg_info(r->shell, &in);
-    r->off = in.out_end;
-    bg_hold(r->shell, r->off);
+    if (!c->kernel) {
+        /* What the shell printed between executions (background jobs) is not this one's. */
+        struct bg_info in;
+        bg_info(r->shell, &in);
+        r->off = in.out_end;
+        bg_hold(r->shell, r->off);
+    }
     r->start_ns = time_mono_ns();
     r->deadline_ns = timeout_ms ? r->start_ns + (int64_t)timeout_ms * 1000000 : 0;
-    uint64_t written;
-    bool open_after;
-    enum bg_stdin_result wr =
-        bg_stdin(r->shell, text, tl, false, SBXD_CTX_GRACE_MS, -1, &written, &open_after, err);
+    run_begin(r, code, len, text, tl);
     free(text);
-    if (wr != BG_STDIN_DONE) {
-        /* The shell is gone, or takes nothing: the run ends here. */
-        char why[320];
-        snprintf(why, sizeof(why), "the shell did not take the code: %s", err->msg);
-        memset(err, 0, sizeof(*err));
-        if (bg_ended(r->shell))
-            ended_reason(r->shell, why, sizeof(why));
-        run_died(r, why);
-    }
     return r;
 }
 
@@ -537,20 +533,29 @@ static const char shell_init[] =
 
 /* Start c's shell and wait until it is ready: then it is c->shell (c->pid its pid), or -1
  * with err. */
-static int start_shell(struct ctx *c, struct sbxd_err *err)
+struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err)
 {
     struct request_policy pol;
     exec_service_policy(reg.svc, MX_BACKGROUND, &pol);
     struct exec_request req;
     if (exec_request_parse(c->spec, strlen(c->spec), &pol, &req, err) < 0)
-        return -1;
+        return NULL;
     /* It lives until deleted, idle too long (ctx_sweep), or the daemon stops. */
     req.timeout_ms = SBXD_TIMEOUT_HARD_MAX_MS;
-    struct bg_proc *p = exec_service_start_owned(reg.svc, &req, err);
+    return exec_service_start_owned(reg.svc, &req, stdin_file, err);
+}
+
+static int start_shell(struct ctx *c, struct sbxd_err *err)
+{
+    struct bg_proc *p = ctx_spawn(c, 0, err);
     if (!p)
         return -1;
     struct ctx_run *r = calloc(1, sizeof(*r)); /* a run of nothing: the ready marker */
-    int ok = r && random_hex(r->token, TOKEN_LEN / 2) == 0;
+    if (r) {
+        r->buf = malloc(SBXD_READ_CHUNK);
+        r->work = malloc(SBXD_READ_CHUNK + MARKER_MAX);
+    }
+    int ok = r && r->buf && r->work && random_hex(r->token, TOKEN_LEN / 2) == 0;
     if (ok) {
         char line[sizeof(shell_init) + TOKEN_LEN + 32];
         int n = snprintf(line, sizeof(line), "%s__sbxd_mark %s 0\n", shell_init, r->token);
@@ -568,7 +573,7 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
         uint64_t next = 0;
         enum bg_read_result rr =
             now >= deadline ? BG_READ_END
-                            : bg_read(p, r->off, r->buf, sizeof(r->buf), false,
+                            : bg_read(p, r->off, r->buf, SBXD_READ_CHUNK, false,
                                       (int)((deadline - now) / 1000000) + 1, &got, &st, &next);
         if (rr == BG_READ_END)
             ok = 0;
@@ -577,11 +582,15 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
         if (rr == BG_READ_DATA && (st == 1 || st == 2))
             scan_feed(r, st, r->buf, got);
     }
+    if (r) {
+        free(r->buf);
+        free(r->work);
+    }
     free(r);
     if (!ok) {
         char why[320];
         if (bg_ended(p))
-            ended_reason(p, why, sizeof(why));
+            ctx_ended_reason(p, "shell", why, sizeof(why));
         else
             snprintf(why, sizeof(why), "it did not answer within %d ms", SBXD_CTX_START_MS);
         struct bg_info in;
@@ -600,64 +609,20 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
     return 0;
 }
 
-/* The request the shell starts from: the client's fields (cwd, env, limits) and bash. NULL
- * with err. */
-static char *shell_spec(const char *body, size_t len, char *language, size_t langlen, char *cwd,
-                        size_t cwdlen, struct sbxd_err *err)
+/* The shell's part of c's spec: bash (in POSIX mode for "sh"), without prompts. */
+static int shell_spec(cJSON *o, bool posix, struct sbxd_err *err)
 {
-    cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        sbxd_fail(err, SBXD_E_INVALID, 0, "the body must be a JSON object");
-        return NULL;
-    }
-    static const char *const keys[] = {"language", "cwd", "env", "limits", NULL};
-    for (cJSON *k = o->child; k; k = k->next) {
-        bool known = false;
-        for (const char *const *n = keys; *n; n++)
-            known = known || strcmp(k->string, *n) == 0;
-        if (!known || cJSON_GetObjectItemCaseSensitive(o, k->string) != k) {
-            sbxd_fail(err, SBXD_E_INVALID, 0,
-                      "%s field '%.64s' (known: language, cwd, env, limits)",
-                      known ? "duplicate" : "unknown", k->string);
-            cJSON_Delete(o);
-            return NULL;
-        }
-    }
-    const cJSON *lang = cJSON_GetObjectItemCaseSensitive(o, "language");
-    const char *l = cJSON_IsString(lang) ? lang->valuestring : lang ? NULL : "bash";
-    bool posix = l && strcmp(l, "sh") == 0;
-    if (!l || (strcmp(l, "bash") != 0 && !posix)) {
-        sbxd_fail(err, SBXD_E_INVALID, 0,
-                  "'language' must be \"bash\" or \"sh\" (a persistent shell session)%s",
-                  l ? "; Jupyter kernels are not available in this sbxd yet" : "");
-        cJSON_Delete(o);
-        return NULL;
-    }
-    if (access("/bin/bash", X_OK) != 0) {
-        sbxd_fail(err, SBXD_E_INVALID, 0,
-                  "a %s context needs /bin/bash, which this sandbox does not have", l);
-        cJSON_Delete(o);
-        return NULL;
-    }
-    snprintf(language, langlen, "%s", l);
-    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(o, "cwd");
-    snprintf(cwd, cwdlen, "%s", cJSON_IsString(cw) ? cw->valuestring : "");
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "language");
+    if (access("/bin/bash", X_OK) != 0)
+        return sbxd_fail(err, SBXD_E_INVALID, 0,
+                         "a %s context needs /bin/bash, which this sandbox does not have",
+                         posix ? "sh" : "bash");
     cJSON *argv = cJSON_CreateArray();
-    const char *args[] = {"/bin/bash", "--noprofile",           "--norc", "--noediting", "-i",
-                          "+m",        posix ? "--posix" : NULL};
-    for (size_t i = 0; i < sizeof(args) / sizeof(args[0]) && args[i]; i++)
-        cJSON_AddItemToArray(argv, cJSON_CreateString(args[i]));
     /* (--posix is a long option: it must come before the others.) */
-    if (posix) {
-        cJSON_Delete(argv);
-        argv = cJSON_CreateArray();
-        const char *pa[] = {"/bin/bash",   "--posix", "--noprofile", "--norc",
-                            "--noediting", "-i",      "+m"};
-        for (size_t i = 0; i < sizeof(pa) / sizeof(pa[0]); i++)
-            cJSON_AddItemToArray(argv, cJSON_CreateString(pa[i]));
-    }
+    const char *args[] = {"/bin/bash",   "--posix", "--noprofile", "--norc",
+                          "--noediting", "-i",      "+m"};
+    for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++)
+        if (posix || i != 1)
+            cJSON_AddItemToArray(argv, cJSON_CreateString(args[i]));
     cJSON_AddItemToObject(o, "argv", argv);
     /* No prompt from the very start, and no start-up file even in POSIX mode ($ENV). */
     cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
@@ -671,11 +636,72 @@ static char *shell_spec(const char *body, size_t len, char *language, size_t lan
         cJSON_AddStringToObject(env, "PS1", "");
         cJSON_AddStringToObject(env, "ENV", "");
     }
-    char *spec = cJSON_PrintUnformatted(o);
+    return 0;
+}
+
+/* c's spec, the request its process starts from (again at each restart): the client's
+ * fields (cwd, env, limits) with a shell's or a kernel's command. -1 with err. */
+static int make_spec(struct ctx *c, const char *body, size_t len, struct sbxd_err *err)
+{
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "the body must be a JSON object");
+    }
+    static const char *const keys[] = {"language", "kernel", "cwd", "env", "limits", NULL};
+    for (cJSON *k = o->child; k; k = k->next) {
+        bool known = false;
+        for (const char *const *n = keys; *n; n++)
+            known = known || strcmp(k->string, *n) == 0;
+        if (!known || cJSON_GetObjectItemCaseSensitive(o, k->string) != k) {
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "%s field '%.64s' (known: language, kernel, cwd, env, limits)",
+                      known ? "duplicate" : "unknown", k->string);
+            cJSON_Delete(o);
+            return -1;
+        }
+    }
+    const cJSON *lang = cJSON_GetObjectItemCaseSensitive(o, "language");
+    const cJSON *kern = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+    int rc = 0;
+    if ((lang && !cJSON_IsString(lang)) || (kern && !cJSON_IsString(kern)))
+        rc = sbxd_fail(err, SBXD_E_INVALID, 0,
+                       "'language' and 'kernel' must be strings (GET /kernels lists the kernels)");
+    char lbuf[sizeof(c->language)] = "";
+    if (cJSON_IsString(lang))
+        snprintf(lbuf, sizeof(lbuf), "%s", lang->valuestring);
+    if (cJSON_IsString(lang) && strlen(lang->valuestring) >= sizeof(lbuf))
+        rc = sbxd_fail(err, SBXD_E_INVALID, 0, "no context for language '%.32s...'",
+                       lang->valuestring);
+    const char *l = lang ? lbuf : kern ? NULL : "bash";
+    bool shell = rc == 0 && !kern && (strcmp(l, "bash") == 0 || strcmp(l, "sh") == 0);
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(o, "cwd");
+    snprintf(c->cwd, sizeof(c->cwd), "%s", cJSON_IsString(cw) ? cw->valuestring : "");
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "language");
+    if (rc == 0 && shell) {
+        snprintf(c->language, sizeof(c->language), "%s", l);
+        snprintf(c->kernel_name, sizeof(c->kernel_name), "shell");
+        rc = shell_spec(o, strcmp(l, "sh") == 0, err);
+        c->spec = rc == 0 ? cJSON_PrintUnformatted(o) : NULL;
+    } else if (rc == 0) {
+        c->kernel = true;
+        const char *k = kern ? kern->valuestring : NULL;
+        char kname[64];
+        snprintf(kname, sizeof(kname), "%s", k ? k : "");
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "kernel");
+        c->spec = kernel_spec(c, o, l, k ? kname : NULL, err);
+        rc = c->spec ? 0 : -1;
+    }
     cJSON_Delete(o);
-    if (!spec)
-        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    return spec;
+    if (rc == 0 && !c->spec)
+        rc = sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    return rc;
+}
+
+/* Start c's shell or kernel (and wait until it answers). */
+static int start_proc(struct ctx *c, struct sbxd_err *err)
+{
+    return c->kernel ? kernel_start(c, err) : start_shell(c, err);
 }
 
 static void ctx_free(struct ctx *c)
@@ -703,8 +729,7 @@ struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cond, &ca);
     pthread_condattr_destroy(&ca);
-    c->spec = shell_spec(body, len, c->language, sizeof(c->language), c->cwd, sizeof(c->cwd), err);
-    if (!c->spec || random_hex(c->id, 12) < 0) {
+    if (make_spec(c, body, len, err) < 0 || random_hex(c->id, 12) < 0) {
         if (c->spec)
             sbxd_fail(err, SBXD_E_INTERNAL, errno, "no random bytes for an id");
         ctx_free(c);
@@ -722,7 +747,7 @@ struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
     reg.alive++;
     pthread_mutex_unlock(&reg.lock);
     c->busy = true; /* while it starts */
-    if (start_shell(c, err) < 0) {
+    if (start_proc(c, err) < 0) {
         pthread_mutex_lock(&reg.lock);
         reg.alive--;
         pthread_mutex_unlock(&reg.lock);
@@ -766,24 +791,30 @@ void ctx_ref(struct ctx *c)
 
 struct ctx *ctx_default(const char *language, struct sbxd_err *err)
 {
-    size_t k = 0;
-    while (ctx_languages[k] && strcmp(ctx_languages[k], language) != 0)
-        k++;
-    if (!ctx_languages[k]) {
-        sbxd_fail(err, SBXD_E_INVALID, 0,
-                  "'language' must be \"bash\" or \"sh\" (a persistent shell session); "
-                  "Jupyter kernels are not available in this sbxd yet");
+    if (strlen(language) >= sizeof(reg.defaults[0].language)) {
+        sbxd_fail(err, SBXD_E_INVALID, 0, "no context for language '%.32s...'", language);
         return NULL;
     }
     static pthread_mutex_t made = PTHREAD_MUTEX_INITIALIZER; /* one made at a time */
     pthread_mutex_lock(&made);
-    struct ctx *c = reg.defaults[k][0] ? ctx_get(reg.defaults[k]) : NULL;
+    size_t k = 0;
+    while (k < DEFAULTS_MAX && reg.defaults[k].language[0] &&
+           strcmp(reg.defaults[k].language, language) != 0)
+        k++;
+    struct ctx *c = k < DEFAULTS_MAX && reg.defaults[k].id[0] ? ctx_get(reg.defaults[k].id) : NULL;
     if (!c) {
-        char spec[64];
-        snprintf(spec, sizeof(spec), "{\"language\":\"%s\"}", language);
-        c = ctx_create(spec, strlen(spec), err);
-        if (c)
-            snprintf(reg.defaults[k], sizeof(reg.defaults[k]), "%s", c->id);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "language", language);
+        char *spec = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        c = spec ? ctx_create(spec, strlen(spec), err) : NULL;
+        if (!spec)
+            sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        free(spec);
+        if (c && k < DEFAULTS_MAX) { /* (past DEFAULTS_MAX languages: a new one each time) */
+            snprintf(reg.defaults[k].language, sizeof(reg.defaults[k].language), "%s", language);
+            snprintf(reg.defaults[k].id, sizeof(reg.defaults[k].id), "%s", c->id);
+        }
     }
     pthread_mutex_unlock(&made);
     if (!c)
@@ -826,11 +857,28 @@ size_t ctx_list(struct ctx ***out)
     return i;
 }
 
+/* The resident memory of a process (0 when gone). */
+static uint64_t rss_of(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char path[40];
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "re");
+    unsigned long long size = 0, resident = 0;
+    if (!f)
+        return 0;
+    int got = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    return got == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
 void ctx_info(struct ctx *c, struct ctx_info *out)
 {
     memset(out, 0, sizeof(*out));
     snprintf(out->id, sizeof(out->id), "%s", c->id);
     snprintf(out->language, sizeof(out->language), "%s", c->language);
+    snprintf(out->kernel, sizeof(out->kernel), "%s", c->kernel_name);
     snprintf(out->cwd, sizeof(out->cwd), "%s", c->cwd);
     out->created_real_ns = c->created_real_ns;
     pthread_mutex_lock(&c->lock);
@@ -840,6 +888,7 @@ void ctx_info(struct ctx *c, struct ctx_info *out)
     out->last_used_real_ns = c->last_used_real_ns;
     snprintf(out->dead_reason, sizeof(out->dead_reason), "%s", c->dead_reason);
     pthread_mutex_unlock(&c->lock);
+    out->memory_bytes = rss_of(out->pid);
 }
 
 /* Take the shell from c and kill it: an execution in progress then ends as died (in its
@@ -849,13 +898,15 @@ static void kill_shell(struct ctx *c, const char *why, bool restarting)
 {
     pthread_mutex_lock(&c->lock);
     struct bg_proc *p = c->shell;
+    struct jp_conn *jc = c->jc;
     c->shell = NULL;
+    c->jc = NULL;
     c->run = NULL;
     if (restarting) {
         c->busy = true;
     } else {
         c->busy = false;
-        mark_dead(c, why);
+        ctx_mark_dead(c, why);
     }
     c->pid = 0;
     pthread_cond_broadcast(&c->cond);
@@ -865,6 +916,7 @@ static void kill_shell(struct ctx *c, const char *why, bool restarting)
         bg_remove(p, &in);
         bg_put(p);
     }
+    jp_close(jc);
 }
 
 void ctx_delete(struct ctx *c)
@@ -898,10 +950,10 @@ int ctx_restart(struct ctx *c, struct sbxd_err *err)
         return sbxd_fail(err, SBXD_E_NOT_FOUND, 0, "the context was deleted");
     }
     kill_shell(c, "restarting", true);
-    int rc = start_shell(c, err);
+    int rc = start_proc(c, err);
     pthread_mutex_lock(&c->lock);
     if (rc < 0)
-        mark_dead(c, err->msg);
+        ctx_mark_dead(c, err->msg);
     c->busy = false;
     c->execution_count = 0;
     c->last_used_real_ns = time_real_ns();
@@ -917,16 +969,23 @@ bool ctx_interrupt(struct ctx *c)
     pthread_mutex_lock(&c->lock);
     struct ctx_run *r = c->run;
     struct bg_proc *shell = r ? r->shell : NULL;
+    struct jp_conn *jc = r ? r->jc : NULL;
     char token[TOKEN_LEN + 1];
     if (r) {
         __atomic_store_n(&r->asked, true, __ATOMIC_RELEASE);
         memcpy(token, r->token, sizeof(token));
         bg_ref(shell); /* (the table's lock after c's: never the other way round) */
+        if (jc)
+            jp_hold(jc);
     }
     pthread_mutex_unlock(&c->lock);
     if (!shell)
         return false;
-    send_interrupt(shell, token);
+    if (c->kernel)
+        kernel_interrupt(shell, jc, c->interrupt_message);
+    else
+        send_interrupt(shell, token);
+    jp_close(jc);
     bg_put(shell);
     return true;
 }
@@ -1003,7 +1062,7 @@ void ctx_kill_all(void)
         struct bg_proc *p = c->shell;
         if (p)
             bg_ref(p); /* (the table's lock after c's) */
-        mark_dead(c, "sbxd is shutting down");
+        ctx_mark_dead(c, "sbxd is shutting down");
         pthread_mutex_unlock(&c->lock);
         if (p) {
             struct sbxd_err err = {0};

@@ -237,7 +237,7 @@ static int open_io(struct job *job, const struct exec_request *req, const struct
                    struct start_io *io, struct sbxd_err *err)
 {
     bool reports = job_init_reports(job);
-    io->has_stdin = req->has_stdin || env->interactive;
+    io->has_stdin = (req->has_stdin || env->interactive) && env->stdin_file <= 0;
     if (req->pty) {
         /* One terminal for all three: the master is read for output and written for input
          * (through a second descriptor, so stdin can close apart from it). */
@@ -464,7 +464,9 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         .exec_paths = io.candidates,
         .argv = req->argv,
         .envp = req->envp,
-        .stdin_fd = io.has_stdin ? io.in[0] : devnull_fd,
+        .stdin_fd = io.has_stdin          ? io.in[0]
+                    : env->stdin_file > 0 ? env->stdin_file
+                                          : devnull_fd,
         .stdout_fd = io.out[1],
         .stderr_fd = req->pty ? io.out[1] : io.err[1],
         .pty = req->pty,

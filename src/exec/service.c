@@ -329,9 +329,10 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
 }
 
 struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
-                                         struct sbxd_err *err)
+                                         int stdin_file, struct sbxd_err *err)
 {
     struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
+    env.stdin_file = stdin_file;
     enum exec_front front = req->front;
     __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     struct bg_proc *p = bg_start_owned(req, &env, err);

@@ -8,6 +8,7 @@
 
 #include "sbxd/context.h"
 #include "sbxd/http.h"
+#include "sbxd/kernelspec.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/outbuf.h"
@@ -28,7 +29,7 @@ static void write_context(struct jsonw *w, const struct ctx_info *in)
     jw_key(w, "language");
     jw_str(w, in->language);
     jw_key(w, "kernel");
-    jw_str(w, "shell");
+    jw_str(w, in->kernel);
     jw_key(w, "cwd");
     jw_str(w, in->cwd);
     jw_key(w, "pid");
@@ -40,6 +41,8 @@ static void write_context(struct jsonw *w, const struct ctx_info *in)
     jw_str(w, state_name(in->state));
     jw_key(w, "execution_count");
     jw_uint(w, in->execution_count);
+    jw_key(w, "memory_bytes");
+    jw_uint(w, in->memory_bytes);
     reply_time_field(w, "created_at", in->created_real_ns);
     reply_time_field(w, "last_used_at", in->last_used_real_ns);
     if (in->state == CTX_DEAD) {
@@ -111,27 +114,69 @@ enum MHD_Result route_contexts(struct server *srv, struct MHD_Connection *c, str
     return list(c);
 }
 
+/* GET /kernels: the installed kernelspecs, besides the shells. */
+enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    (void)srv;
+    (void)rc;
+    struct kspec *v;
+    size_t n = kspec_list(&v);
+    struct jsonw w;
+    jw_init(&w, 256 + n * 256);
+    jw_obj_begin(&w);
+    jw_key(&w, "kernels");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < n; i++) {
+        jw_obj_begin(&w);
+        jw_key(&w, "name");
+        jw_str(&w, v[i].name);
+        jw_key(&w, "language");
+        jw_str(&w, v[i].language);
+        jw_key(&w, "display_name");
+        jw_str(&w, v[i].display_name);
+        jw_key(&w, "interrupt_mode");
+        jw_str(&w, v[i].interrupt_message ? "message" : "signal");
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_key(&w, "shells");
+    jw_arr_begin(&w);
+    jw_str(&w, "bash");
+    jw_str(&w, "sh");
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    kspec_free_all(v, n);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* POST /contexts/{id}/execute                                                          */
 
-/* The result fields of an execution (after "stdout" and "stderr" where there are those). */
-static void write_result(struct jsonw *w, const struct ctx_result *r, uint64_t timeout_ms)
+/* The result fields of an execution (after "stdout" and "stderr" where there are those):
+ * results is the JSON array of its MIME bundles (NULL: none were kept, the events carried
+ * them). */
+static void write_result(struct jsonw *w, const struct ctx_result *r, uint64_t timeout_ms,
+                         struct jsonw *results)
 {
     jw_key(w, "status");
     jw_str(w, ctx_status_name(r->status));
     jw_key(w, "execution_count");
     jw_uint(w, r->execution_count);
     jw_key(w, "exit_code");
-    if (r->status == CTX_DIED)
+    if (r->status == CTX_DIED || r->kernel)
         jw_null(w);
     else
         jw_int(w, r->exit_code);
-    jw_key(w, "results");
-    jw_arr_begin(w);
-    jw_arr_end(w);
+    if (results) {
+        jw_key(w, "results");
+        jw_raw(w, results->buf, results->len); /* "[" and the bundles */
+        jw_arr_end(w);
+    }
     jw_key(w, "error");
     if (r->status == CTX_OK) {
         jw_null(w);
+    } else if (r->status == CTX_ERROR && r->error_json) {
+        jw_json(w, r->error_json, strlen(r->error_json));
     } else {
         char value[400];
         const char *name = "ExitStatus";
@@ -139,9 +184,11 @@ static void write_result(struct jsonw *w, const struct ctx_result *r, uint64_t t
             name = "Timeout";
             snprintf(value, sizeof(value), "interrupted after %llu ms%s",
                      (unsigned long long)timeout_ms,
-                     r->restarted ? "; the shell did not come back and was restarted (its "
-                                    "state is lost)"
-                                  : "; the context's state is kept");
+                     !r->restarted ? "; the context's state is kept"
+                     : r->kernel   ? "; the kernel did not come back and was restarted (its "
+                                     "state is lost)"
+                                   : "; the shell did not come back and was restarted (its "
+                                     "state is lost)");
         } else if (r->status == CTX_DIED) {
             name = "ContextDied";
             snprintf(value, sizeof(value), "%s", r->reason);
@@ -204,26 +251,36 @@ static enum MHD_Result execute_sync(struct server *srv, struct MHD_Connection *c
     struct outbuf ob[3];
     outbuf_init(&ob[1], (size_t)srv->cfg->max_output_bytes);
     outbuf_init(&ob[2], (size_t)srv->cfg->max_output_bytes);
+    /* The MIME bundles, under the same cap as each stream's output. */
+    struct jsonw results;
+    jw_init(&results, 64);
+    jw_arr_begin(&results);
+    bool results_cut = false;
     int st;
     const uint8_t *d;
     size_t n;
     int k;
     while ((k = ctx_run_next(run, CLIENT_CHECK_MS, &st, &d, &n)) >= 0) {
-        if (k > 0)
+        if (k > 0 && st <= CTX_EV_STDERR)
             outbuf_append(&ob[st], d, n);
-        else if (client_gone(fd))
+        else if (k > 0 && st != CTX_EV_ERROR && results.len + n > srv->cfg->max_output_bytes)
+            results_cut = true;
+        else if (k > 0 && st != CTX_EV_ERROR)
+            jw_json(&results, d, n);
+        else if (k == 0 && client_gone(fd))
             break; /* ctx_run_end interrupts it */
     }
     if (k >= 0) {
         outbuf_free(&ob[1]);
         outbuf_free(&ob[2]);
+        jw_free(&results);
         ctx_run_end(run);
         return MHD_NO;
     }
     const struct ctx_result *r = ctx_run_result(run);
     audit(id, r, code_len, rc->client);
     struct jsonw w;
-    jw_init(&w, 512 + ob[1].len + ob[2].len);
+    jw_init(&w, 512 + ob[1].len + ob[2].len + results.len);
     jw_obj_begin(&w);
     jw_key(&w, "context");
     jw_str(&w, id);
@@ -235,10 +292,13 @@ static enum MHD_Result execute_sync(struct server *srv, struct MHD_Connection *c
     jw_bool(&w, outbuf_truncated(&ob[1]));
     jw_key(&w, "stderr_truncated");
     jw_bool(&w, outbuf_truncated(&ob[2]));
-    write_result(&w, r, timeout_ms);
+    jw_key(&w, "results_truncated");
+    jw_bool(&w, results_cut);
+    write_result(&w, r, timeout_ms, &results);
     jw_obj_end(&w);
     outbuf_free(&ob[1]);
     outbuf_free(&ob[2]);
+    jw_free(&results);
     ctx_run_end(run);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
@@ -259,30 +319,51 @@ struct ctx_stream {
     struct events ev;
 };
 
+/* n bytes of output as stdout/stderr events (a kernel's text may be longer than a read: in
+ * pieces), a UTF-8 character cut at the end held back unless final. */
 static void stream_output(struct ctx_stream *s, int st, const uint8_t *data, size_t n, bool final)
 {
-    size_t len = s->ncarry[st];
-    memcpy(s->buf, s->carry[st], len);
-    if (n > sizeof(s->buf) - len)
-        n = sizeof(s->buf) - len; /* (never: a read is at most SBXD_READ_CHUNK) */
-    memcpy(s->buf + len, data, n);
-    len += n;
-    size_t send = final ? len : utf8_whole(s->buf, len);
-    s->ncarry[st] = len - send;
-    memcpy(s->carry[st], s->buf + send, len - send);
-    if (!send)
-        return;
-    event_begin(&s->ev, st == 1 ? "stdout" : "stderr");
+    do {
+        size_t len = s->ncarry[st];
+        memcpy(s->buf, s->carry[st], len);
+        size_t take = n < sizeof(s->buf) - len ? n : sizeof(s->buf) - len;
+        memcpy(s->buf + len, data, take);
+        data += take;
+        n -= take;
+        len += take;
+        size_t send = final && !n ? len : utf8_whole(s->buf, len);
+        s->ncarry[st] = len - send;
+        memcpy(s->carry[st], s->buf + send, len - send);
+        if (!send)
+            continue;
+        event_begin(&s->ev, st == 1 ? "stdout" : "stderr");
+        jw_obj_begin(&s->ev.pending);
+        jw_key(&s->ev.pending, "type");
+        jw_str(&s->ev.pending, st == 1 ? "stdout" : "stderr");
+        jw_key(&s->ev.pending, "data");
+        jw_str_utf8(&s->ev.pending, s->buf, send, false);
+        jw_key(&s->ev.pending, "offset");
+        jw_uint(&s->ev.pending, s->offset[st]);
+        jw_obj_end(&s->ev.pending);
+        event_end(&s->ev);
+        s->offset[st] += send;
+    } while (n);
+}
+
+/* A display, result or error event: {"type", "data": the object}. */
+static void stream_object(struct ctx_stream *s, int type, const uint8_t *data, size_t n)
+{
+    const char *name = type == CTX_EV_DISPLAY  ? "display"
+                       : type == CTX_EV_RESULT ? "result"
+                                               : "error";
+    event_begin(&s->ev, name);
     jw_obj_begin(&s->ev.pending);
     jw_key(&s->ev.pending, "type");
-    jw_str(&s->ev.pending, st == 1 ? "stdout" : "stderr");
+    jw_str(&s->ev.pending, name);
     jw_key(&s->ev.pending, "data");
-    jw_str_utf8(&s->ev.pending, s->buf, send, false);
-    jw_key(&s->ev.pending, "offset");
-    jw_uint(&s->ev.pending, s->offset[st]);
+    jw_json(&s->ev.pending, data, n);
     jw_obj_end(&s->ev.pending);
     event_end(&s->ev);
-    s->offset[st] += send;
 }
 
 static bool stream_next(void *cls, bool ready)
@@ -311,6 +392,10 @@ static bool stream_next(void *cls, bool ready)
         size_t n;
         int k = ctx_run_next(s->run, ready ? 0 : event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms),
                              &st, &d, &n);
+        if (k > 0 && st > CTX_EV_STDERR) {
+            stream_object(s, st, d, n);
+            return true;
+        }
         if (k > 0) {
             stream_output(s, st, d, n, false);
             if (events_pending(&s->ev))
@@ -335,7 +420,7 @@ static bool stream_next(void *cls, bool ready)
         jw_str(w, "end");
         jw_key(w, "context");
         jw_str(w, s->id);
-        write_result(w, r, s->timeout_ms);
+        write_result(w, r, s->timeout_ms, NULL);
         jw_obj_end(w);
         event_end(&s->ev);
         s->ended = true;
@@ -413,8 +498,9 @@ static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c
         if (!cJSON_IsString(lang)) {
             cJSON_Delete(o);
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                               "give 'language' (\"bash\" or \"sh\": its default context, made "
-                               "on first use) or 'context' (the id of one)");
+                               "give 'language' (\"python\", \"bash\", ...: its default context, "
+                               "made on first use; GET /kernels lists them) or 'context' (the id "
+                               "of one)");
         }
         if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
             cJSON_Delete(o);

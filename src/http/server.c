@@ -30,6 +30,7 @@ static const struct route routes[] = {
     {"/contexts", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_context, true, NULL, NULL,
      "/contexts/{id}", FACE_NONE},
     {"/run_code", HTTP_POST, true, route_run_code, false, NULL, NULL, "/run_code", FACE_NONE},
+    {"/kernels", HTTP_GET, true, route_kernels, false, NULL, NULL, "/kernels", FACE_NONE},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_DELETE, false, route_files, true,
      route_files_begin, route_files_body, "/files/{path}", FACE_FILES},
     /* The standardized REST file API (KEP-539.2): the same implementation, another face. */

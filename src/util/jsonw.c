@@ -398,6 +398,13 @@ void jw_raw(struct jsonw *w, const void *s, size_t n)
     put(w, s, n);
 }
 
+void jw_json(struct jsonw *w, const void *s, size_t n)
+{
+    value_begin(w);
+    put(w, s, n);
+    w->need_comma = true;
+}
+
 void jw_newline(struct jsonw *w)
 {
     put_c(w, '\n');

@@ -247,6 +247,10 @@ START_TEST(contexts_are_contained_and_apart)
     /* What a context leaves running goes with it. */
     o = run(&g_sbxd, a, "\"setsid sleep 34.25 & sleep 35.25 &\"", 0);
     cJSON_Delete(o);
+    /* (The execution ends before the background children may have run exec.) */
+    for (double end = now_ms() + 3000 * SLOW;
+         daemon_procs_with(&g_sbxd, "sleep 34.25") < 1 && now_ms() < end;)
+        usleep(5000);
     ck_assert_int_ge(daemon_procs_with(&g_sbxd, "sleep 34.25"), 1);
     ctx_delete_ok(&g_sbxd, a);
     ctx_delete_ok(&g_sbxd, b);
@@ -341,9 +345,16 @@ END_TEST
 START_TEST(bad_requests)
 {
     struct http_resp r;
-    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"python\"}", "/contexts");
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"cobol\"}", "/contexts");
     assert_error(&r, 400, "INVALID_ARGUMENT");
-    ck_assert_ptr_nonnull(strstr(r.body, "language"));
+    ck_assert_msg(strstr(r.body, "'cobol'") && strstr(r.body, "python3 (python)"), "%s", r.body);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"kernel\":\"nope\"}", "/contexts");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    ck_assert_msg(strstr(r.body, "no Jupyter kernel 'nope'"), "%s", r.body);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":7}", "/contexts");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
     http_reqf(&g_sbxd, &r, "POST", "{\"bogus\":1}", "/contexts");
     assert_error(&r, 400, "INVALID_ARGUMENT");
@@ -410,6 +421,363 @@ START_TEST(max_contexts_and_idle_expiry)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------------- */
+/* Jupyter kernels (ipykernel's python3)                                                */
+
+/* run() for code given as plain text (JSON-escaped here). */
+static cJSON *run_text(const struct daemon *d, const char *id, const char *code, long timeout_ms)
+{
+    cJSON *s = cJSON_CreateString(code);
+    char *js = cJSON_PrintUnformatted(s);
+    cJSON_Delete(s);
+    cJSON *o = run(d, id, js, timeout_ms);
+    free(js);
+    return o;
+}
+
+static const cJSON *result_at(const cJSON *o, int i)
+{
+    const cJSON *a = cJSON_GetObjectItem(o, "results");
+    ck_assert_msg(cJSON_IsArray(a) && cJSON_GetArraySize(a) > i, "no results[%d]", i);
+    return cJSON_GetArrayItem(a, i);
+}
+
+static void py_new(const struct daemon *d, const char *body, char *id, size_t idlen)
+{
+    ctx_new(d, body, id, idlen);
+    struct http_resp r;
+    http_reqf(d, &r, "GET", NULL, "/contexts/%s", id);
+    ck_assert_str_eq(jstr(r.json, "kernel"), "python3");
+    ck_assert_str_eq(jstr(r.json, "language"), "python");
+    http_resp_free(&r);
+}
+
+/* Decoded size of base64 text into out (at most cap bytes); -1 when it is not base64. */
+static long b64_decode(const char *in, unsigned char *out, size_t cap)
+{
+    static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (const char *p = in; *p && *p != '='; p++) {
+        if (*p == '\n')
+            continue;
+        const char *k = strchr(set, *p);
+        if (!k)
+            return -1;
+        acc = acc << 6 | (unsigned)(k - set);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n < cap)
+                out[n] = (unsigned char)(acc >> bits);
+            n++;
+        }
+    }
+    return (long)n;
+}
+
+START_TEST(kernel_keeps_state_and_returns_rich_results)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/kernels");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.body, "{\"name\":\"python3\",\"language\":\"python\""), "%s", r.body);
+    http_resp_free(&r);
+    char id[64];
+    py_new(&g_sbxd, "{\"language\":\"python\"}", id, sizeof(id));
+    cJSON *o = run_text(
+        &g_sbxd, id, "x = 41\nprint('out')\nimport sys; print('err', file=sys.stderr)\nx + 1", 0);
+    ck_assert_str_eq(jstr(o, "status"), "ok");
+    ck_assert_str_eq(jstr(o, "stdout"), "out\n");
+    ck_assert_str_eq(jstr(o, "stderr"), "err\n");
+    ck_assert(jnull(o, "exit_code"));
+    ck_assert(jnull(o, "error"));
+    ck_assert_int_eq((int)jnum(o, "execution_count"), 1);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "42");
+    ck_assert(jbool(result_at(o, 0), "is_main_result"));
+    cJSON_Delete(o);
+    o = run_text(&g_sbxd, id,
+                 "from IPython.display import display, HTML, Markdown\n"
+                 "display(HTML('<b>x</b>'))\ndisplay(Markdown('*m*'))\nx",
+                 0);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "results")), 3);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/html"), "<b>x</b>");
+    ck_assert(!jbool(result_at(o, 0), "is_main_result"));
+    ck_assert_str_eq(jstr(result_at(o, 1), "text/markdown"), "*m*");
+    ck_assert_str_eq(jstr(result_at(o, 2), "text/plain"), "41");
+    ck_assert_int_eq((int)jnum(o, "execution_count"), 2);
+    cJSON_Delete(o);
+    o = run_text(&g_sbxd, id, "def f():\n    raise ValueError('bad')\nf()", 0);
+    ck_assert_str_eq(jstr(o, "status"), "error");
+    const cJSON *e = cJSON_GetObjectItem(o, "error");
+    ck_assert_str_eq(jstr(e, "name"), "ValueError");
+    ck_assert_str_eq(jstr(e, "value"), "bad");
+    const cJSON *tb = cJSON_GetObjectItem(e, "traceback");
+    ck_assert_int_ge(cJSON_GetArraySize(tb), 2);
+    char *tbs = cJSON_PrintUnformatted(tb);
+    ck_assert_msg(strstr(tbs, "raise ValueError") && !strstr(tbs, "\\u001b"), "%s", tbs);
+    free(tbs);
+    cJSON_Delete(o);
+    /* A chart: a PNG, whole. */
+    o = run_text(&g_sbxd, id,
+                 "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()",
+                 0);
+    ck_assert_msg(strcmp(jstr(o, "status"), "ok") == 0, "%s", jstr(o, "stderr"));
+    const char *png = jstr(result_at(o, 0), "image/png");
+    unsigned char *bin = malloc(strlen(png));
+    long n = b64_decode(png, bin, strlen(png));
+    ck_assert_msg(n > 1000 && memcmp(bin, "\x89PNG\r\n\x1a\n", 8) == 0 &&
+                      memcmp(bin + n - 8, "IEND", 4) == 0,
+                  "not a PNG (%ld bytes)", n);
+    free(bin);
+    cJSON_Delete(o);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    ck_assert_str_eq(jstr(r.json, "state"), "idle");
+    ck_assert_int_eq((int)jnum(r.json, "execution_count"), 4);
+    ck_assert_msg(jnum(r.json, "memory_bytes") > 4e6, "%s", r.body);
+    http_resp_free(&r);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
+START_TEST(kernel_timeout_and_interrupt_keep_its_state)
+{
+    char id[64];
+    py_new(&g_sbxd, "{\"language\":\"python\"}", id, sizeof(id));
+    cJSON *o = run_text(&g_sbxd, id, "y = 5", 0);
+    cJSON_Delete(o);
+    double t0 = now_ms();
+    o = run_text(&g_sbxd, id, "import time\ntime.sleep(30)\nprint('after')", 500);
+    ck_assert_str_eq(jstr(o, "status"), "timeout");
+    ck_assert(jbool(o, "interrupted"));
+    ck_assert(!jbool(o, "restarted"));
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(o, "error"), "name"), "Timeout");
+    ck_assert_ptr_null(strstr(jstr(o, "stdout"), "after"));
+    ck_assert_msg(now_ms() - t0 < 3000 * SLOW, "took %.0f ms", now_ms() - t0);
+    cJSON_Delete(o);
+    /* An interrupt from another connection. */
+    char path[128];
+    snprintf(path, sizeof(path), "/contexts/%s/execute", id);
+    int s = raw_post(&g_sbxd, path, NULL, "{\"code\":\"import time\\ntime.sleep(30)\"}");
+    struct http_resp r;
+    bool done = false;
+    for (int i = 0; i < 200 && !done; i++) {
+        usleep(20000);
+        http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/interrupt", id);
+        done = jbool(r.json, "interrupted");
+        http_resp_free(&r);
+    }
+    ck_assert(done);
+    char *out = read_until_close(s, NULL);
+    close(s);
+    ck_assert_msg(strstr(out, "\"status\":\"error\"") && strstr(out, "KeyboardInterrupt") &&
+                      strstr(out, "\"interrupted\":true"),
+                  "%s", out);
+    free(out);
+    o = run_text(&g_sbxd, id, "y", 0);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "5");
+    cJSON_Delete(o);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
+START_TEST(kernel_death_is_reported_and_restart_works)
+{
+    char id[64];
+    py_new(&g_sbxd, "{\"language\":\"python\"}", id, sizeof(id));
+    cJSON *o = run_text(&g_sbxd, id, "w = 1\nimport os\nos._exit(3)", 0);
+    ck_assert_str_eq(jstr(o, "status"), "died");
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(o, "error"), "name"), "ContextDied");
+    ck_assert_msg(strstr(jstr(cJSON_GetObjectItem(o, "error"), "value"), "kernel exited with "
+                                                                         "status 3"),
+                  "%s", jstr(cJSON_GetObjectItem(o, "error"), "value"));
+    cJSON_Delete(o);
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    ck_assert_str_eq(jstr(r.json, "state"), "dead");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"1\"}", "/contexts/%s/execute", id);
+    assert_error(&r, 409, "CONFLICT");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/restart", id);
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    ck_assert_str_eq(jstr(r.json, "state"), "idle");
+    http_resp_free(&r);
+    o = run_text(&g_sbxd, id, "'w' in globals(), 6 * 7", 0);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "(False, 42)");
+    ck_assert_int_eq((int)jnum(o, "execution_count"), 1);
+    cJSON_Delete(o);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
+START_TEST(kernels_are_contained_apart_and_deleted)
+{
+    cJSON *m = execute(&g_sbxd, "{\"command\":\"mkdir -p kdir; id -u; id -g\"}");
+    char ids[64];
+    snprintf(ids, sizeof(ids), "%s", jstr(m, "stdout"));
+    cJSON_Delete(m);
+    char a[64], b[64];
+    py_new(&g_sbxd, "{\"language\":\"python\",\"cwd\":\"kdir\",\"env\":{\"WHO\":\"k\"}}", a,
+           sizeof(a));
+    py_new(&g_sbxd, "{\"kernel\":\"python3\"}", b, sizeof(b));
+    cJSON *o = run_text(&g_sbxd, a,
+                        "import os\nsecret = 1\nprint(os.getuid())\nprint(os.getgid())\n"
+                        "print(os.path.basename(os.getcwd()), os.environ['WHO'])\n"
+                        "print([l.split()[1] for l in open('/proc/self/status') "
+                        "if l.startswith('CapEff')][0])",
+                        0);
+    char want[160];
+    snprintf(want, sizeof(want), "%skdir k\n0000000000000000\n", ids);
+    ck_assert_str_eq(jstr(o, "stdout"), want);
+    cJSON_Delete(o);
+    o = run_text(&g_sbxd, b, "secret", 0);
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(o, "error"), "name"), "NameError");
+    cJSON_Delete(o);
+    /* What a kernel starts goes with it. */
+    o = run_text(&g_sbxd, a, "import subprocess\nsubprocess.Popen(['sleep', '36.25'])", 0);
+    cJSON_Delete(o);
+    for (double end = now_ms() + 3000 * SLOW;
+         daemon_procs_with(&g_sbxd, "sleep 36.25") < 1 && now_ms() < end;)
+        usleep(5000);
+    ck_assert_int_ge(daemon_procs_with(&g_sbxd, "sleep 36.25"), 1);
+    ctx_delete_ok(&g_sbxd, a);
+    ctx_delete_ok(&g_sbxd, b);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 36.25", 3000), 0);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "ipykernel_launcher", 3000), 0);
+}
+END_TEST
+
+START_TEST(kernel_streaming_is_live)
+{
+    char id[64];
+    py_new(&g_sbxd, "{\"language\":\"python\"}", id, sizeof(id));
+    char path[128];
+    snprintf(path, sizeof(path), "/contexts/%s/execute", id);
+    double t0 = now_ms();
+    int s = raw_post(&g_sbxd, path, "application/x-ndjson",
+                     "{\"code\":\"print('first', flush=True)\\nimport time\\ntime.sleep(1)\\n"
+                     "print('second')\\nfrom IPython.display import display, HTML\\n"
+                     "display(HTML('<i>d</i>'))\\n1 + 1\"}");
+    char got[16384];
+    size_t have = 0;
+    double first_at = 0;
+    ssize_t k;
+    while ((k = recv(s, got + have, sizeof(got) - 1 - have, 0)) > 0) {
+        have += (size_t)k;
+        got[have] = '\0';
+        if (!first_at && strstr(got, "first"))
+            first_at = now_ms() - t0;
+    }
+    close(s);
+    double total = now_ms() - t0;
+    ck_assert_msg(first_at > 0 && first_at < total - 600, "first at %.0f ms of %.0f: %s", first_at,
+                  total, got);
+    const char *st = strstr(got, "{\"type\":\"start\"");
+    const char *disp = strstr(got, "{\"type\":\"display\",\"data\":{\"text/plain\":");
+    const char *res = strstr(got, "{\"type\":\"result\",\"data\":{\"text/plain\":\"2\"");
+    const char *end = strstr(got, "{\"type\":\"end\"");
+    ck_assert_msg(st && disp && res && end && st < disp && disp < res && res < end, "%s", got);
+    ck_assert_ptr_nonnull(strstr(disp, "<i>d</i>"));
+    ck_assert_ptr_nonnull(strstr(end, "\"status\":\"ok\""));
+    /* An error comes as its own event. */
+    s = raw_post(&g_sbxd, path, "application/x-ndjson", "{\"code\":\"import nosuchmodule\"}");
+    char *out = read_until_close(s, NULL);
+    close(s);
+    ck_assert_msg(strstr(out, "{\"type\":\"error\",\"data\":{\"name\":\"ModuleNotFoundError\"") &&
+                      strstr(out, "\"status\":\"error\""),
+                  "%s", out);
+    free(out);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
+/* POST /run_code with a kernel's language: its default context, made on first use. */
+START_TEST(run_code_in_python)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"python\",\"code\":\"z = 20\"}", "/run_code");
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", jstr(r.json, "context"));
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"python\",\"code\":\"z + 1\"}", "/run_code");
+    ck_assert_msg(r.status == 200, "%s", r.body);
+    ck_assert_str_eq(jstr(r.json, "context"), id);
+    ck_assert_str_eq(jstr(result_at(r.json, 0), "text/plain"), "21");
+    http_resp_free(&r);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
+/* A process of the sandbox that reaches the kernel's ports cannot have code run: sbxd's key
+ * is in no file it can read, and a message without the key's signature is dropped. */
+START_TEST(kernel_refuses_code_from_the_sandbox)
+{
+    char id[64];
+    py_new(&g_sbxd, "{\"language\":\"python\"}", id, sizeof(id));
+    cJSON *o = run_text(&g_sbxd, id, "import os\nos.getpid()", 0);
+    cJSON_Delete(o);
+    /* Every loopback port that listens, sent an execute_request under a made-up key; and
+     * every process's stdin (the kernel's connection file) and environment read. */
+    const char *attack =
+        "import glob, hmac, json, hashlib, os, time, zmq\n"
+        "ports = set()\n"
+        "for f in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+        "    try:\n"
+        "        for l in open(f).readlines()[1:]:\n"
+        "            p = l.split()\n"
+        "            if p[3] == '0A':\n"
+        "                ports.add(int(p[1].split(':')[1], 16))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "ctx = zmq.Context()\n"
+        "code = \"open('pwned', 'w').write('x')\"\n"
+        "for port in ports:\n"
+        "    s = ctx.socket(zmq.DEALER)\n"
+        "    s.setsockopt(zmq.LINGER, 0)\n"
+        "    s.connect('tcp://127.0.0.1:%d' % port)\n"
+        "    h = json.dumps({'msg_id': 'm%d' % port, 'session': 's', 'username': 'u',\n"
+        "                    'date': '2026-01-01T00:00:00Z', 'msg_type': 'execute_request',\n"
+        "                    'version': '5.3'}).encode()\n"
+        "    c = json.dumps({'code': code, 'silent': False}).encode()\n"
+        "    sig = hmac.new(b'guess', h + b'{}{}' + c, hashlib.sha256).hexdigest().encode()\n"
+        "    for signature in (sig, b''):\n"
+        "        s.send_multipart([b'<IDS|MSG>', signature, h, b'{}', b'{}', c])\n"
+        "time.sleep(1)\n"
+        "leaks = 0\n"
+        "for f in glob.glob('/proc/[0-9]*/fd/0') + glob.glob('/proc/[0-9]*/environ'):\n"
+        "    try:\n"
+        "        leaks += b'hmac-sha256' in open(f, 'rb').read(65536)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(len(ports), leaks)\n";
+    cJSON *req = cJSON_CreateObject();
+    cJSON *argv = cJSON_AddArrayToObject(req, "argv");
+    cJSON_AddItemToArray(argv, cJSON_CreateString("python3"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString("-c"));
+    cJSON_AddItemToArray(argv, cJSON_CreateString(attack));
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cJSON *e = execute(&g_sbxd, body);
+    free(body);
+    int ports = 0, leaks = -1;
+    ck_assert_msg(sscanf(jstr(e, "stdout"), "%d %d", &ports, &leaks) == 2, "%s %s",
+                  jstr(e, "stdout"), jstr(e, "stderr"));
+    ck_assert_msg(ports >= 4, "only %d ports found: %s", ports, jstr(e, "stderr"));
+    ck_assert_int_eq(leaks, 0);
+    cJSON_Delete(e);
+    e = execute(&g_sbxd, "{\"command\":\"test -e pwned && echo PWNED; true\"}");
+    ck_assert_str_eq(jstr(e, "stdout"), "");
+    cJSON_Delete(e);
+    o = run_text(&g_sbxd, id, "'still', 'here'", 0);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "('still', 'here')");
+    cJSON_Delete(o);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
 Suite *contexts_suite(void)
 {
     Suite *s = suite_create("contexts");
@@ -426,5 +794,15 @@ Suite *contexts_suite(void)
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, max_contexts_and_idle_expiry);
     suite_add_tcase(s, tc);
+    TCase *k = tcase_create("kernel");
+    tcase_set_timeout(k, 180);
+    tcase_add_test(k, kernel_keeps_state_and_returns_rich_results);
+    tcase_add_test(k, kernel_timeout_and_interrupt_keep_its_state);
+    tcase_add_test(k, kernel_death_is_reported_and_restart_works);
+    tcase_add_test(k, kernels_are_contained_apart_and_deleted);
+    tcase_add_test(k, kernel_streaming_is_live);
+    tcase_add_test(k, run_code_in_python);
+    tcase_add_test(k, kernel_refuses_code_from_the_sandbox);
+    suite_add_tcase(s, k);
     return s;
 }

@@ -1,0 +1,116 @@
+/*
+ * context_internal.h - what context.c (the registry and shell sessions) and kernel.c
+ * (Jupyter kernels) share: a context and an execution, and the steps both kinds take.
+ */
+#ifndef SBXD_CONTEXT_INTERNAL_H
+#define SBXD_CONTEXT_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sbxd/background.h"
+#include "sbxd/context.h"
+#include "sbxd/jupyter.h"
+#include "sbxd/limits.h"
+
+#define TOKEN_LEN 32 /* hex digits: 128 random bits */
+/* The longest marker: "\n\x1e" TOKEN " -2147483648\n". */
+#define MARKER_MAX (2 + TOKEN_LEN + 13)
+
+struct ctx {
+    struct ctx *next; /* the registry, oldest first (under reg.lock) */
+    bool listed;      /* under reg.lock */
+    unsigned refs;    /* under reg.lock */
+    char id[25];
+    char language[32];
+    char kernel_name[64]; /* the kernelspec's name; "shell" for a shell session */
+    bool kernel;          /* a Jupyter kernel, else a shell session */
+    bool interrupt_message;
+    char cwd[256];
+    char *spec; /* the request the process is started from (again at a restart) */
+    int64_t created_real_ns;
+    pthread_mutex_t admin; /* one restart or delete at a time */
+    /* Under lock: */
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* free again, or dead */
+    bool busy;           /* an execution, or a (re)start, holds it */
+    bool expiring;       /* ctx_sweep chose it: its delete is under way */
+    bool dead;
+    char dead_reason[320];
+    struct bg_proc *shell; /* the shell or kernel, with a reference; NULL when dead */
+    struct jp_conn *jc;    /* a kernel's connection, held; NULL when dead */
+    pid_t pid;
+    unsigned execution_count;
+    int64_t last_used_real_ns, last_used_mono_ns;
+    struct ctx_run *run; /* the execution in progress */
+};
+
+/* One output stream of a shell execution: bytes that may begin a marker are held back until
+ * the rest shows whether they do. */
+struct scan {
+    uint8_t held[MARKER_MAX];
+    size_t nheld;
+    bool done;  /* the execution's marker was seen on this stream */
+    int status; /* stdout's marker: the code's exit status */
+};
+
+struct ctx_run {
+    struct ctx *c;         /* with a reference */
+    struct bg_proc *shell; /* the process it runs in, with a reference of its own */
+    int64_t start_ns, deadline_ns, grace_ns;
+    bool interrupting; /* interrupted: waiting for the end until grace_ns */
+    bool timed_out;    /* ... because the timeout passed */
+    bool asked;        /* atomic: ctx_interrupt interrupted this run */
+    bool over;         /* the result is final */
+    struct ctx_result res;
+    /* A shell's: */
+    uint64_t off; /* the shell's output is read up to here */
+    char token[TOKEN_LEN + 1];
+    struct scan sc[3]; /* [1] stdout, [2] stderr */
+    uint8_t *buf;      /* SBXD_READ_CHUNK */
+    uint8_t *work;     /* SBXD_READ_CHUNK + MARKER_MAX */
+    size_t emit_len;   /* the clean bytes at work */
+    /* A kernel's: */
+    struct jp_conn *jc; /* held */
+    char msg_id[48];    /* of the execute_request */
+    bool replied, idle; /* its execute_reply came, and iopub's status idle for it */
+    struct jp_msg msg;  /* the message the last event's bytes are in */
+    char *ev;           /* the last event's JSON (display, result, error) */
+};
+
+/* Start c's process from its spec (stdin_file > 0: its stdin): an owned background process
+ * that lives until killed. NULL with err. */
+struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err);
+/* Under c->lock: the process is gone (or must go), the context is dead. */
+void ctx_mark_dead(struct ctx *c, const char *why);
+/* Why p (what: "shell", "kernel") ended, in words. */
+void ctx_ended_reason(struct bg_proc *p, const char *what, char *out, size_t len);
+/* The run is over with status (why: DIED's reason); the context is free again. */
+void ctx_finish(struct ctx_run *r, enum ctx_status status, const char *why);
+/* The run's process is gone: the context is dead (if it was still its process). */
+void ctx_run_died(struct ctx_run *r, const char *why);
+/* The process did not come back from an interrupt: a new one in its place. */
+void ctx_restart_for(struct ctx_run *r);
+/* Interrupt the run (the timeout, or its client left), once. */
+void ctx_interrupt_run(struct ctx_run *r);
+
+/* kernel.c. The exec request a kernel of `language` (or the kernelspec `kernel`) starts
+ * from, o being the client's request (its cwd, env, limits): NULL with err. Sets c's
+ * language, kernel_name and interrupt_message. */
+char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
+                  struct sbxd_err *err);
+/* Start c's kernel and wait until it answers: then c->shell, c->jc and c->pid are set. */
+int kernel_start(struct ctx *c, struct sbxd_err *err);
+/* Send the run's code (execute_request). -1 with err when the kernel takes nothing. */
+int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err);
+/* ctx_run_next for a kernel. */
+int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n);
+/* Interrupt what the kernel runs: SIGINT, or interrupt_request for interrupt_mode
+ * "message". */
+void kernel_interrupt(struct bg_proc *p, struct jp_conn *jc, bool message);
+/* What a kernel's run holds, let go. */
+void kernel_run_free(struct ctx_run *r);
+
+#endif

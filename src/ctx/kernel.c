@@ -1,0 +1,475 @@
+/* Code contexts that are Jupyter kernels (context.h, jupyter.h). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/kernelspec.h"
+#include "sbxd/timeutil.h"
+#include "context_internal.h"
+
+/* How often a run looks whether its kernel still lives while it waits for messages. */
+#define ALIVE_CHECK_MS 100
+
+/* s with every `from` replaced by `to`: a string to free (NULL when out of memory). */
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+    size_t fl = strlen(from), tl = strlen(to), n = 0;
+    for (const char *p = strstr(s, from); p; p = strstr(p + fl, from))
+        n++;
+    char *out = malloc(strlen(s) + n * tl + 1);
+    if (!out)
+        return NULL;
+    char *w = out;
+    for (const char *p; (p = strstr(s, from));) {
+        memcpy(w, s, (size_t)(p - s));
+        w += p - s;
+        memcpy(w, to, tl);
+        w += tl;
+        s = p + fl;
+    }
+    strcpy(w, s);
+    return out;
+}
+
+char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
+                  struct sbxd_err *err)
+{
+    struct kspec ks;
+    if (kspec_find(kernel, language, &ks, err) < 0)
+        return NULL;
+    snprintf(c->language, sizeof(c->language), "%s", language ? language : ks.language);
+    snprintf(c->kernel_name, sizeof(c->kernel_name), "%s", ks.name);
+    c->interrupt_message = ks.interrupt_message;
+    /* The kernel reads its connection file from its stdin (context.h). */
+    cJSON *argv = cJSON_CreateArray();
+    bool ok = argv != NULL;
+    for (const cJSON *a = ks.argv->child; ok && a; a = a->next) {
+        char *x = replace_all(a->valuestring, "{connection_file}", "/proc/self/fd/0");
+        char *y = x ? replace_all(x, "{resource_dir}", ks.dir) : NULL;
+        ok = y && cJSON_AddItemToArray(argv, cJSON_CreateString(y));
+        free(x);
+        free(y);
+    }
+    cJSON_AddItemToObject(o, "argv", argv);
+    /* The kernelspec's environment under the client's; the kernel may write its connection
+     * file back (ipykernel does) though sbxd's memfd is not 0600 (jupyter_core checks). */
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
+    if (!env) {
+        env = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "env", env);
+    }
+    if (cJSON_IsObject(env)) {
+        for (const cJSON *e = ks.env ? ks.env->child : NULL; e; e = e->next)
+            if (!cJSON_GetObjectItemCaseSensitive(env, e->string))
+                cJSON_AddStringToObject(env, e->string, e->valuestring);
+        if (!cJSON_GetObjectItemCaseSensitive(env, "PYDEVD_DISABLE_FILE_VALIDATION"))
+            cJSON_AddStringToObject(env, "PYDEVD_DISABLE_FILE_VALIDATION", "1");
+        cJSON_DeleteItemFromObjectCaseSensitive(env, "JUPYTER_ALLOW_INSECURE_WRITES");
+        cJSON_AddStringToObject(env, "JUPYTER_ALLOW_INSECURE_WRITES", "1");
+    }
+    kspec_free(&ks);
+    char *spec = ok ? cJSON_PrintUnformatted(o) : NULL;
+    if (!spec)
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    return spec;
+}
+
+/* The last bytes the kernel wrote to its stderr (its own words on why it did not start),
+ * on one line. */
+static void stderr_tail(struct bg_proc *p, char *out, size_t len)
+{
+    out[0] = '\0';
+    struct bg_info in;
+    bg_info(p, &in);
+    char buf[4096];
+    size_t have = 0;
+    uint64_t off = in.out_start;
+    for (;;) {
+        size_t n = 0;
+        int st = 0;
+        uint64_t next = 0;
+        char chunk[2048];
+        enum bg_read_result rr = bg_read(p, off, chunk, sizeof(chunk), false, 0, &n, &st, &next);
+        if (rr == BG_READ_DROPPED) {
+            off = next;
+            continue;
+        }
+        if (rr != BG_READ_DATA)
+            break;
+        off = next;
+        if (st != 2)
+            continue;
+        if (have + n > sizeof(buf)) { /* (n <= sizeof(chunk) < sizeof(buf)) */
+            memmove(buf, buf + have + n - sizeof(buf), sizeof(buf) - n);
+            have = sizeof(buf) - n;
+        }
+        memcpy(buf + have, chunk, n);
+        have += n;
+    }
+    while (have && (buf[have - 1] == '\n' || buf[have - 1] == ' '))
+        have--;
+    size_t from = have > len - 1 ? have - (len - 1) : 0;
+    size_t k = 0;
+    for (size_t i = from; i < have && k + 1 < len; i++)
+        out[k++] = buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t' ? ' ' : buf[i];
+    out[k] = '\0';
+}
+
+/* Wait for the kernel to answer a kernel_info_request on shell, and for iopub to carry its
+ * messages (a subscription takes a moment to reach the kernel: until then it publishes to
+ * nobody). 0, or -1 with why. */
+static int handshake(struct bg_proc *p, struct jp_conn *jc, char *why, size_t len)
+{
+    int64_t deadline = time_mono_ns() + (int64_t)SBXD_KERNEL_START_MS * 1000000;
+    int64_t next_send = 0;
+    bool replied = false, heard = false;
+    while (!(replied && heard)) {
+        int64_t now = time_mono_ns();
+        if (now >= deadline) {
+            snprintf(why, len, "it did not answer within %d ms", SBXD_KERNEL_START_MS);
+            return -1;
+        }
+        if (bg_ended(p)) {
+            char tail[200];
+            ctx_ended_reason(p, "kernel", why, len);
+            stderr_tail(p, tail, sizeof(tail));
+            if (tail[0]) {
+                size_t l = strlen(why);
+                snprintf(why + l, len - l, " (its stderr: %s)", tail);
+            }
+            return -1;
+        }
+        if (now >= next_send) {
+            char id[48];
+            struct sbxd_err err = {0};
+            jp_send(jc, JP_SHELL, "kernel_info_request", NULL, id, &err);
+            next_send = now + (replied ? 50 : 500) * 1000000LL;
+        }
+        struct jp_msg m;
+        if (jp_recv(jc, ALIVE_CHECK_MS / 2, &m) == 1) {
+            if (m.channel == JP_SHELL && strcmp(m.type, "kernel_info_reply") == 0)
+                replied = true;
+            if (m.channel == JP_IOPUB)
+                heard = true;
+            jp_msg_free(&m);
+        }
+    }
+    return 0;
+}
+
+/* Run code silently (no output, no history) and wait for its reply: set-up. */
+static void run_silent(struct jp_conn *jc, const char *code)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "code", code);
+    cJSON_AddBoolToObject(o, "silent", true);
+    cJSON_AddBoolToObject(o, "store_history", false);
+    cJSON_AddBoolToObject(o, "allow_stdin", false);
+    char *content = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char id[48];
+    struct sbxd_err err = {0};
+    if (!content || jp_send(jc, JP_SHELL, "execute_request", content, id, &err) < 0) {
+        free(content);
+        return;
+    }
+    free(content);
+    int64_t deadline = time_mono_ns() + (int64_t)SBXD_CTX_START_MS * 1000000;
+    for (bool done = false; !done && time_mono_ns() < deadline;) {
+        struct jp_msg m;
+        if (jp_recv(jc, ALIVE_CHECK_MS, &m) != 1)
+            continue;
+        done = m.channel == JP_SHELL && strcmp(m.type, "execute_reply") == 0 &&
+               strcmp(m.parent_id, id) == 0;
+        jp_msg_free(&m);
+    }
+}
+
+int kernel_start(struct ctx *c, struct sbxd_err *err)
+{
+    struct jp_ports ports;
+    char key[JP_KEY_LEN + 1];
+    if (jp_prepare(&ports, key, err) < 0)
+        return -1;
+    char *conn = jp_connection_file(&ports, key, c->kernel_name);
+    int mfd = conn ? memfd_create("sbxd-kernel-connection", MFD_CLOEXEC) : -1;
+    size_t cl = conn ? strlen(conn) : 0;
+    /* Readable and writable through /proc/self/fd/0 by the kernel's user, whoever that is:
+     * the descriptor, which only the kernel has, is what guards it. */
+    bool ok = mfd >= 0 && write(mfd, conn, cl) == (ssize_t)cl && fchmod(mfd, 0666) == 0;
+    if (conn)
+        memset(conn, 0, cl);
+    free(conn);
+    if (!ok) {
+        int e = errno;
+        if (mfd >= 0)
+            close(mfd);
+        memset(key, 0, sizeof(key));
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot write a kernel's connection file");
+    }
+    struct bg_proc *p = ctx_spawn(c, mfd, err);
+    struct jp_conn *jc = p ? jp_open(&ports, key, err) : NULL;
+    memset(key, 0, sizeof(key));
+    char why[400] = "";
+    int rc = jc ? handshake(p, jc, why, sizeof(why)) : -1;
+    /* The key is no longer in any file. */
+    if (ftruncate(mfd, 0) < 0)
+        rc = -1;
+    close(mfd);
+    if (rc < 0) {
+        if (p) {
+            struct bg_info in;
+            bg_remove(p, &in);
+            bg_put(p);
+        }
+        jp_close(jc);
+        if (why[0])
+            sbxd_fail(err, SBXD_E_INTERNAL, 0, "the %s kernel did not start: %s", c->kernel_name,
+                      why);
+        return -1;
+    }
+    /* A Python kernel makes itself undumpable: its memory, environment and descriptors (the
+     * key) are then closed to other processes of its user, as /proc's are to non-root. */
+    if (strcasecmp(c->language, "python") == 0)
+        run_silent(jc, "__import__('ctypes').CDLL(None).prctl(4, 0, 0, 0, 0)");
+    struct bg_info in;
+    bg_info(p, &in);
+    pthread_mutex_lock(&c->lock);
+    c->shell = p;
+    c->jc = jc;
+    c->pid = in.pid;
+    c->dead = false;
+    c->dead_reason[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err)
+{
+    char *src = malloc(len + 1);
+    cJSON *o = cJSON_CreateObject();
+    if (src) {
+        memcpy(src, code, len);
+        src[len] = '\0';
+        cJSON_AddStringToObject(o, "code", src);
+    }
+    free(src);
+    cJSON_AddBoolToObject(o, "silent", false);
+    cJSON_AddBoolToObject(o, "store_history", true);
+    cJSON_AddItemToObject(o, "user_expressions", cJSON_CreateObject());
+    /* No stdin: input() fails at once (StdinNotImplementedError) rather than waiting. */
+    cJSON_AddBoolToObject(o, "allow_stdin", false);
+    cJSON_AddBoolToObject(o, "stop_on_error", true);
+    char *content = src ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!content)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = jp_send(r->jc, JP_SHELL, "execute_request", content, r->msg_id, err);
+    free(content);
+    return rc;
+}
+
+void kernel_interrupt(struct bg_proc *p, struct jp_conn *jc, bool message)
+{
+    struct sbxd_err err = {0};
+    char id[48];
+    if (message && jc)
+        jp_send(jc, JP_CONTROL, "interrupt_request", NULL, id, &err);
+    else
+        bg_signal(p, SIGINT, &err);
+}
+
+/* Terminal colours and other escape sequences out of s (a traceback's line), in place. */
+static void strip_escapes(char *s)
+{
+    char *w = s;
+    for (const char *p = s; *p;) {
+        if (*p != 0x1b) {
+            *w++ = *p++;
+            continue;
+        }
+        p++;
+        if (*p == '[') { /* CSI: parameters and intermediates, then one final byte */
+            p++;
+            while (*p && !(*p >= 0x40 && *p <= 0x7e))
+                p++;
+        }
+        if (*p)
+            p++;
+    }
+    *w = '\0';
+}
+
+/* The error object of docs/api.md from an error message or an execute_reply. */
+static char *error_json(const cJSON *content)
+{
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(content, "ename");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(content, "evalue");
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(content, "traceback");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", cJSON_IsString(en) ? en->valuestring : "Error");
+    cJSON_AddStringToObject(o, "value", cJSON_IsString(ev) ? ev->valuestring : "");
+    cJSON *lines = cJSON_AddArrayToObject(o, "traceback");
+    for (const cJSON *l = cJSON_IsArray(tb) ? tb->child : NULL; l; l = l->next) {
+        if (!cJSON_IsString(l))
+            continue;
+        strip_escapes(l->valuestring); /* (shortens it: the tree stays valid) */
+        cJSON_AddItemToArray(lines, cJSON_CreateString(l->valuestring));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* A MIME bundle event from display_data or execute_result: content's data, with
+ * is_main_result. */
+static char *bundle_json(const cJSON *content, bool main)
+{
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(content, "data");
+    cJSON *o = cJSON_IsObject(data) ? cJSON_Duplicate(data, true) : cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "is_main_result", main);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* One message of the run's: an event (1, with *type, *data, *n) or nothing to show (0). */
+static int take(struct ctx_run *r, int *type, const uint8_t **data, size_t *n)
+{
+    struct jp_msg *m = &r->msg;
+    const cJSON *ct = m->content;
+    if (m->channel == JP_SHELL) {
+        if (strcmp(m->type, "execute_reply") != 0)
+            return 0;
+        r->replied = true;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(ct, "status");
+        const cJSON *cnt = cJSON_GetObjectItemCaseSensitive(ct, "execution_count");
+        bool ok = cJSON_IsString(st) && strcmp(st->valuestring, "ok") == 0;
+        r->res.exit_code = ok ? 0 : 1;
+        if (cJSON_IsNumber(cnt) && cnt->valuedouble >= 1 && cnt->valuedouble < 4e9) {
+            r->res.execution_count = (unsigned)cnt->valuedouble;
+            pthread_mutex_lock(&r->c->lock);
+            r->c->execution_count = r->res.execution_count;
+            pthread_mutex_unlock(&r->c->lock);
+        }
+        if (!ok && !r->res.error_json) {
+            if (cJSON_GetObjectItemCaseSensitive(ct, "ename"))
+                r->res.error_json = error_json(ct);
+            else /* "aborted" */
+                r->res.error_json = strdup("{\"name\":\"Aborted\",\"value\":\"the kernel did "
+                                           "not run the code\",\"traceback\":[]}");
+        }
+        return 0;
+    }
+    if (m->channel != JP_IOPUB)
+        return 0;
+    if (strcmp(m->type, "status") == 0) {
+        const cJSON *es = cJSON_GetObjectItemCaseSensitive(ct, "execution_state");
+        if (cJSON_IsString(es) && strcmp(es->valuestring, "idle") == 0)
+            r->idle = true;
+        return 0;
+    }
+    if (strcmp(m->type, "stream") == 0) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(ct, "name");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(ct, "text");
+        if (!cJSON_IsString(name) || !cJSON_IsString(text) || !text->valuestring[0])
+            return 0;
+        *type = strcmp(name->valuestring, "stderr") == 0 ? CTX_EV_STDERR : CTX_EV_STDOUT;
+        *data = (const uint8_t *)text->valuestring;
+        *n = strlen(text->valuestring);
+        if (*type == CTX_EV_STDOUT)
+            r->res.stdout_bytes += *n;
+        else
+            r->res.stderr_bytes += *n;
+        return 1;
+    }
+    bool result = strcmp(m->type, "execute_result") == 0;
+    if (result || strcmp(m->type, "display_data") == 0 ||
+        strcmp(m->type, "update_display_data") == 0) {
+        r->ev = bundle_json(ct, result);
+        *type = result ? CTX_EV_RESULT : CTX_EV_DISPLAY;
+    } else if (strcmp(m->type, "error") == 0) {
+        r->ev = error_json(ct);
+        free(r->res.error_json);
+        r->res.error_json = r->ev ? strdup(r->ev) : NULL;
+        *type = CTX_EV_ERROR;
+    } else {
+        return 0; /* execute_input, clear_output, comm messages */
+    }
+    if (!r->ev)
+        return 0;
+    *data = (const uint8_t *)r->ev;
+    *n = strlen(r->ev);
+    if (*type != CTX_EV_ERROR)
+        r->res.result_bytes += *n;
+    return 1;
+}
+
+int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n)
+{
+    jp_msg_free(&r->msg);
+    free(r->ev);
+    r->ev = NULL;
+    int64_t until = wait_ms < 0 ? 0 : time_mono_ns() + (int64_t)wait_ms * 1000000;
+    for (;;) {
+        if (r->over)
+            return -1;
+        if (r->replied && r->idle) {
+            ctx_finish(r,
+                       r->timed_out            ? CTX_TIMEOUT
+                       : r->res.exit_code == 0 ? CTX_OK
+                                               : CTX_ERROR,
+                       NULL);
+            return -1;
+        }
+        int64_t now = time_mono_ns();
+        if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
+            r->timed_out = true;
+            ctx_interrupt_run(r);
+        }
+        if (r->interrupting && now >= r->grace_ns) {
+            ctx_restart_for(r);
+            return -1;
+        }
+        bool ended = bg_ended(r->shell);
+        int64_t wake = now + (int64_t)ALIVE_CHECK_MS * 1000000;
+        int64_t limit = r->interrupting ? r->grace_ns : r->deadline_ns;
+        if (limit && limit < wake)
+            wake = limit;
+        if (until && until < wake)
+            wake = until;
+        int ms = ended ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        if (jp_recv(r->jc, ms, &r->msg) == 1) {
+            if (strcmp(r->msg.parent_id, r->msg_id) == 0 && take(r, type, data, n))
+                return 1;
+            jp_msg_free(&r->msg);
+            continue;
+        }
+        if (ended) { /* and every message it sent was read */
+            char why[320];
+            ctx_ended_reason(r->shell, "kernel", why, sizeof(why));
+            ctx_run_died(r, why);
+            return -1;
+        }
+        if (until && time_mono_ns() >= until)
+            return 0;
+    }
+}
+
+void kernel_run_free(struct ctx_run *r)
+{
+    jp_msg_free(&r->msg);
+    free(r->ev);
+    r->ev = NULL;
+    free(r->res.error_json);
+    r->res.error_json = NULL;
+    jp_close(r->jc);
+    r->jc = NULL;
+}
