@@ -97,6 +97,10 @@ static const struct opt opts[] = {
     {"max-contexts", "N", "SBXD_MAX_CONTEXTS", NULL, 0, "16", OPT_UINT, OFF(max_contexts), 0, 1024,
      "Code contexts (/contexts: persistent shell sessions) alive at once; more are refused "
      "with 429. 0: none."},
+    {"warm-contexts", "N", "SBXD_WARM_CONTEXTS", NULL, 0, "1", OPT_UINT, OFF(warm_contexts), 0, 8,
+     "Python kernels kept started and idle, made after start-up: a POST /contexts for python "
+     "(without cwd, env or limits) takes one and answers in milliseconds. None when no python "
+     "kernel is installed; outside --max-contexts until taken."},
     {"context-idle-s", "S", "SBXD_CONTEXT_IDLE_S", NULL, 0, "1800", OPT_UINT, OFF(context_idle_s),
      0, 7 * 24 * 3600,
      "A context not used for this long is shut down (its processes killed). 0: never."},

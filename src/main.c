@@ -393,6 +393,8 @@ int main(int argc, char **argv)
     struct fs_user sweep_user = {
         .switch_ids = harden.switch_user, .uid = harden.uid, .gid = harden.gid};
     fs_sweep_stale_uploads_async(rootfd, time_real_ns() - (time_mono_ns() - t0), &sweep_user);
+    /* Warm kernels are made once sbxd serves: they never delay readiness. */
+    ctx_warm_start((unsigned)cfg.warm_contexts);
 
     /* Where every command's owner reaps it on its pidfd (quiet_exit), the SIGCHLD that its
      * execve turns back on (the kernel resets the exit signal there, whatever the clone

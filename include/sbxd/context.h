@@ -49,6 +49,14 @@ struct ctx_config {
 
 void ctx_init(const struct ctx_config *cfg, struct exec_service *svc);
 
+/* Keep n Python kernels started and idle (--warm-contexts; none when no python kernelspec is
+ * installed), made one after the other on a thread of their own, and again as each is taken:
+ * a POST /contexts whose kernel would start from the same spec (language "python", no cwd,
+ * env or limits) takes one and answers at once. Outside --max-contexts until taken. */
+void ctx_warm_start(unsigned n);
+/* How many are ready now. */
+unsigned ctx_warm_ready(void);
+
 struct ctx;
 
 enum ctx_state { CTX_IDLE, CTX_BUSY, CTX_DEAD };

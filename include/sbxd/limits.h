@@ -24,6 +24,10 @@
 #define SBXD_KERNEL_START_MS 60000
 #define SBXD_KERNEL_MSG_MAX  (64LL << 20)
 
+/* Warm kernels (--warm-contexts) at most, and how long a failed start waits to try again. */
+#define SBXD_WARM_MAX     8
+#define SBXD_WARM_RETRY_S 30
+
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 

@@ -12,6 +12,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/context.h"
+#include "sbxd/kernelspec.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/outbuf.h"
@@ -715,7 +716,10 @@ static void ctx_free(struct ctx *c)
     free(c);
 }
 
-struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
+static void kill_shell(struct ctx *c, const char *why, bool restarting);
+
+/* A context made from a request, not started. NULL with err. */
+static struct ctx *ctx_alloc(const char *body, size_t len, struct sbxd_err *err)
 {
     struct ctx *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -735,6 +739,158 @@ struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
         ctx_free(c);
         return NULL;
     }
+    return c;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Warm kernels: started before they are asked for                                      */
+
+/* What a warm kernel is made from: the request of the common case. */
+static const char warm_request[] = "{\"language\":\"python\"}";
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned want;
+    struct ctx *ready[SBXD_WARM_MAX]; /* started, idle, not in the registry */
+    unsigned have;
+    bool stop, running;
+    pthread_t thread;
+} warm = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* A warm kernel started from exactly this spec, taken out of the pool (NULL: none). */
+static struct ctx *warm_take(const char *spec)
+{
+    struct ctx *w = NULL;
+    pthread_mutex_lock(&warm.lock);
+    for (unsigned i = 0; i < warm.have && !w; i++)
+        if (strcmp(warm.ready[i]->spec, spec) == 0) {
+            w = warm.ready[i];
+            warm.ready[i] = warm.ready[--warm.have];
+        }
+    if (w)
+        pthread_cond_broadcast(&warm.cond); /* make another */
+    pthread_mutex_unlock(&warm.lock);
+    if (!w)
+        return NULL;
+    /* It may have died while it waited (a kernel killed from inside the sandbox). */
+    pthread_mutex_lock(&w->lock);
+    bool dead = w->dead || !w->shell || bg_ended(w->shell);
+    pthread_mutex_unlock(&w->lock);
+    if (!dead)
+        return w;
+    kill_shell(w, "a warm kernel that died", false);
+    ctx_put(w);
+    return NULL;
+}
+
+static void *warm_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&warm.lock);
+    while (!warm.stop) {
+        if (warm.have >= warm.want) {
+            pthread_cond_wait(&warm.cond, &warm.lock);
+            continue;
+        }
+        pthread_mutex_unlock(&warm.lock);
+        struct sbxd_err err = {0};
+        struct ctx *c = ctx_alloc(warm_request, strlen(warm_request), &err);
+        int rc = c ? start_proc(c, &err) : -1;
+        if (rc < 0) {
+            LOG_EVENT("warn", "warm_context_failed", LOG_S("error", err.msg),
+                      LOG_I("retry_s", SBXD_WARM_RETRY_S));
+            if (c)
+                ctx_free(c);
+            pthread_mutex_lock(&warm.lock);
+            struct timespec until = time_after_ms(CLOCK_REALTIME, SBXD_WARM_RETRY_S * 1000);
+            if (!warm.stop)
+                pthread_cond_timedwait(&warm.cond, &warm.lock, &until);
+            continue;
+        }
+        c->refs = 1; /* the pool's, then the registry's */
+        pthread_mutex_lock(&warm.lock);
+        if (warm.stop) {
+            pthread_mutex_unlock(&warm.lock);
+            kill_shell(c, "sbxd is shutting down", false);
+            ctx_put(c);
+            pthread_mutex_lock(&warm.lock);
+            break;
+        }
+        warm.ready[warm.have++] = c;
+    }
+    pthread_mutex_unlock(&warm.lock);
+    return NULL;
+}
+
+void ctx_warm_start(unsigned n)
+{
+    struct kspec ks;
+    struct sbxd_err err = {0};
+    if (n > SBXD_WARM_MAX)
+        n = SBXD_WARM_MAX;
+    if (!n || kspec_find(NULL, "python", &ks, &err) < 0)
+        return; /* no python kernel here: nothing to keep warm */
+    kspec_free(&ks);
+    warm.want = n;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, SBXD_DRIVER_STACK);
+    warm.running = pthread_create(&warm.thread, &attr, warm_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+unsigned ctx_warm_ready(void)
+{
+    pthread_mutex_lock(&warm.lock);
+    unsigned n = warm.have;
+    pthread_mutex_unlock(&warm.lock);
+    return n;
+}
+
+/* Stop making warm kernels and kill those there are (wait: join the maker first). */
+static void warm_stop(bool wait)
+{
+    pthread_mutex_lock(&warm.lock);
+    warm.stop = true;
+    pthread_cond_broadcast(&warm.cond);
+    struct ctx *v[SBXD_WARM_MAX];
+    unsigned n = warm.have;
+    memcpy(v, warm.ready, n * sizeof(v[0]));
+    warm.have = 0;
+    pthread_mutex_unlock(&warm.lock);
+    for (unsigned i = 0; i < n; i++) {
+        if (wait) {
+            kill_shell(v[i], "sbxd is shutting down", false);
+            ctx_put(v[i]);
+            continue;
+        }
+        /* (The main thread may be the one that reaps: signal, do not wait.) */
+        pthread_mutex_lock(&v[i]->lock);
+        struct bg_proc *p = v[i]->shell;
+        if (p)
+            bg_ref(p);
+        pthread_mutex_unlock(&v[i]->lock);
+        if (p) {
+            struct sbxd_err err = {0};
+            bg_signal(p, SIGKILL, &err);
+            bg_put(p);
+        }
+        pthread_mutex_lock(&warm.lock); /* back: ctx_shutdown ends them */
+        warm.ready[warm.have++] = v[i];
+        pthread_mutex_unlock(&warm.lock);
+    }
+    if (wait && warm.running) {
+        pthread_join(warm.thread, NULL);
+        warm.running = false;
+    }
+}
+
+struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
+{
+    struct ctx *c = ctx_alloc(body, len, err);
+    if (!c)
+        return NULL;
     pthread_mutex_lock(&reg.lock);
     if (reg.alive >= reg.cfg.max_contexts) {
         unsigned max = reg.cfg.max_contexts;
@@ -746,13 +902,21 @@ struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
     }
     reg.alive++;
     pthread_mutex_unlock(&reg.lock);
-    c->busy = true; /* while it starts */
-    if (start_proc(c, err) < 0) {
-        pthread_mutex_lock(&reg.lock);
-        reg.alive--;
-        pthread_mutex_unlock(&reg.lock);
+    struct ctx *w = c->kernel ? warm_take(c->spec) : NULL;
+    if (w) {
+        /* Started from the same spec: it is this request's, under the name it asked for. */
+        snprintf(w->language, sizeof(w->language), "%s", c->language);
         ctx_free(c);
-        return NULL;
+        c = w;
+    } else {
+        c->busy = true; /* while it starts */
+        if (start_proc(c, err) < 0) {
+            pthread_mutex_lock(&reg.lock);
+            reg.alive--;
+            pthread_mutex_unlock(&reg.lock);
+            ctx_free(c);
+            return NULL;
+        }
     }
     c->created_real_ns = time_real_ns();
     c->last_used_real_ns = c->created_real_ns;
@@ -1054,6 +1218,7 @@ void ctx_sweep(void)
 
 void ctx_kill_all(void)
 {
+    warm_stop(false);
     struct ctx **v;
     size_t n = ctx_list(&v);
     for (size_t i = 0; v && i < n; i++) {
@@ -1076,6 +1241,7 @@ void ctx_kill_all(void)
 
 void ctx_shutdown(void)
 {
+    warm_stop(true);
     struct ctx **v;
     size_t n = ctx_list(&v);
     for (size_t i = 0; v && i < n; i++) {

@@ -144,6 +144,8 @@ enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, stru
     jw_str(&w, "bash");
     jw_str(&w, "sh");
     jw_arr_end(&w);
+    jw_key(&w, "warm_ready");
+    jw_uint(&w, ctx_warm_ready());
     jw_obj_end(&w);
     kspec_free_all(v, n);
     return reply_jsonw(c, MHD_HTTP_OK, &w);

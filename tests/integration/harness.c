@@ -227,9 +227,18 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
     const char *argv[96];
     int argc = wrap_argv(argv, 32);
     /* gRPC on a free port too: daemons of parallel tests never fight over 9090. */
-    const char *fixed[] = {sbxd_bin(),      "--listen",     "127.0.0.1:0",
-                           "--grpc-listen", "127.0.0.1:0",  "--workspace",
-                           d->ws,           "--log-format", "json"};
+    /* No warm kernel unless a test asks for one: each costs a Python start. */
+    const char *fixed[] = {sbxd_bin(),
+                           "--listen",
+                           "127.0.0.1:0",
+                           "--grpc-listen",
+                           "127.0.0.1:0",
+                           "--workspace",
+                           d->ws,
+                           "--log-format",
+                           "json",
+                           "--warm-contexts",
+                           "0"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[argc++] = fixed[i];
     for (int i = 0; args && args[i] && argc < 94; i++)

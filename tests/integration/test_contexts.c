@@ -778,6 +778,55 @@ START_TEST(kernel_refuses_code_from_the_sandbox)
 }
 END_TEST
 
+/* --warm-contexts: a kernel started before it is asked for, taken by the request that
+ * matches it, and made again; the others start cold. */
+START_TEST(warm_kernel_answers_at_once)
+{
+    struct daemon d;
+    const char *args[] = {"--warm-contexts", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct http_resp r;
+    bool ready = false;
+    for (double end = now_ms() + 60000; !ready && now_ms() < end;) {
+        http_reqf(&d, &r, "GET", NULL, "/kernels");
+        ready = jnum(r.json, "warm_ready") >= 1;
+        http_resp_free(&r);
+        if (!ready)
+            usleep(50000);
+    }
+    ck_assert(ready);
+    http_reqf(&d, &r, "GET", NULL, "/contexts");
+    ck_assert_ptr_nonnull(strstr(r.body, "{\"contexts\":[]}")); /* not one until taken */
+    http_resp_free(&r);
+    double t0 = now_ms();
+    char a[64], b[64];
+    py_new(&d, "{\"language\":\"python\"}", a, sizeof(a));
+    double warm_ms = now_ms() - t0;
+    ck_assert_msg(warm_ms < 200 * SLOW, "a warm POST /contexts took %.0f ms", warm_ms);
+    cJSON *o = run_text(&d, a, "import os\nos.getcwd()", 0);
+    ck_assert_ptr_nonnull(strstr(jstr(result_at(o, 0), "text/plain"), d.ws));
+    cJSON_Delete(o);
+    /* With an env of its own: started for it (the warm one is not what it asked for). */
+    py_new(&d, "{\"language\":\"python\",\"env\":{\"MINE\":\"1\"}}", b, sizeof(b));
+    o = run_text(&d, b, "import os\nos.environ.get('MINE')", 0);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "'1'");
+    cJSON_Delete(o);
+    ctx_delete_ok(&d, a);
+    ctx_delete_ok(&d, b);
+    ready = false;
+    for (double end = now_ms() + 60000; !ready && now_ms() < end;) {
+        http_reqf(&d, &r, "GET", NULL, "/kernels");
+        ready = jnum(r.json, "warm_ready") >= 1;
+        http_resp_free(&r);
+        if (!ready)
+            usleep(50000);
+    }
+    ck_assert_msg(ready, "no warm kernel made again");
+    ck_assert(daemon_stop_clean(&d, 10000));
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "ipykernel_launcher", 3000), 0);
+}
+END_TEST
+
 Suite *contexts_suite(void)
 {
     Suite *s = suite_create("contexts");
@@ -803,6 +852,7 @@ Suite *contexts_suite(void)
     tcase_add_test(k, kernel_streaming_is_live);
     tcase_add_test(k, run_code_in_python);
     tcase_add_test(k, kernel_refuses_code_from_the_sandbox);
+    tcase_add_test(k, warm_kernel_answers_at_once);
     suite_add_tcase(s, k);
     return s;
 }
