@@ -1,14 +1,16 @@
 /*
- * cmd_code.c - `sbx code` (POST /run_code: code in a context, streamed) and `sbx contexts`
- * (GET /contexts, DELETE /contexts/{id}).
+ * cmd_code.c - `sbx code` (POST /run_code: code in a context, streamed: output, results and
+ * their images, errors) and `sbx contexts` (GET /contexts, DELETE /contexts/{id}).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sbx.h"
+#include "sbxd/base64.h"
 
 /* What `sbx code -` may read: sbxd caps request bodies (--max-body-bytes) well below this. */
 #define SBX_MAX_CODE (64u * 1024 * 1024)
@@ -35,8 +37,114 @@ static int read_code(const char *cmd, struct buf *b)
 /* The streamed answer: output as it comes, the end event kept. */
 struct code_stream {
     const char *cmd;
+    const char *save_dir; /* --save-images (NULL: none) */
+    unsigned images;      /* saved so far */
     cJSON *end;
 };
+
+/* The image types a bundle may carry, as files. */
+static const struct {
+    const char *mime, *ext;
+    bool b64;
+} image_types[] = {
+    {"image/png", "png", true},
+    {"image/jpeg", "jpg", true},
+    {"image/gif", "gif", true},
+    {"image/svg+xml", "svg", false},
+};
+
+/* Save one image of a bundle into st->save_dir (a new file, never one that is there); a line
+ * on stderr names it. 0, or -1 with err. */
+static int save_image(struct code_stream *st, const char *data, bool b64, const char *ext,
+                      char *err, size_t errlen)
+{
+    size_t n = strlen(data);
+    char *bin = malloc(n + 1);
+    long len = (long)n;
+    if (!bin) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (b64) {
+        /* (Kernels may wrap base64 in lines.) */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (data[i] != '\n' && data[i] != '\r')
+                bin[k++] = data[i];
+        char *text = bin;
+        bin = malloc(k + 3);
+        len = bin ? base64_decode(text, k, bin) : -1;
+        free(text);
+    } else {
+        memcpy(bin, data, n);
+    }
+    if (len < 0) {
+        free(bin);
+        snprintf(err, errlen, "sbxd sent an image that is not base64");
+        return -1;
+    }
+    char path[4096];
+    int fd = -1;
+    for (unsigned tries = 0; fd < 0 && tries < 1000; tries++) {
+        snprintf(path, sizeof(path), "%s/image-%u.%s", st->save_dir, ++st->images, ext);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    int rc = fd >= 0 && write_all(fd, bin, (size_t)len) == 0 ? 0 : -1;
+    if (rc < 0)
+        snprintf(err, errlen, "cannot save an image in %s: %s", st->save_dir, strerror(errno));
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        snprintf(err, errlen, "cannot save %s: %s", path, strerror(errno));
+        rc = -1;
+    }
+    free(bin);
+    if (rc == 0)
+        fprintf(stderr, "sbx: image saved: %s (%ld bytes)\n", path, len);
+    return rc;
+}
+
+/* A display or result event: its images saved (or named), its text printed. */
+static int show_bundle(struct code_stream *st, const cJSON *b, char *err, size_t errlen)
+{
+    bool image = false;
+    for (size_t i = 0; i < sizeof(image_types) / sizeof(image_types[0]); i++) {
+        const char *data = str(b, image_types[i].mime);
+        if (!data)
+            continue;
+        image = true;
+        if (!st->save_dir)
+            fprintf(stderr, "sbx: an %s image (--save-images DIR keeps it)\n", image_types[i].mime);
+        else if (save_image(st, data, image_types[i].b64, image_types[i].ext, err, errlen) < 0)
+            return -1;
+    }
+    const char *text = str(b, "text/plain");
+    if (!text || image)
+        return 0; /* (a chart's text is its repr: "<Figure size 640x480 ...>") */
+    if (write_all(STDOUT_FILENO, text, strlen(text)) < 0 || write_all(STDOUT_FILENO, "\n", 1) < 0) {
+        snprintf(err, errlen, "cannot write to stdout: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* An error event: the traceback (or the name and value) on stderr. */
+static void show_error(const cJSON *e)
+{
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(e, "traceback");
+    const cJSON *l;
+    bool any = false;
+    cJSON_ArrayForEach(l, tb)
+    {
+        if (cJSON_IsString(l)) {
+            fprintf(stderr, "%s\n", l->valuestring);
+            any = true;
+        }
+    }
+    if (!any)
+        fprintf(stderr, "%s: %s\n", str(e, "name") ? str(e, "name") : "Error",
+                str(e, "value") ? str(e, "value") : "");
+}
 
 static int code_event(const cJSON *ev, void *ud, char *err, size_t errlen)
 {
@@ -54,6 +162,13 @@ static int code_event(const cJSON *ev, void *ud, char *err, size_t errlen)
                      fd == STDOUT_FILENO ? "stdout" : "stderr", strerror(errno));
             return -1;
         }
+        return 0;
+    }
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(ev, "data");
+    if ((strcmp(type, "result") == 0 || strcmp(type, "display") == 0) && cJSON_IsObject(data))
+        return show_bundle(st, data, err, errlen);
+    if (strcmp(type, "error") == 0 && cJSON_IsObject(data)) {
+        show_error(data);
         return 0;
     }
     if (strcmp(type, "end") == 0) {
@@ -78,6 +193,10 @@ static int code_finish(const char *cmd, const cJSON *end)
         return fail(NULL, "the context died: %s", why ? why : "no reason given");
     if (strcmp(status, "timeout") == 0)
         fail(NULL, "code %s", why ? why : "timed out");
+    /* A kernel has no exit status: its run is ok (0) or not (1). */
+    const cJSON *xc = cJSON_GetObjectItemCaseSensitive(end, "exit_code");
+    if (cJSON_IsNull(xc))
+        return strcmp(status, "ok") == 0 ? SBX_OK : 1;
     int ec = (int)num(end, "exit_code", SBX_FAIL);
     return ec < 0 || ec > 255 ? SBX_FAIL : ec;
 }
@@ -86,22 +205,26 @@ static const struct option code_longs[] = {
     {"language", required_argument, NULL, 'l'},
     {"context", required_argument, NULL, 'c'},
     {"timeout", required_argument, NULL, 't'},
+    {"save-images", required_argument, NULL, 's'},
     {NULL, 0, NULL, 0},
 };
 
 int cmd_code(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
-    const char *language = "bash", *context = NULL;
+    const char *language = "bash", *context = NULL, *save_dir = NULL;
     long timeout_ms = 0;
     opt_reset();
     int c;
-    while ((c = opt_next(cmd->name, argc, argv, "l:c:t:", code_longs)) != -1) {
+    while ((c = opt_next(cmd->name, argc, argv, "l:c:t:s:", code_longs)) != -1) {
         switch (c) {
         case 'l':
             language = optarg;
             break;
         case 'c':
             context = optarg;
+            break;
+        case 's':
+            save_dir = optarg;
             break;
         case 't':
             if ((timeout_ms = parse_duration_ms(optarg)) < 0)
@@ -117,6 +240,9 @@ int cmd_code(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **ar
     if (argc - optind != 1)
         return usage_error(cmd->name,
                            "give the code as one argument, or '-' to read it from stdin");
+    if (save_dir && access(save_dir, W_OK) != 0)
+        return usage_error(cmd->name, "--save-images: '%s' is not a directory sbx can write: %s",
+                           save_dir, strerror(errno));
     struct buf code = {0};
     int r = SBX_OK;
     if (strcmp(argv[optind], "-") == 0)
@@ -136,7 +262,7 @@ int cmd_code(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **ar
     buf_free(&code);
     if (r != SBX_OK)
         return r;
-    struct code_stream st = {.cmd = cmd->name};
+    struct code_stream st = {.cmd = cmd->name, .save_dir = save_dir};
     struct ndjson nd = {.on_event = code_event, .ud = &st};
     struct request req = {.method = "POST",
                           .path = "/run_code",

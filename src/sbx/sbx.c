@@ -141,28 +141,36 @@ static const struct sbx_cmd commands[] = {
      "Examples:\n"
      "  sbx mkdir in out/logs\n",
      cmd_mkdir},
-    {"code", "[OPTIONS] CODE | -", "Run code in a persistent context (shell session)",
-     "Runs CODE (or the code on stdin, for '-') in a context: a shell session whose working\n"
-     "directory, variables, functions and aliases last from one run to the next. Without\n"
-     "--context it is the default context of LANG, which sbxd makes on first use and keeps\n"
-     "(until --context-idle-s without use). The output comes out as it is printed: stdout\n"
-     "on stdout, stderr on stderr.\n"
+    {"code", "[OPTIONS] CODE | -", "Run code in a persistent context (Python, a shell session)",
+     "Runs CODE (or the code on stdin, for '-') in a context whose state lasts from one run to\n"
+     "the next: a Jupyter kernel (python: variables, imports, loaded data) or a shell session\n"
+     "(bash, sh: working directory, variables, functions, aliases). Without --context it is\n"
+     "the default context of LANG, which sbxd makes on first use and keeps (until\n"
+     "--context-idle-s without use). The output comes out as it is printed: stdout on stdout,\n"
+     "stderr on stderr; a kernel's results (the value of the last line, what display() shows)\n"
+     "as text on stdout, its images saved with --save-images, an error's traceback on stderr.\n"
      "\n"
      "Options:\n"
-     "  -l, --language LANG     bash (the default) or sh\n"
+     "  -l, --language LANG     bash (the default), sh, or a kernel's language: python, ...\n"
+     "                          (GET /kernels lists those installed)\n"
      "  -c, --context ID        a context made with POST /contexts (see 'sbx contexts')\n"
      "  -t, --timeout DURATION  interrupt the code after this long (milliseconds, or 10s,\n"
      "                          2m); the context and its state stay\n"
+     "  -s, --save-images DIR   save the images of results and displays (charts) in DIR as\n"
+     "                          image-N.png (.jpg, .gif, .svg), a line on stderr naming each\n"
      "  -h, --help              show this help\n"
      "\n"
-     "Exit status: the code's own (its last command's; 130 after an interrupt, with a line\n"
-     "on stderr); 125 when sbx fails (sbxd refused, cannot be reached, a usage error) or the\n"
-     "context died (the code ended its shell: 'exit').\n"
+     "Exit status: a shell's, the code's own (its last command's; 130 after an interrupt, with\n"
+     "a line on stderr); a kernel's, 0 when the code ran without an error, else 1; 125 when sbx\n"
+     "fails (sbxd refused, cannot be reached, a usage error) or the context died (the code\n"
+     "ended its shell or kernel).\n"
      "\n"
      "Examples:\n"
      "  sbx code 'cd src && export MODE=fast'\n"
      "  sbx code 'pwd; echo $MODE'               # src, fast\n"
-     "  sbx code -t 30s - < setup.sh\n",
+     "  sbx code -t 30s - < setup.sh\n"
+     "  sbx code -l python 'import pandas as pd; df = pd.read_csv(\"data.csv\"); df.shape'\n"
+     "  sbx code -l python -s charts 'df.plot()'\n",
      cmd_code},
     {"contexts", "[rm ID...]", "List or delete contexts",
      "Without arguments, one line per context, oldest first: its id, language, the pid of its\n"

@@ -1013,6 +1013,54 @@ END_TEST
 
 /* `sbx code`: the default context keeps its state; output as printed; the code's status;
  * an interrupt and a dead context said on stderr; `sbx contexts` lists and removes. */
+/* A kernel's results: text on stdout, charts saved as files, the traceback on stderr. */
+START_TEST(code_in_python_prints_results_and_saves_images)
+{
+    struct run r;
+    SBX(&r, "code", "-l", "python", "x = 6\nprint('hi')\nx * 7");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "hi\n42\n");
+    run_free(&r);
+    char dir[] = "/tmp/sbx-it-img-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    SBX(&r, "code", "-l", "python", "--save-images", dir,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()");
+    ck_assert_int_eq(r.code, 0);
+    char path[128], want[160];
+    snprintf(path, sizeof(path), "%s/image-1.png", dir);
+    snprintf(want, sizeof(want), "sbx: image saved: %s (", path);
+    ck_assert_msg(strstr(r.err, want), "%s", r.err);
+    run_free(&r);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char head[8] = {0};
+    ck_assert_int_eq((int)fread(head, 1, 8, f), 8);
+    fclose(f);
+    ck_assert(memcmp(head, "\x89PNG\r\n\x1a\n", 8) == 0);
+    unlink(path);
+    rmdir(dir);
+    SBX(&r, "code", "-l", "python", "x / 0");
+    ck_assert_int_eq(r.code, 1);
+    ck_assert_msg(strstr(r.err, "ZeroDivisionError: division by zero"), "%s", r.err);
+    run_free(&r);
+    SBX(&r, "code", "-l", "python", "--save-images", "/nonexistent/dir", "1");
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+    SBX(&r, "contexts");
+    char id[32] = "";
+    const char *py = strstr(r.out, " python ");
+    ck_assert_msg(py, "%s", r.out);
+    const char *line = py;
+    while (line > r.out && line[-1] != '\n')
+        line--;
+    sscanf(line, "%31s", id);
+    run_free(&r);
+    SBX(&r, "contexts", "rm", id);
+    ck_assert_int_eq(r.code, 0);
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(code_runs_in_a_context_that_keeps_its_state)
 {
     struct run r;
@@ -1076,9 +1124,9 @@ START_TEST(code_runs_in_a_context_that_keeps_its_state)
     ck_assert_int_eq(r.code, 125);
     ck_assert_msg(strstr(r.err, "no context"), "%s", r.err);
     run_free(&r);
-    SBX(&r, "code", "-l", "python", "print(1)");
+    SBX(&r, "code", "-l", "cobol", "print(1)");
     ck_assert_int_eq(r.code, 125);
-    ck_assert_msg(strstr(r.err, "Jupyter"), "%s", r.err);
+    ck_assert_msg(strstr(r.err, "no context for language 'cobol'"), "%s", r.err);
     run_free(&r);
     SBX(&r, "code");
     ck_assert_int_eq(r.code, 125);
@@ -1394,6 +1442,7 @@ Suite *sbx_suite(void)
     tcase_add_test(procs, ps_logs_and_kill_a_background_process);
     tcase_add_test(procs, kill_sends_the_signal_asked_for);
     tcase_add_test(procs, code_runs_in_a_context_that_keeps_its_state);
+    tcase_add_test(procs, code_in_python_prints_results_and_saves_images);
     TCase *cli = tcase_create("cli");
     tcase_add_test(cli, health_summarises_healthz);
     tcase_add_test(cli, an_unreachable_sbxd_is_one_clear_line);

@@ -20,5 +20,6 @@ Suite *list_suite(void);
 Suite *contain_suite(void);
 Suite *walk_suite(void);
 Suite *job_suite(void);
+Suite *jupyter_suite(void);
 
 #endif
