@@ -95,8 +95,8 @@ static const struct opt opts[] = {
      OFF(process_retention_s), 0, 7 * 24 * 3600,
      "How long an ended background process keeps its result and output."},
     {"max-contexts", "N", "SBXD_MAX_CONTEXTS", NULL, 0, "16", OPT_UINT, OFF(max_contexts), 0, 1024,
-     "Code contexts (/contexts: persistent shell sessions) alive at once; more are refused "
-     "with 429. 0: none."},
+     "Code contexts (/contexts: Jupyter kernels, shell sessions) alive at once; more are "
+     "refused with 429. 0: none."},
     {"warm-contexts", "N", "SBXD_WARM_CONTEXTS", NULL, 0, "1", OPT_UINT, OFF(warm_contexts), 0, 8,
      "Python kernels kept started and idle, made after start-up: a POST /contexts for python "
      "(without cwd, env or limits) takes one and answers in milliseconds. None when no python "
