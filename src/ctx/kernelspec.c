@@ -62,7 +62,7 @@ static int load(const char *dir, const char *name, struct kspec *k)
         cJSON_Delete(o);
         return -1;
     }
-    snprintf(k->name, sizeof(k->name), "%s", name);
+    snprintf(k->name, sizeof(k->name), "%.63s", name); /* (valid_name: shorter) */
     snprintf(k->language, sizeof(k->language), "%s", lang->valuestring);
     snprintf(k->display_name, sizeof(k->display_name), "%s", disp->valuestring);
     k->interrupt_message = cJSON_IsString(im) && strcmp(im->valuestring, "message") == 0;

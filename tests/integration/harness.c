@@ -755,6 +755,78 @@ int daemon_procs_with(const struct daemon *d, const char *marker)
     return n;
 }
 
+int daemon_tree_procs(const struct daemon *d, const char *marker, pid_t *pids, int max)
+{
+    if (under_gvisor())
+        return daemon_procs_with(d, marker); /* (the sandbox's are all its) */
+    if (d->pid <= 0)
+        return -1;
+    DIR *dir = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        pid_t pid = (pid_t)atoi(e->d_name), up = pid, ppid;
+        char state;
+        if (!proc_stat(pid, &state, &ppid) || state == 'Z')
+            continue;
+        bool ours = false;
+        for (int depth = 0; depth < 64 && up > 1 && !ours; depth++) {
+            if (!proc_stat(up, &state, &ppid))
+                break;
+            ours = ppid == d->pid;
+            up = ppid;
+        }
+        if (!ours)
+            continue;
+        char p[64], buf[4096];
+        snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        buf[len] = '\0';
+        if (!strstr(buf, marker))
+            continue;
+        if (n < max && pids)
+            pids[n] = pid;
+        n++;
+    }
+    if (dir)
+        closedir(dir);
+    return n;
+}
+
+int daemon_wait_tree_empty(const struct daemon *d, const char *marker, int ms)
+{
+    double end = now_ms() + ms;
+    int n;
+    while ((n = daemon_tree_procs(d, marker, NULL, 0)) > 0 && now_ms() < end)
+        usleep(5000);
+    return n;
+}
+
+int wait_pids_gone(const pid_t *pids, int n, int ms)
+{
+    double end = now_ms() + ms;
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < n; i++) {
+            char state;
+            pid_t ppid;
+            live += proc_stat(pids[i], &state, &ppid) && state != 'Z';
+        }
+        if (!live || now_ms() >= end)
+            return live;
+        usleep(5000);
+    }
+}
+
 int daemon_wait_no_procs(const struct daemon *d, const char *marker, int ms)
 {
     double end = now_ms() + ms;

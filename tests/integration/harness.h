@@ -147,6 +147,14 @@ int sandbox_exec(const struct daemon *d, const char *const *argv, char *out, siz
  */
 int daemon_procs_with(const struct daemon *d, const char *marker);
 int daemon_wait_no_procs(const struct daemon *d, const char *marker, int ms);
+/* The processes of d's tree (the daemon's descendants; under gVisor, the sandbox's) whose
+ * command line holds marker: up to max pids into pids (host pids; none under gVisor).
+ * Returns how many. */
+int daemon_tree_procs(const struct daemon *d, const char *marker, pid_t *pids, int max);
+/* Wait up to ms for none to be left. Returns how many are. */
+int daemon_wait_tree_empty(const struct daemon *d, const char *marker, int ms);
+/* Wait up to ms for each of the pids to be gone (or a zombie). Returns how many live. */
+int wait_pids_gone(const pid_t *pids, int n, int ms);
 long daemon_rss_kb(const struct daemon *d);
 int daemon_fd_count(const struct daemon *d);
 int daemon_oom_score_adj(const struct daemon *d);

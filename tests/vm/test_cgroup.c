@@ -54,6 +54,42 @@ START_TEST(memory_bomb_ends_oom_and_the_daemon_lives)
 }
 END_TEST
 
+/* A code context is held by its cgroup leaf like any command: a shell session whose code eats
+ * past its memory limit is killed with everything it runs, the answer says so (died, out of
+ * memory), and sbxd answers on; a restart brings the context back. */
+START_TEST(context_memory_bomb_ends_died_and_the_daemon_lives)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"bash\",\"limits\":{\"memory_bytes\":67108864}}",
+              "/contexts");
+    ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", jstr(r.json, "id"));
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST",
+              "{\"code\":\"x=$(head -c 300000000 /dev/zero | tr '\\\\0' a); echo ${#x}\"}",
+              "/contexts/%s/execute", id);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    ck_assert_str_eq(jstr(r.json, "status"), "died");
+    const char *why = jstr(cJSON_GetObjectItem(r.json, "error"), "value");
+    ck_assert_msg(strstr(why, "out of memory"), "%s", r.body);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    ck_assert_str_eq(jstr(r.json, "state"), "dead");
+    http_resp_free(&r);
+    cJSON_Delete(isolation()); /* still answering */
+    http_reqf(&g_sbxd, &r, "POST", NULL, "/contexts/%s/restart", id);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"echo back\"}", "/contexts/%s/execute", id);
+    ck_assert_str_eq(jstr(r.json, "stdout"), "back\n");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "DELETE", NULL, "/contexts/%s", id);
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+}
+END_TEST
+
 START_TEST(fork_bomb_is_held_by_pids_max)
 {
     static struct health_watch hw;
@@ -236,6 +272,7 @@ Suite *cgroup_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, healthz_reports_cgroup_enforcement);
     tcase_add_test(tc, memory_bomb_ends_oom_and_the_daemon_lives);
+    tcase_add_test(tc, context_memory_bomb_ends_died_and_the_daemon_lives);
     tcase_add_test(tc, fork_bomb_is_held_by_pids_max);
     tcase_add_test(tc, cpu_quota_limits_cpu_time);
     tcase_add_test(tc, memory_peak_is_the_commands_own);
