@@ -76,6 +76,7 @@ struct ctx_run {
     struct jp_conn *jc; /* held */
     char msg_id[48];    /* of the execute_request */
     bool replied, idle; /* its execute_reply came, and iopub's status idle for it */
+    int64_t heard_ns;   /* when the last message came (of any parent) */
     struct jp_msg msg;  /* the message the last event's bytes are in */
     char *ev;           /* the last event's JSON (display, result, error) */
 };

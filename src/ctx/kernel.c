@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "sbxd/kernelspec.h"
+#include "sbxd/log.h"
 #include "sbxd/timeutil.h"
 #include "context_internal.h"
 
@@ -421,6 +422,14 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
     for (;;) {
         if (r->over)
             return -1;
+        int64_t now = time_mono_ns();
+        if (r->replied && !r->idle && now - r->heard_ns >= (int64_t)SBXD_CTX_GRACE_MS * 1000000) {
+            /* The reply came and then nothing for a while: iopub's idle was lost (ZeroMQ drops
+             * what overflows a subscriber's queue, a flood read slowly). Nothing more is on its
+             * way: the run is over. */
+            LOG_EVENT("warn", "kernel_idle_missing", LOG_S("context", r->c->id));
+            r->idle = true;
+        }
         if (r->replied && r->idle) {
             ctx_finish(r,
                        r->timed_out            ? CTX_TIMEOUT
@@ -429,7 +438,6 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
                        NULL);
             return -1;
         }
-        int64_t now = time_mono_ns();
         if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
             r->timed_out = true;
             ctx_interrupt_run(r);
@@ -447,6 +455,7 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
             wake = until;
         int ms = ended ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
         if (jp_recv(r->jc, ms, &r->msg) == 1) {
+            r->heard_ns = time_mono_ns();
             if (strcmp(r->msg.parent_id, r->msg_id) == 0 && take(r, type, data, n))
                 return 1;
             jp_msg_free(&r->msg);
