@@ -1,5 +1,6 @@
 /* The Jupyter messaging protocol over ZeroMQ (jupyter.h). */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -34,24 +35,71 @@ struct jp_conn {
     pthread_mutex_t control_lock;
 };
 
+/* libzmq is loaded at the first kernel, not linked: it is C++ and brings libstdc++, Kerberos
+ * and multicast libraries, which would double the resident memory of a daemon that never
+ * starts a kernel. */
+#define ZMQ_LIBRARY "libzmq.so.5"
+#define ZMQ_FUNCS(X)                                                                               \
+    X(zmq_ctx_new)                                                                                 \
+    X(zmq_ctx_set)                                                                                 \
+    X(zmq_ctx_term)                                                                                \
+    X(zmq_socket)                                                                                  \
+    X(zmq_close)                                                                                   \
+    X(zmq_setsockopt)                                                                              \
+    X(zmq_connect)                                                                                 \
+    X(zmq_send)                                                                                    \
+    X(zmq_msg_init)                                                                                \
+    X(zmq_msg_recv)                                                                                \
+    X(zmq_msg_close)                                                                               \
+    X(zmq_msg_data)                                                                                \
+    X(zmq_msg_size)                                                                                \
+    X(zmq_msg_more)                                                                                \
+    X(zmq_poll)                                                                                    \
+    X(zmq_errno)                                                                                   \
+    X(zmq_strerror)
+
+static struct {
+#define ZMQ_DECL(f) __typeof__(&f) f;
+    ZMQ_FUNCS(ZMQ_DECL)
+#undef ZMQ_DECL
+} z;
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void *zctx;
+static char lib_error[200]; /* why there is no zctx */
 
 static void lib_init(void)
 {
-    if (sodium_init() < 0)
+    if (sodium_init() < 0) {
+        snprintf(lib_error, sizeof(lib_error), "libsodium cannot be initialised");
         return;
-    zctx = zmq_ctx_new();
-    if (zctx) {
-        zmq_ctx_set(zctx, ZMQ_IO_THREADS, 1);
-        zmq_ctx_set(zctx, ZMQ_BLOCKY, 0); /* no waiting on unsent messages at the end */
     }
+    void *h = dlopen(ZMQ_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(lib_error, sizeof(lib_error), "cannot load %s (Debian's libzmq5): %s", ZMQ_LIBRARY,
+                 dlerror());
+        return;
+    }
+#define ZMQ_LOAD(f)                                                                                \
+    if (!(z.f = (__typeof__(&f))dlsym(h, #f))) {                                                   \
+        snprintf(lib_error, sizeof(lib_error), "%s has no %s", ZMQ_LIBRARY, #f);                   \
+        return;                                                                                    \
+    }
+    ZMQ_FUNCS(ZMQ_LOAD)
+#undef ZMQ_LOAD
+    zctx = z.zmq_ctx_new();
+    if (!zctx) {
+        snprintf(lib_error, sizeof(lib_error), "cannot make a ZeroMQ context");
+        return;
+    }
+    z.zmq_ctx_set(zctx, ZMQ_IO_THREADS, 1);
+    z.zmq_ctx_set(zctx, ZMQ_BLOCKY, 0); /* no waiting on unsent messages at the end */
 }
 
 void jp_shutdown(void)
 {
     if (zctx)
-        zmq_ctx_term(zctx);
+        z.zmq_ctx_term(zctx);
     zctx = NULL;
 }
 
@@ -119,7 +167,7 @@ void jp_close(struct jp_conn *k)
         return;
     for (int i = 0; i < 4; i++)
         if (k->sock[i])
-            zmq_close(k->sock[i]);
+            z.zmq_close(k->sock[i]);
     pthread_mutex_destroy(&k->control_lock);
     sodium_memzero(k->key, sizeof(k->key));
     free(k);
@@ -129,7 +177,7 @@ struct jp_conn *jp_open(const struct jp_ports *ports, const char *key, struct sb
 {
     pthread_once(&once, lib_init);
     if (!zctx) {
-        sbxd_fail(err, SBXD_E_INTERNAL, 0, "cannot set up ZeroMQ or libsodium");
+        sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "Jupyter kernels are unavailable: %s", lib_error);
         return NULL;
     }
     struct jp_conn *k = calloc(1, sizeof(*k));
@@ -144,25 +192,25 @@ struct jp_conn *jp_open(const struct jp_ports *ports, const char *key, struct sb
     const int type[4] = {ZMQ_DEALER, ZMQ_SUB, ZMQ_DEALER, ZMQ_DEALER};
     const int port[4] = {ports->shell, ports->iopub, ports->stdin_, ports->control};
     for (int i = 0; i < 4; i++) {
-        void *s = zmq_socket(zctx, type[i]);
+        void *s = z.zmq_socket(zctx, type[i]);
         char ep[40];
         snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port[i]);
         int zero = 0;
         int64_t max = SBXD_KERNEL_MSG_MAX;
         /* shell and stdin under one identity: the kernel asks for input on the stdin socket
          * of the client whose shell request runs. */
-        if (!s || zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
-            zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
-            (type[i] == ZMQ_SUB && zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0) < 0) ||
+        if (!s || z.zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
+            z.zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+            (type[i] == ZMQ_SUB && z.zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0) < 0) ||
             (type[i] == ZMQ_DEALER &&
-             zmq_setsockopt(s, ZMQ_ROUTING_ID, k->session, strlen(k->session)) < 0) ||
-            zmq_connect(s, ep) < 0) {
-            int e = zmq_errno();
+             z.zmq_setsockopt(s, ZMQ_ROUTING_ID, k->session, strlen(k->session)) < 0) ||
+            z.zmq_connect(s, ep) < 0) {
+            int e = z.zmq_errno();
             if (s)
-                zmq_close(s);
+                z.zmq_close(s);
             jp_close(k);
             sbxd_fail(err, SBXD_E_INTERNAL, e, "cannot connect to the kernel at %s: %s", ep,
-                      zmq_strerror(e));
+                      z.zmq_strerror(e));
             return NULL;
         }
         k->sock[i] = s;
@@ -185,11 +233,11 @@ static void sign(const struct jp_conn *k, const void *const part[4], const size_
 
 static int send_parts(void *s, const void *const part[4], const size_t len[4], const char *sig)
 {
-    if (zmq_send(s, DELIM, strlen(DELIM), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(s, sig, SIG_LEN, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+    if (z.zmq_send(s, DELIM, strlen(DELIM), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        z.zmq_send(s, sig, SIG_LEN, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return -1;
     for (int i = 0; i < 4; i++)
-        if (zmq_send(s, part[i], len[i], (i < 3 ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
+        if (z.zmq_send(s, part[i], len[i], (i < 3 ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0)
             return -1;
     return 0;
 }
@@ -198,10 +246,10 @@ static int send_parts(void *s, const void *const part[4], const size_t len[4], c
 static void drain(void *s)
 {
     zmq_msg_t m;
-    zmq_msg_init(&m);
-    while (zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0) {
+    z.zmq_msg_init(&m);
+    while (z.zmq_msg_recv(&m, s, ZMQ_DONTWAIT) >= 0) {
     }
-    zmq_msg_close(&m);
+    z.zmq_msg_close(&m);
 }
 
 int jp_send(struct jp_conn *k, enum jp_channel ch, const char *msg_type, const char *content,
@@ -232,12 +280,12 @@ int jp_send(struct jp_conn *k, enum jp_channel ch, const char *msg_type, const c
     if (ch == JP_CONTROL)
         drain(k->sock[ch]);
     int rc = send_parts(k->sock[ch], part, len, sig);
-    int e = zmq_errno();
+    int e = z.zmq_errno();
     if (ch == JP_CONTROL)
         pthread_mutex_unlock(&k->control_lock);
     if (rc < 0)
         return sbxd_fail(err, SBXD_E_CONFLICT, e, "the kernel takes no %s now: %s", msg_type,
-                         zmq_strerror(e));
+                         z.zmq_strerror(e));
     return 0;
 }
 
@@ -263,33 +311,33 @@ static int take(struct jp_conn *k, void *s, enum jp_channel ch, struct jp_msg *m
     bool more = true;
     while (more) {
         zmq_msg_t cur;
-        zmq_msg_init(&cur);
-        if (zmq_msg_recv(&cur, s, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&cur);
+        z.zmq_msg_init(&cur);
+        if (z.zmq_msg_recv(&cur, s, ZMQ_DONTWAIT) < 0) {
+            z.zmq_msg_close(&cur);
             break;
         }
-        more = zmq_msg_more(&cur);
+        more = z.zmq_msg_more(&cur);
         if (n < MAX_FRAMES)
             f[n++] = cur; /* (a zmq_msg_t may be moved by copy once received) */
         else
-            zmq_msg_close(&cur);
+            z.zmq_msg_close(&cur);
     }
     int d = 0;
-    while (d < n && !(zmq_msg_size(&f[d]) == strlen(DELIM) &&
-                      memcmp(zmq_msg_data(&f[d]), DELIM, strlen(DELIM)) == 0))
+    while (d < n && !(z.zmq_msg_size(&f[d]) == strlen(DELIM) &&
+                      memcmp(z.zmq_msg_data(&f[d]), DELIM, strlen(DELIM)) == 0))
         d++;
     int ok = 0;
     if (d + 5 < n) { /* the delimiter, the signature and the four parts */
         const void *part[4];
         size_t len[4];
         for (int i = 0; i < 4; i++) {
-            part[i] = zmq_msg_data(&f[d + 2 + i]);
-            len[i] = zmq_msg_size(&f[d + 2 + i]);
+            part[i] = z.zmq_msg_data(&f[d + 2 + i]);
+            len[i] = z.zmq_msg_size(&f[d + 2 + i]);
         }
         char want[SIG_LEN + 1];
         sign(k, part, len, want);
-        if (zmq_msg_size(&f[d + 1]) == SIG_LEN &&
-            sodium_memcmp(want, zmq_msg_data(&f[d + 1]), SIG_LEN) == 0) {
+        if (z.zmq_msg_size(&f[d + 1]) == SIG_LEN &&
+            sodium_memcmp(want, z.zmq_msg_data(&f[d + 1]), SIG_LEN) == 0) {
             m->channel = ch;
             m->header = cJSON_ParseWithLength(part[0], len[0]);
             m->parent = cJSON_ParseWithLength(part[1], len[1]);
@@ -305,7 +353,7 @@ static int take(struct jp_conn *k, void *s, enum jp_channel ch, struct jp_msg *m
         }
     }
     for (int i = 0; i < n; i++)
-        zmq_msg_close(&f[i]);
+        z.zmq_msg_close(&f[i]);
     if (!ok)
         k->dropped++;
     return ok;
@@ -325,8 +373,8 @@ int jp_recv(struct jp_conn *k, int timeout_ms, struct jp_msg *m)
             int64_t left = until - time_mono_ns();
             wait = left > 0 ? (long)((left + 999999) / 1000000) : 0;
         }
-        int rc = zmq_poll(it, 3, wait);
-        if (rc < 0 && zmq_errno() != EINTR)
+        int rc = z.zmq_poll(it, 3, wait);
+        if (rc < 0 && z.zmq_errno() != EINTR)
             return 0;
         for (int j = 0; rc > 0 && j < 3; j++) {
             int i = (int)((k->rr + (unsigned)j) % 3);
