@@ -10,16 +10,17 @@
 
 enum sbxd_errkind {
     SBXD_E_NONE = 0,
-    SBXD_E_INVALID,     /* the request is malformed or a value is out of range */
-    SBXD_E_DENIED,      /* a path leaves the workspace, or access is refused */
-    SBXD_E_NOT_FOUND,   /* the named thing does not exist */
-    SBXD_E_CONFLICT,    /* the named thing is in a state that forbids it (a non-empty dir) */
-    SBXD_E_RANGE,       /* a requested range lies outside the content */
-    SBXD_E_TOO_LARGE,   /* a body or value is over its configured limit */
-    SBXD_E_BUSY,        /* a capacity limit is reached; retry later */
-    SBXD_E_UNAVAILABLE, /* the daemon is draining or degraded */
-    SBXD_E_NO_SPACE,    /* the filesystem is full */
-    SBXD_E_INTERNAL,    /* sbxd itself failed (a syscall, memory) */
+    SBXD_E_INVALID,      /* the request is malformed or a value is out of range */
+    SBXD_E_DENIED,       /* a path leaves the workspace, or access is refused */
+    SBXD_E_NOT_FOUND,    /* the named thing does not exist */
+    SBXD_E_CONFLICT,     /* the named thing is in a state that forbids it (a non-empty dir) */
+    SBXD_E_RANGE,        /* a requested range lies outside the content */
+    SBXD_E_TOO_LARGE,    /* a body or value is over its configured limit */
+    SBXD_E_BUSY,         /* a capacity limit is reached; retry later */
+    SBXD_E_UNAVAILABLE,  /* the daemon is draining or degraded */
+    SBXD_E_NO_SPACE,     /* the filesystem is full */
+    SBXD_E_PRECONDITION, /* a condition of the request (If-Match) does not hold */
+    SBXD_E_INTERNAL,     /* sbxd itself failed (a syscall, memory) */
 };
 
 /* Finer reasons within a kind, for a caller that must tell them apart (the message is for

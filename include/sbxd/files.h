@@ -101,6 +101,11 @@ struct fs_upload {
     char name[256];
     uint64_t size;
     bool existed;
+    /* Conditions fs_upload_commit checks right before the rename (a PUT's If-None-Match: *
+     * and If-Match): the target must not exist (renameat2's RENAME_NOREPLACE), or must be
+     * the version one of these ETags names (fs_etag_matches; "" no condition). */
+    bool no_replace;
+    char if_match[512];
 };
 
 /* Begin writing path (parents created): a temporary file next to it. Fails for the root,
@@ -111,7 +116,8 @@ int fs_upload_begin(struct fs_upload *up, int rootfd, const char *path, const st
 /* Append n bytes (EINTR and short writes handled). */
 int fs_upload_write(struct fs_upload *up, const void *buf, size_t n, struct sbxd_err *err);
 
-/* fsync, set mode, and rename over the target; st gets the result. */
+/* fsync, set mode, and rename over the target; st gets the result. SBXD_E_PRECONDITION when
+ * a condition of up's fails (the target intact). */
 int fs_upload_commit(struct fs_upload *up, mode_t mode, struct stat *st, struct sbxd_err *err);
 
 /* Remove the temporary file (after a failure, or an abort); safe to call twice. */
@@ -137,6 +143,51 @@ unsigned fs_sweep_stale_uploads(int rootfd, int64_t before_ns, unsigned max_entr
  * start-up does not wait for a large workspace. rootfd is duplicated; 0, or -1 if the
  * thread could not start (nothing is swept then; logged). */
 int fs_sweep_stale_uploads_async(int rootfd, int64_t before_ns, const struct fs_user *u);
+
+/* The ETag of a file's version, as GET serves it: "ino-size-mtime" in hex, quoted. */
+void fs_etag(const struct stat *st, char *out, size_t len);
+
+/* Whether a list of ETags as If-Match and If-None-Match carry them ("*", or quoted tags
+ * separated by commas) names the version st: "*" names any; a weak tag (W/) never matches,
+ * the comparison being strong. st NULL: there is no file. */
+bool fs_etag_matches(const char *list, const struct stat *st);
+
+/* file, directory, symlink, fifo, socket or device. */
+const char *fs_type_name(mode_t mode);
+
+/* What a stat of an entry found. */
+struct fs_stat_info {
+    char name[256];
+    struct stat st;
+    bool has_btime; /* the file system keeps a creation time */
+    int64_t btime_ns;
+    char target[4096]; /* a symlink's target, as it is written ("" otherwise) */
+};
+
+/* Stat path: what it names with symlinks followed (inside the root, as every route follows
+ * them), or with follow false the entry itself (a symlink is described, not followed). Any
+ * type of file. */
+int fs_stat(int rootfd, const char *path, bool follow, struct fs_stat_info *out,
+            struct sbxd_err *err);
+
+/* Rename src to dst within the workspace (dst's parents made as u): files, symlinks and
+ * directories, atomically. Without overwrite an existing dst is SBXD_E_CONFLICT (renameat2's
+ * RENAME_NOREPLACE); with it, a file replaces a file, a directory an empty directory. */
+int fs_move(int rootfd, const char *src, const char *dst, bool overwrite, const struct fs_user *u,
+            struct sbxd_err *err);
+
+struct fs_copy_stats {
+    uint64_t files, directories, symlinks, bytes;
+    uint64_t skipped; /* fifos, sockets, devices: not copied */
+};
+
+/* Copy src (a file, or a directory's whole tree: symlinks copied as links, never followed)
+ * to dst, made as u: into a temporary entry beside dst, renamed in place once whole, so dst
+ * is the old content or the new (a reflink per file where the file system can). Without
+ * overwrite an existing dst is SBXD_E_CONFLICT; with it, a directory replaces a directory
+ * whole. Setuid and setgid bits are not copied. */
+int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const struct fs_user *u,
+            struct fs_copy_stats *cs, struct sbxd_err *err);
 
 /* Delete path: a file, a symlink (not what it points to) or an empty directory; a whole
  * tree when recursive. The root itself is refused. */

@@ -67,6 +67,8 @@ struct files_put {
     bool multipart;
     struct multipart mp;
     uint64_t received;     /* body bytes read */
+    bool no_replace;       /* If-None-Match: * */
+    char if_match[512];    /* If-Match ("": none) */
     struct sbxd_err error; /* the first failure; the rest of the body is then dropped */
 };
 

@@ -75,6 +75,8 @@
  * depth; the start-up sweep of stale uploads and the uid backend's re-own stop at their
  * bounds, go no deeper, and log that they were cut short. */
 #define SBXD_DELETE_MAX_DEPTH  256
+#define SBXD_COPY_MAX_ENTRIES  1000000u
+#define SBXD_COPY_MAX_DEPTH    64
 #define SBXD_SWEEP_MAX_ENTRIES 1000000u
 #define SBXD_SWEEP_MAX_DEPTH   64
 #define SBXD_REOWN_MAX_ENTRIES 1000000u

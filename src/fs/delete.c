@@ -108,6 +108,12 @@ static int delete_name(int dfd, const char *name, const char *path, bool recursi
     return 0;
 }
 
+int fs_delete_at(int dfd, const char *name)
+{
+    struct sbxd_err err = {0};
+    return delete_name(dfd, name, name, true, &err);
+}
+
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err)
 {
     autofree char *dir = malloc(PATH_MAX);

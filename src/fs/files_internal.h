@@ -20,4 +20,7 @@ int fs_reopen(int pathfd, int flags);
  * paths over the limits. */
 int fs_split_path(const char *path, char *dir, char *name, struct sbxd_err *err);
 
+/* Delete name in the directory dfd, a whole tree if it is a directory (a temporary copy). */
+int fs_delete_at(int dfd, const char *name);
+
 #endif

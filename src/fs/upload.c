@@ -110,7 +110,30 @@ int fs_upload_commit(struct fs_upload *up, mode_t mode, struct stat *st, struct 
         int e = errno;
         return sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot write '%.200s'", up->name);
     }
-    if (renameat(up->dirfd, up->tmp, up->dirfd, up->name) < 0) {
+    if (up->if_match[0]) {
+        /* (What GET serves: the file a symlink names, inside the root or not: only compared.) */
+        struct stat now;
+        bool there = fstatat(up->dirfd, up->name, &now, 0) == 0;
+        if (!fs_etag_matches(up->if_match, there ? &now : NULL))
+            return sbxd_fail(err, SBXD_E_PRECONDITION, 0,
+                             "'%.200s' %s: If-Match names another version", up->name,
+                             there ? "has changed" : "does not exist");
+    }
+    int rr = up->no_replace ? renameat2(up->dirfd, up->tmp, up->dirfd, up->name, RENAME_NOREPLACE)
+                            : renameat(up->dirfd, up->tmp, up->dirfd, up->name);
+    if (rr < 0 && up->no_replace && errno == EEXIST)
+        return sbxd_fail(err, SBXD_E_PRECONDITION, EEXIST,
+                         "'%.200s' exists (If-None-Match: *): it was not replaced", up->name);
+    if (rr < 0 && up->no_replace && (errno == EINVAL || errno == ENOSYS)) {
+        /* No RENAME_NOREPLACE on this file system: a link does not replace either. */
+        rr = linkat(up->dirfd, up->tmp, up->dirfd, up->name, 0);
+        if (rr < 0 && errno == EEXIST)
+            return sbxd_fail(err, SBXD_E_PRECONDITION, EEXIST,
+                             "'%.200s' exists (If-None-Match: *): it was not replaced", up->name);
+        if (rr == 0)
+            unlinkat(up->dirfd, up->tmp, 0);
+    }
+    if (rr < 0) {
         int e = errno;
         if (e == EISDIR)
             return sbxd_fail(err, SBXD_E_CONFLICT, e, "'%.200s' is a directory", up->name);

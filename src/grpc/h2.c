@@ -161,6 +161,7 @@ enum grpc_code grpc_code_of(enum sbxd_errkind kind)
     case SBXD_E_NOT_FOUND:
         return GRPC_NOT_FOUND;
     case SBXD_E_CONFLICT:
+    case SBXD_E_PRECONDITION:
         return GRPC_FAILED_PRECONDITION;
     case SBXD_E_RANGE:
         return GRPC_OUT_OF_RANGE;

@@ -100,8 +100,7 @@ enum MHD_Result files_send(struct MHD_Connection *c, int fd, const struct stat *
     fs_entry_from_stat(&e, "", st);
     uint64_t size = e.size, first = 0, last = size ? size - 1 : 0;
     char etag[80], lm[64], cr[96];
-    snprintf(etag, sizeof(etag), "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "\"", (uint64_t)e.ino, size,
-             (uint64_t)e.mtime_ns);
+    fs_etag(st, etag, sizeof(etag));
     http_date(e.mtime_ns, lm, sizeof(lm));
     const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
     /* If-Range: the range only holds for the version the client has. */

@@ -114,6 +114,7 @@ static const struct errmap *err_map(enum sbxd_errkind kind)
         [SBXD_E_BUSY] = {429, "RESOURCE_EXHAUSTED"},
         [SBXD_E_UNAVAILABLE] = {503, "UNAVAILABLE"},
         [SBXD_E_NO_SPACE] = {507, "INSUFFICIENT_STORAGE"},
+        [SBXD_E_PRECONDITION] = {412, "FAILED_PRECONDITION"},
         [SBXD_E_INTERNAL] = {500, "INTERNAL"},
     };
     unsigned k = (unsigned)kind < sizeof(map) / sizeof(map[0]) ? (unsigned)kind : 0;

@@ -1,8 +1,9 @@
 /*
  * /files/{path} and /v1/files/{path}: GET (a file's bytes, with Range; a directory's
- * listing), HEAD, PUT (raw or multipart body streamed to a temporary file, then renamed over
- * the target; or ?type=directory), DELETE. Two faces of one implementation: the route says
- * which (struct route's face), and what differs between them is the table face_rules. The
+ * listing; ?stat=true, an entry's metadata), HEAD, PUT (raw or multipart body streamed to a
+ * temporary file, then renamed over the target, If-Match and If-None-Match honoured; or
+ * ?type=directory), POST (?move_to=, ?copy_to=), DELETE. Two faces of one implementation: the route
+ * says which (struct route's face), and what differs between them is the table face_rules. The
  * legacy python-runtime routes are route_legacy_files.c; the pieces all faces share are
  * http_files.h, the filesystem side fs/files.c.
  */
@@ -161,12 +162,96 @@ static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *
     return files_list_send(srv, c, fd, path, &rules->list, offset, limit);
 }
 
+/* A true/false query argument into *v (left alone when absent): false when malformed. */
+static bool query_bool(struct MHD_Connection *c, const char *key, bool *v)
+{
+    char s[16];
+    bool bad;
+    if (!query_arg(c, key, s, sizeof(s), &bad))
+        return true;
+    if (bad || (strcmp(s, "true") != 0 && strcmp(s, "false") != 0))
+        return false;
+    *v = strcmp(s, "true") == 0;
+    return true;
+}
+
+/* GET ?stat=true: the entry's metadata, of what it names (follow=true, the default) or of the
+ * entry itself (follow=false: a symlink is described, with its target). */
+static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, const char *path)
+{
+    bool follow = true;
+    if (!query_bool(c, "follow", &follow))
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "follow must be true or false");
+    struct fs_user u;
+    files_user(srv, &u);
+    struct fs_stat_info *in = malloc(sizeof(*in));
+    if (!in)
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
+    struct sbxd_err err = {0};
+    fs_user_enter(&u);
+    int rc = fs_stat(srv->rootfd, path, follow, in, &err);
+    fs_user_leave(&u);
+    if (rc < 0) {
+        free(in);
+        return reply_err(c, &err);
+    }
+    char mode[8], when[40], etag[80];
+    snprintf(mode, sizeof(mode), "%04o", (unsigned)(in->st.st_mode & 07777));
+    struct jsonw w;
+    jw_init(&w, 512);
+    jw_obj_begin(&w);
+    jw_key(&w, "path");
+    jw_str(&w, path);
+    jw_key(&w, "name");
+    jw_str(&w, in->name);
+    jw_key(&w, "type");
+    jw_str(&w, fs_type_name(in->st.st_mode));
+    jw_key(&w, "size");
+    jw_uint(&w, (uint64_t)in->st.st_size);
+    jw_key(&w, "mode");
+    jw_str(&w, mode);
+    jw_key(&w, "uid");
+    jw_uint(&w, in->st.st_uid);
+    jw_key(&w, "gid");
+    jw_uint(&w, in->st.st_gid);
+    jw_key(&w, "nlink");
+    jw_uint(&w, in->st.st_nlink);
+    time_rfc3339((int64_t)in->st.st_mtim.tv_sec * 1000000000LL + in->st.st_mtim.tv_nsec, when,
+                 sizeof(when));
+    jw_key(&w, "modified_at");
+    jw_str(&w, when);
+    if (in->has_btime) {
+        time_rfc3339(in->btime_ns, when, sizeof(when));
+        jw_key(&w, "created_at");
+        jw_str(&w, when);
+    }
+    if (S_ISLNK(in->st.st_mode)) {
+        jw_key(&w, "symlink_target");
+        jw_str(&w, in->target);
+    }
+    if (S_ISREG(in->st.st_mode)) {
+        fs_etag(&in->st, etag, sizeof(etag));
+        jw_key(&w, "etag");
+        jw_str(&w, etag);
+    }
+    jw_obj_end(&w);
+    free(in);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
 static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
     autofree char *path = http_files_path(rc->route, rc->url, &err);
     if (!path)
         return reply_err(c, &err);
+    bool stat = false;
+    if (!query_bool(c, "stat", &stat))
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "stat must be true or false");
+    if (stat)
+        return files_stat(srv, c, path);
     struct fs_user u;
     files_user(srv, &u);
     struct stat st;
@@ -213,6 +298,70 @@ static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c
     return r < 0 ? reply_err(c, &err) : reply_no_content(c);
 }
 
+/* POST ?move_to=DEST or ?copy_to=DEST (with overwrite=true to replace what is there). */
+static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    struct sbxd_err err = {0};
+    autofree char *path = http_files_path(rc->route, rc->url, &err);
+    if (!path)
+        return reply_err(c, &err);
+    autofree char *to = malloc(PATH_MAX);
+    if (!to)
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
+    bool bad_move, bad_copy, overwrite = false;
+    bool copy = query_arg(c, "copy_to", to, PATH_MAX, &bad_copy);
+    bool move = query_arg(c, "move_to", to, PATH_MAX, &bad_move);
+    if (move == copy || (move && bad_move) || (copy && bad_copy) || !to[0])
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "POST on a file takes one of move_to=DEST and copy_to=DEST (a path in "
+                           "the workspace)");
+    if (!query_bool(c, "overwrite", &overwrite))
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           "overwrite must be true or false");
+    size_t lead = strspn(to, "/");
+    memmove(to, to + lead, strlen(to + lead) + 1);
+    struct fs_user u;
+    files_user(srv, &u);
+    struct fs_copy_stats cs = {0};
+    double t0 = (double)time_mono_ns();
+    fs_user_enter(&u);
+    int r = move ? fs_move(srv->rootfd, path, to, overwrite, &u, &err)
+                 : fs_copy(srv->rootfd, path, to, overwrite, &u, &cs, &err);
+    struct fs_stat_info *in = r == 0 ? malloc(sizeof(*in)) : NULL;
+    int sr = in ? fs_stat(srv->rootfd, to, false, in, &err) : -1;
+    fs_user_leave(&u);
+    if (r < 0) {
+        free(in);
+        return reply_err(c, &err);
+    }
+    struct jsonw w;
+    jw_init(&w, 384);
+    jw_obj_begin(&w);
+    jw_key(&w, "from");
+    jw_str(&w, path);
+    jw_key(&w, "path");
+    jw_str(&w, to);
+    jw_key(&w, "type");
+    jw_str(&w, sr == 0 ? fs_type_name(in->st.st_mode) : "file");
+    if (copy) {
+        jw_key(&w, "files");
+        jw_uint(&w, cs.files);
+        jw_key(&w, "directories");
+        jw_uint(&w, cs.directories);
+        jw_key(&w, "symlinks");
+        jw_uint(&w, cs.symlinks);
+        jw_key(&w, "bytes");
+        jw_uint(&w, cs.bytes);
+        jw_key(&w, "skipped");
+        jw_uint(&w, cs.skipped);
+    }
+    jw_key(&w, "duration_ms");
+    jw_double(&w, ((double)time_mono_ns() - t0) / 1e6, 3);
+    jw_obj_end(&w);
+    free(in);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
 /* A PUT's ?type= and ?mode= into p: NULL, or the message of a 400. */
 static const char *put_options(struct MHD_Connection *c, struct files_put *p)
 {
@@ -235,6 +384,44 @@ static const char *put_options(struct MHD_Connection *c, struct files_put *p)
         p->mode = (mode_t)strtoul(v, NULL, 8);
     }
     return NULL;
+}
+
+/* A PUT's If-Match and If-None-Match: checked now against the target, before the body is
+ * read (412 at once), and kept in p for the check right before the rename. -1 with err. */
+static int put_conditions(struct MHD_Connection *c, struct files_put *p, struct sbxd_err *err)
+{
+    const char *im = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-Match");
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    if (!im && !inm)
+        return 0;
+    if ((im && strlen(im) >= sizeof(p->if_match)) || (inm && strlen(inm) >= sizeof(p->if_match)))
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "If-Match or If-None-Match is too long");
+    struct fs_user u;
+    files_user(p->srv, &u);
+    struct fs_stat_info *in = malloc(sizeof(*in));
+    if (!in)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct sbxd_err serr = {0};
+    fs_user_enter(&u);
+    bool there = fs_stat(p->srv->rootfd, p->path, true, in, &serr) == 0;
+    fs_user_leave(&u);
+    int rc = 0;
+    if (im && !fs_etag_matches(im, there ? &in->st : NULL))
+        rc = sbxd_fail(err, SBXD_E_PRECONDITION, 0, "'%.200s' %s: If-Match names another version",
+                       p->path, there ? "has changed" : "does not exist");
+    else if (inm && fs_etag_matches(inm, there ? &in->st : NULL))
+        rc = sbxd_fail(
+            err, SBXD_E_PRECONDITION, 0, "'%.200s' exists%s: it was not replaced", p->path,
+            strchr(inm, '*') ? " (If-None-Match: *)" : " in a version If-None-Match names");
+    free(in);
+    if (rc < 0)
+        return -1;
+    if (im)
+        snprintf(p->if_match, sizeof(p->if_match), "%s", im);
+    /* If-None-Match: * (create only) holds to the end: the rename will not replace. Other
+     * If-None-Match tags are checked now only. */
+    p->no_replace = inm && strspn(inm, " \t") + 1 <= strlen(inm) && inm[strspn(inm, " \t")] == '*';
+    return 0;
 }
 
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
@@ -262,8 +449,10 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
         p->multipart = mp_is_multipart(ct);
         if (p->multipart && mp_init(&p->mp, ct, "file", files_put_data, p) < 0)
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", p->mp.error);
-        if (files_put_open(p, &err) < 0)
+        if (put_conditions(c, p, &err) < 0 || files_put_open(p, &err) < 0)
             return reply_err(c, &err);
+        p->up.no_replace = p->no_replace;
+        snprintf(p->up.if_match, sizeof(p->up.if_match), "%s", p->if_match);
     }
     rc->replied = false;
     return MHD_YES;
@@ -321,5 +510,7 @@ enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct
         return files_put_end(c, rc);
     if (strcmp(rc->method, "DELETE") == 0)
         return files_delete(srv, c, rc);
+    if (strcmp(rc->method, "POST") == 0)
+        return files_post(srv, c, rc);
     return files_get(srv, c, rc);
 }

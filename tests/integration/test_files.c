@@ -322,8 +322,12 @@ START_TEST(delete)
     r = req(&g_sbxd, "DELETE", "/files/del/x?recursive=yes", NULL, NULL, 0);
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
-    r = req(&g_sbxd, "POST", "/files/del", "application/json", "{}", 2);
+    r = req(&g_sbxd, "PATCH", "/files/del", "application/json", "{}", 2);
     ck_assert_int_eq(r.status, 405);
+    http_resp_free(&r);
+    /* POST is for moves and copies: without one of them, 400. */
+    r = req(&g_sbxd, "POST", "/files/del", "application/json", "{}", 2);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
     cJSON *x = run(&g_sbxd, "ls -A del");
     ck_assert_str_eq(jstr(x, "stdout"), "");

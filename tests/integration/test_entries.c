@@ -1,0 +1,333 @@
+/* The workspace's entries: ?stat=true, POST ?move_to= and ?copy_to=, and PUT with If-Match
+ * and If-None-Match, on both faces (/files and /v1/files). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+static const char *const faces[] = {"/files", "/v1/files"};
+
+static void sh(const char *command)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "command", command);
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cJSON *r = execute(&g_sbxd, body);
+    free(body);
+    ck_assert_msg(jnum(r, "exit_code") == 0, "%s: %s", command, jstr(r, "stderr"));
+    cJSON_Delete(r);
+}
+
+/* A command's stdout (its exit status 0). */
+static char *sh_out(const char *command)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "command", command);
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cJSON *r = execute(&g_sbxd, body);
+    free(body);
+    char *out = strdup(jstr(r, "stdout"));
+    cJSON_Delete(r);
+    return out;
+}
+
+/* A raw request (head lines after the request line, and a body), its status; the answer's
+ * body into *resp when not NULL. */
+static long raw(const char *method, const char *path, const char *headers, const char *body,
+                char **resp)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_sbxd.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[4096];
+    int n =
+        snprintf(req, sizeof(req),
+                 "%s %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: %zu\r\nConnection: close\r\n"
+                 "\r\n%s",
+                 method, path, headers ? headers : "", body ? strlen(body) : 0, body ? body : "");
+    ck_assert_int_eq(send(s, req, (size_t)n, MSG_NOSIGNAL), n);
+    char *out = read_until_close(s, NULL);
+    close(s);
+    long status = 0;
+    sscanf(out, "HTTP/1.1 %ld", &status);
+    if (resp) {
+        const char *b = strstr(out, "\r\n\r\n");
+        *resp = strdup(b ? b + 4 : "");
+    }
+    free(out);
+    return status;
+}
+
+static cJSON *get_json(const char *fmt_path, long want)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "%s", fmt_path);
+    ck_assert_msg(r.status == want, "GET %s: %ld %s", fmt_path, r.status, r.body);
+    cJSON *o = r.json;
+    r.json = NULL;
+    http_resp_free(&r);
+    return o;
+}
+
+START_TEST(stat_describes_every_type)
+{
+    sh("mkdir -p st/dir && printf hello > st/f && chmod 0640 st/f && ln -s f st/link && "
+       "ln -s ../../outside st/escape && mkfifo st/fifo && "
+       "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"st/sock\")'");
+    char *ids = sh_out("printf '%s %s' $(id -u) $(id -g)");
+    unsigned uid, gid;
+    ck_assert_int_eq(sscanf(ids, "%u %u", &uid, &gid), 2);
+    free(ids);
+    for (int f = 0; f < 2; f++) {
+        char p[256];
+        snprintf(p, sizeof(p), "%s/st/f?stat=true", faces[f]);
+        cJSON *o = get_json(p, 200);
+        ck_assert_str_eq(jstr(o, "path"), "st/f");
+        ck_assert_str_eq(jstr(o, "name"), "f");
+        ck_assert_str_eq(jstr(o, "type"), "file");
+        ck_assert_int_eq((int)jnum(o, "size"), 5);
+        ck_assert_str_eq(jstr(o, "mode"), "0640");
+        ck_assert_int_eq((unsigned)jnum(o, "uid"), uid);
+        ck_assert_int_eq((unsigned)jnum(o, "gid"), gid);
+        ck_assert_ptr_nonnull(strstr(jstr(o, "modified_at"), "T"));
+        char etag[128];
+        snprintf(etag, sizeof(etag), "%s", jstr(o, "etag"));
+        cJSON_Delete(o);
+        /* The ETag is the one GET serves. */
+        struct http_resp r;
+        http_reqf(&g_sbxd, &r, "GET", NULL, "%s/st/f", faces[f]);
+        char hdr[160];
+        snprintf(hdr, sizeof(hdr), "ETag: %s", etag);
+        ck_assert_msg(strstr(r.headers, hdr), "%s not in %s", hdr, r.headers);
+        http_resp_free(&r);
+        /* A symlink: followed by default, described with follow=false. */
+        snprintf(p, sizeof(p), "%s/st/link?stat=true", faces[f]);
+        o = get_json(p, 200);
+        ck_assert_str_eq(jstr(o, "type"), "file");
+        ck_assert_int_eq((int)jnum(o, "size"), 5);
+        cJSON_Delete(o);
+        snprintf(p, sizeof(p), "%s/st/link?stat=true&follow=false", faces[f]);
+        o = get_json(p, 200);
+        ck_assert_str_eq(jstr(o, "type"), "symlink");
+        ck_assert_str_eq(jstr(o, "symlink_target"), "f");
+        cJSON_Delete(o);
+        /* One that leaves the workspace: described, never followed. */
+        snprintf(p, sizeof(p), "%s/st/escape?stat=true&follow=false", faces[f]);
+        o = get_json(p, 200);
+        ck_assert_str_eq(jstr(o, "symlink_target"), "../../outside");
+        cJSON_Delete(o);
+        snprintf(p, sizeof(p), "%s/st/escape?stat=true", faces[f]);
+        cJSON_Delete(get_json(p, 403));
+        const char *types[][2] = {{"dir", "directory"}, {"fifo", "fifo"}, {"sock", "socket"}};
+        for (int i = 0; i < 3; i++) {
+            snprintf(p, sizeof(p), "%s/st/%s?stat=true", faces[f], types[i][0]);
+            o = get_json(p, 200);
+            ck_assert_str_eq(jstr(o, "type"), types[i][1]);
+            ck_assert_ptr_null(cJSON_GetObjectItem(o, "etag"));
+            cJSON_Delete(o);
+        }
+        snprintf(p, sizeof(p), "%s/?stat=true", faces[f]);
+        o = get_json(p, 200);
+        ck_assert_str_eq(jstr(o, "type"), "directory");
+        cJSON_Delete(o);
+        snprintf(p, sizeof(p), "%s/st/missing?stat=true", faces[f]);
+        cJSON_Delete(get_json(p, 404));
+        snprintf(p, sizeof(p), "%s/../etc/passwd?stat=true", faces[f]);
+        o = get_json(p, 403);
+        cJSON_Delete(o);
+        snprintf(p, sizeof(p), "%s/st/f?stat=yes", faces[f]);
+        cJSON_Delete(get_json(p, 400));
+        snprintf(p, sizeof(p), "%s/st/f?stat=true&follow=no", faces[f]);
+        cJSON_Delete(get_json(p, 400));
+    }
+}
+END_TEST
+
+START_TEST(move_renames_atomically_and_refuses_to_replace)
+{
+    sh("mkdir -p mv && printf one > mv/a && printf two > mv/b && mkdir -p mv/d/sub && "
+       "printf in > mv/d/sub/x && mkdir mv/empty");
+    char *body = NULL;
+    /* Over an existing file: 409 without overwrite, nothing changed. */
+    ck_assert_int_eq(raw("POST", "/files/mv/a?move_to=mv/b", NULL, NULL, &body), 409);
+    ck_assert_msg(strstr(body, "\"CONFLICT\"") && strstr(body, "overwrite=true"), "%s", body);
+    free(body);
+    char *both = sh_out("cat mv/a; echo; cat mv/b");
+    ck_assert_str_eq(both, "one\ntwo");
+    free(both);
+    ck_assert_int_eq(raw("POST", "/v1/files/mv/a?move_to=mv/b&overwrite=true", NULL, NULL, &body),
+                     200);
+    cJSON *o = cJSON_Parse(body);
+    ck_assert_str_eq(jstr(o, "from"), "mv/a");
+    ck_assert_str_eq(jstr(o, "path"), "mv/b");
+    ck_assert_str_eq(jstr(o, "type"), "file");
+    cJSON_Delete(o);
+    free(body);
+    both = sh_out("test ! -e mv/a && cat mv/b");
+    ck_assert_str_eq(both, "one");
+    free(both);
+    /* A directory, into parents made on the way; then over an empty directory only. */
+    ck_assert_int_eq(raw("POST", "/files/mv/d?move_to=mv/new/place/d", NULL, NULL, NULL), 200);
+    both = sh_out("cat mv/new/place/d/sub/x; test ! -e mv/d && echo gone");
+    ck_assert_str_eq(both, "ingone\n");
+    free(both);
+    ck_assert_int_eq(
+        raw("POST", "/files/mv/new/place/d?move_to=mv/empty&overwrite=true", NULL, NULL, NULL),
+        200);
+    sh("mkdir -p mv/full/x");
+    ck_assert_int_eq(
+        raw("POST", "/files/mv/empty?move_to=mv/full&overwrite=true", NULL, NULL, &body), 409);
+    free(body);
+    /* Into itself, out of the workspace, from nothing, the root, bad arguments. */
+    ck_assert_int_eq(raw("POST", "/files/mv/empty?move_to=mv/empty/sub/in", NULL, NULL, NULL), 400);
+    ck_assert_int_eq(raw("POST", "/files/mv/b?move_to=../outside", NULL, NULL, NULL), 403);
+    ck_assert_int_eq(raw("POST", "/files/mv/b?move_to=/../../x", NULL, NULL, NULL), 403);
+    ck_assert_int_eq(raw("POST", "/files/mv/nothing?move_to=mv/c", NULL, NULL, NULL), 404);
+    ck_assert_int_eq(raw("POST", "/files/?move_to=mv/root", NULL, NULL, NULL), 400);
+    ck_assert_int_eq(raw("POST", "/files/mv/b?move_to=mv/c&copy_to=mv/d", NULL, NULL, NULL), 400);
+    ck_assert_int_eq(raw("POST", "/files/mv/b", NULL, NULL, NULL), 400);
+    ck_assert_int_eq(raw("POST", "/files/mv/b?move_to=mv/c&overwrite=maybe", NULL, NULL, NULL),
+                     400);
+    both = sh_out("cat mv/b");
+    ck_assert_str_eq(both, "one");
+    free(both);
+}
+END_TEST
+
+START_TEST(copy_makes_a_whole_tree_or_nothing)
+{
+    sh("mkdir -p cp/src/sub/deeper cp/src/emptydir && printf abc > cp/src/f && "
+       "chmod 0750 cp/src/sub && printf xyz > cp/src/sub/deeper/g && chmod 0600 "
+       "cp/src/sub/deeper/g "
+       "&& ln -s ../f cp/src/sub/up && ln -s /etc/passwd cp/src/abs && mkfifo cp/src/fifo && "
+       "printf s > cp/src/suid && chmod 4755 cp/src/suid");
+    char *body = NULL;
+    ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/dst", NULL, NULL, &body), 200);
+    cJSON *o = cJSON_Parse(body);
+    ck_assert_str_eq(jstr(o, "type"), "directory");
+    ck_assert_int_eq((int)jnum(o, "files"), 3);
+    ck_assert_int_eq((int)jnum(o, "directories"), 3);
+    ck_assert_int_eq((int)jnum(o, "symlinks"), 2);
+    ck_assert_int_eq((int)jnum(o, "bytes"), 7);
+    ck_assert_int_eq((int)jnum(o, "skipped"), 1);
+    cJSON_Delete(o);
+    free(body);
+    char *got = sh_out("cd cp/dst && cat f sub/deeper/g sub/up; echo; stat -c '%a %n' sub "
+                       "sub/deeper/g suid emptydir; readlink abs; test ! -e fifo && echo nofifo; "
+                       "ls -a ../ | grep -c sbxd-copy");
+    ck_assert_str_eq(got, "abcxyzabc\n750 sub\n600 sub/deeper/g\n755 suid\n755 emptydir\n"
+                          "/etc/passwd\nnofifo\n0\n");
+    free(got);
+    /* A file; then over what is there: 409, or replaced whole with overwrite. */
+    ck_assert_int_eq(raw("POST", "/v1/files/cp/src/f?copy_to=cp/one", NULL, NULL, NULL), 200);
+    ck_assert_int_eq(raw("POST", "/files/cp/src/f?copy_to=cp/one", NULL, NULL, &body), 409);
+    free(body);
+    sh("printf old > cp/dst/only-in-old");
+    ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/dst", NULL, NULL, NULL), 409);
+    ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/dst&overwrite=true", NULL, NULL, NULL),
+                     200);
+    got = sh_out("test ! -e cp/dst/only-in-old && cat cp/dst/f; ls -a cp | grep -c sbxd-copy");
+    ck_assert_str_eq(got, "abc0\n");
+    free(got);
+    /* A file over a directory, into itself, out of the workspace. */
+    ck_assert_int_eq(raw("POST", "/files/cp/src/f?copy_to=cp/dst&overwrite=true", NULL, NULL, NULL),
+                     409);
+    ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/src&overwrite=true", NULL, NULL, NULL),
+                     400);
+    ck_assert_int_eq(raw("POST", "/files/cp/src/f?copy_to=../x", NULL, NULL, NULL), 403);
+    ck_assert_int_eq(raw("POST", "/files/cp/src/abs?copy_to=cp/leak", NULL, NULL, NULL), 403);
+    ck_assert_int_eq(raw("POST", "/files/cp/src/fifo?copy_to=cp/fifo2", NULL, NULL, NULL), 400);
+}
+END_TEST
+
+START_TEST(conditional_put_refuses_a_stale_or_existing_target)
+{
+    for (int f = 0; f < 2; f++) {
+        char path[128], p[160], hdr[512];
+        snprintf(path, sizeof(path), "%s/cond/file%d", faces[f], f);
+        ck_assert_int_ge(raw("PUT", path, NULL, "v1", NULL), 200);
+        snprintf(p, sizeof(p), "%s?stat=true", path);
+        cJSON *o = get_json(p, 200);
+        char etag[128];
+        snprintf(etag, sizeof(etag), "%s", jstr(o, "etag"));
+        cJSON_Delete(o);
+        /* The version one read: replaced; the same tag again: that version is gone, 412. */
+        snprintf(hdr, sizeof(hdr), "If-Match: %s\r\n", etag);
+        long st = raw("PUT", path, hdr, "v2", NULL);
+        ck_assert_int_eq(st, f ? 204 : 200);
+        char *body = NULL;
+        ck_assert_int_eq(raw("PUT", path, hdr, "v3", &body), 412);
+        ck_assert_msg(strstr(body, "FAILED_PRECONDITION"), "%s", body);
+        free(body);
+        snprintf(hdr, sizeof(hdr), "If-Match: \"x\", W/%s, %s\r\n", etag, etag);
+        ck_assert_int_eq(raw("PUT", path, hdr, "v3", NULL), 412); /* weak never matches */
+        snprintf(hdr, sizeof(hdr), "If-Match: *\r\n");
+        ck_assert_int_eq(raw("PUT", path, hdr, "v4", NULL), f ? 204 : 200);
+        ck_assert_int_eq(raw("PUT", "/files/cond/none", hdr, "v", NULL), 412);
+        /* If-None-Match: * creates only. */
+        snprintf(hdr, sizeof(hdr), "If-None-Match: *\r\n");
+        ck_assert_int_eq(raw("PUT", path, hdr, "v5", NULL), 412);
+        snprintf(p, sizeof(p), "%s/cond/new%d", faces[f], f);
+        ck_assert_int_eq(raw("PUT", p, hdr, "fresh", NULL), f ? 204 : 201);
+    }
+    char *got = sh_out("cat cond/file0 cond/file1 cond/new0 cond/new1; test ! -e cond/none && "
+                       "echo; ls -a cond | grep -c sbxd-upload");
+    ck_assert_str_eq(got, "v4v4freshfresh\n0\n");
+    free(got);
+}
+END_TEST
+
+/* The condition is checked again right before the rename: a change made while the body was
+ * on its way is not overwritten. */
+START_TEST(conditional_put_checks_again_at_the_end)
+{
+    ck_assert_int_ge(raw("PUT", "/files/race/f", NULL, "orig", NULL), 200);
+    cJSON *o = get_json("/files/race/f?stat=true", 200);
+    char head[1024];
+    int n = snprintf(head, sizeof(head),
+                     "PUT /files/race/f HTTP/1.1\r\nHost: x\r\nIf-Match: %s\r\n"
+                     "Content-Length: 10\r\nConnection: close\r\n\r\nfirst",
+                     jstr(o, "etag"));
+    cJSON_Delete(o);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_sbxd.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(send(s, head, (size_t)n, MSG_NOSIGNAL), n);
+    usleep(200 * 1000);
+    sh("printf 'theirs!' > race/f.new && mv race/f.new race/f");
+    ck_assert_int_eq(send(s, "-half", 5, MSG_NOSIGNAL), 5);
+    char *out = read_until_close(s, NULL);
+    close(s);
+    ck_assert_msg(strncmp(out, "HTTP/1.1 412", 12) == 0, "%s", out);
+    free(out);
+    char *got = sh_out("cat race/f; ls -a race | grep -c sbxd-upload");
+    ck_assert_str_eq(got, "theirs!0\n");
+    free(got);
+}
+END_TEST
+
+Suite *entries_suite(void)
+{
+    Suite *s = suite_create("entries");
+    TCase *tc = tcase_create("entries");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, stat_describes_every_type);
+    tcase_add_test(tc, move_renames_atomically_and_refuses_to_replace);
+    tcase_add_test(tc, copy_makes_a_whole_tree_or_nothing);
+    tcase_add_test(tc, conditional_put_refuses_a_stale_or_existing_target);
+    tcase_add_test(tc, conditional_put_checks_again_at_the_end);
+    suite_add_tcase(s, tc);
+    return s;
+}
