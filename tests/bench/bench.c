@@ -1,8 +1,9 @@
 /*
  * sbxd-bench: starts sbxd, measures its latency, throughput, memory and
  * start-up time against a fork+exec floor taken in the same run, its gRPC
- * front against its REST API, optionally another server speaking the legacy
- * API, and prints one table.
+ * front against its REST API, its contexts (Python kernels against
+ * jupyter_client on the same kernel), optionally another server speaking the
+ * legacy API, and prints one table.
  *
  *   sbxd-bench --sbxd PATH [--vs URL] [--seconds N] [--quick] [--only grpc]
  *
@@ -25,6 +26,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -35,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -1630,21 +1634,21 @@ static void redirect_std_to_null(void)
 
 /* sbxd on 127.0.0.1:port, its gRPC listener on a port of its choosing (never the default
  * 9090, which a second sbxd or another daemon on the host would collide on): the listener is
- * on in every measurement, as it is by default. */
-static pid_t start_sbxd(const char *path, int port, const char *ws)
+ * on in every measurement, as it is by default. `extra`: more flags (NULL-terminated), or
+ * NULL. */
+#define SBXD_EXTRA_MAX 8
+static pid_t start_sbxd(const char *path, int port, const char *ws, const char *const *extra)
 {
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    char *argv[] = {(char *)path,
-                    (char *)"--listen",
-                    listen,
-                    (char *)"--grpc-listen",
-                    (char *)"127.0.0.1:0",
-                    (char *)"--workspace",
-                    (char *)ws,
-                    (char *)"--log-format",
-                    (char *)"json",
-                    NULL};
+    /* No warm kernel unless `extra` asks for one (a later flag wins): the other rows measure
+     * sbxd alone, not a Python kernel starting beside it. */
+    char *argv[12 + SBXD_EXTRA_MAX] = {
+        (char *)path,          (char *)"--listen",        listen,      (char *)"--grpc-listen",
+        (char *)"127.0.0.1:0", (char *)"--workspace",     (char *)ws,  (char *)"--log-format",
+        (char *)"json",        (char *)"--warm-contexts", (char *)"0", NULL};
+    for (int i = 0; extra && extra[i] && i < SBXD_EXTRA_MAX; i++)
+        argv[11 + i] = (char *)extra[i];
     pid_t pid = fork();
     if (pid < 0) {
         warnx_("fork: %s", strerror(errno));
@@ -1839,12 +1843,12 @@ static void log_warn_last_error(void)
     free(log);
 }
 
-/* Start sbxd on a free port and wait for its first 200 on /healthz. Its pid, with the port
- * and the milliseconds it took, and when grpc_port is not NULL, the port of its gRPC listener
- * (from its "listening" line, which may follow the first 200 by a moment); or -1, warned
- * about, with the sbxd (if any) stopped. */
-static pid_t start_ready(const char *path, const char *ws, int *port, double *ready_ms,
-                         int *grpc_port)
+/* Start sbxd (with the flags extra, see start_sbxd) on a free port and wait for its first 200 on
+ * /healthz. Its pid, with the port and the milliseconds it took, and when grpc_port is not NULL,
+ * the port of its gRPC listener (from its "listening" line, which may follow the first 200 by a
+ * moment); or -1, warned about, with the sbxd (if any) stopped. */
+static pid_t start_ready(const char *path, const char *ws, const char *const *extra, int *port,
+                         double *ready_ms, int *grpc_port)
 {
     *port = free_port();
     if (*port <= 0) {
@@ -1852,7 +1856,7 @@ static pid_t start_ready(const char *path, const char *ws, int *port, double *re
         return -1;
     }
     double t0 = now_ms();
-    pid_t pid = start_sbxd(path, *port, ws);
+    pid_t pid = start_sbxd(path, *port, ws, extra);
     if (pid < 0)
         return -1;
     char why[300];
@@ -1966,6 +1970,647 @@ static int cpu_count(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Python kernels                                                           */
+
+/*
+ * The client sbxd's Python contexts are measured against: jupyter_client's BlockingKernelClient
+ * (Debian's python3-jupyter-client) on a python3 kernel of the same kernelspec, which its
+ * KernelManager starts at the nice value argv[1] (sbxd's kernels run at the commands' nice).
+ * Each execution is execute_interactive(), which sends the execute_request and returns once
+ * the kernel's iopub status idle for it and its execute_reply are in: what sbxd waits for
+ * before it answers. It prints "ready PID" once the kernel answered and `x = 0` ran; then,
+ * for each line "N" on stdin, a line of N `x += 1` executions, each "round-trip:busy-idle" in
+ * ms (the latter the span between the kernel's own busy and idle status messages, by their
+ * header dates: the kernel's part of the round trip); for "x", "x VALUE". At the end of stdin
+ * it shuts its kernel down. "error: ..." on a failure (exit status 3: no jupyter_client).
+ */
+static const char JC_SCRIPT[] =
+    "import os, sys, time\n"
+    "def say(s):\n"
+    "    sys.stdout.write(s + \"\\n\")\n"
+    "    sys.stdout.flush()\n"
+    "try:\n"
+    "    from jupyter_client.manager import KernelManager\n"
+    "except Exception as e:\n"
+    "    say(\"error: no jupyter_client: %s\" % e)\n"
+    "    sys.exit(3)\n"
+    "nice = int(sys.argv[1])\n"
+    "km = KernelManager(kernel_name=\"python3\")\n"
+    "kc = None\n"
+    "dates = []\n"
+    "def hook(m):\n"
+    "    if m[\"msg_type\"] == \"status\":\n"
+    "        dates.append(m[\"header\"][\"date\"])\n"
+    "def run(code, **kw):\n"
+    "    del dates[:]\n"
+    "    t0 = time.perf_counter()\n"
+    "    r = kc.execute_interactive(code, timeout=60, output_hook=hook, **kw)\n"
+    "    dt = (time.perf_counter() - t0) * 1e3\n"
+    "    if r[\"content\"][\"status\"] != \"ok\":\n"
+    "        raise RuntimeError(\"%s: status %s\" % (code, r[\"content\"][\"status\"]))\n"
+    "    k = (dates[-1] - dates[0]).total_seconds() * 1e3 if len(dates) > 1 else -1\n"
+    "    return dt, k, r\n"
+    "try:\n"
+    "    km.start_kernel(preexec_fn=(lambda: os.nice(nice)) if nice else None)\n"
+    "    kc = km.client()\n"
+    "    kc.start_channels()\n"
+    "    kc.wait_for_ready(timeout=120)\n"
+    "    run(\"x = 0\")\n"
+    "    say(\"ready %d\" % km.provisioner.pid)\n"
+    "    for line in iter(sys.stdin.readline, \"\"):\n"
+    "        if line.strip() == \"x\":\n"
+    "            r = run(\"pass\", user_expressions={\"v\": \"x\"})[2][\"content\"]\n"
+    "            say(\"x \" + r[\"user_expressions\"][\"v\"][\"data\"][\"text/plain\"])\n"
+    "            continue\n"
+    "        say(\" \".join(\"%.4f:%.4f\" % run(\"x += 1\")[:2] for _ in range(int(line))))\n"
+    "except Exception as e:\n"
+    "    say(\"error: %s: %s\" % (type(e).__name__, e))\n"
+    "    sys.exit(1)\n"
+    "finally:\n"
+    "    if kc:\n"
+    "        kc.stop_channels()\n"
+    "    if km.has_kernel:\n"
+    "        km.shutdown_kernel(now=True)\n";
+
+/* x += 1 rounds: each `iters` executions through sbxd and as many through jupyter_client, in
+ * turns, which goes first swapped every round. */
+#define PY_ROUNDS_MAX 8
+
+typedef struct {
+    char why[160];                    /* why there are no python rows ("" when there are) */
+    char jc_why[160];                 /* why there is no jupyter_client row ("" when there is) */
+    samples warm_create, cold_create; /* ms: POST /contexts {"language":"python"} */
+    samples sbxd_exec, jc_exec;       /* ms: x += 1 round trips, every round's */
+    samples jc_kernel;                /* ms: the kernel's busy -> idle in jupyter_client's */
+    double ratio[PY_ROUNDS_MAX];      /* each round's sbxd p50 / jupyter_client p50 */
+    int rounds;
+    int nice;                           /* sbxd's kernels' nice value (and the other's) */
+    long rss_fresh, rss_base, rss_idle; /* kB: sbxd before its first kernel, then before and
+                                           with CTX_IDLE idle python contexts */
+    bool ok;
+} py_result;
+
+static double median_of(const double *v, int n)
+{
+    double s[PY_ROUNDS_MAX];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+            double t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+    return n == 0 ? 0 : n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The kernel processes (ipykernel_launcher) working in dir or below: a workspace of the
+ * bench's, where the sbxds it starts there run their kernels (and the jupyter_client script
+ * its own). Up to max of their pids into pids; returns how many there are. */
+static int kernels_in(const char *dir, pid_t *pids, int max)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    size_t dl = strlen(dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[64], cwd[4096], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%ld/cwd", pid);
+        ssize_t cl = readlink(path, cwd, sizeof cwd - 1);
+        if (cl < (ssize_t)dl || strncmp(cwd, dir, dl) != 0 || (cl > (ssize_t)dl && cwd[dl] != '/'))
+            continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, cmd, sizeof cmd);
+        close(fd);
+        if (k > 0 && memmem(cmd, (size_t)k, "ipykernel_launcher", 18)) {
+            if (n < max)
+                pids[n] = (pid_t)pid;
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* No kernel may outlive the bench: waits up to 10 s for those started in dir to end (a
+ * stopped sbxd kills its kernels without waiting for them), then kills those left. Returns
+ * how many were left. */
+static int kernels_reap(const char *dir)
+{
+    pid_t pids[64];
+    int n = 0;
+    for (double t0 = now_ms(); now_ms() - t0 < 10000;) {
+        if ((n = kernels_in(dir, pids, 64)) == 0)
+            return 0;
+        sleep_us(50000);
+    }
+    for (int i = 0; i < n && i < 64; i++) {
+        warnx_("kernel pid %d left running; killing it", (int)pids[i]);
+        kill(pids[i], SIGKILL);
+    }
+    return n;
+}
+
+/* The jupyter_client script, running. */
+typedef struct {
+    pid_t pid;
+    int in, out; /* its stdin, its stdout */
+    char buf[1 << 16];
+    size_t n, used; /* bytes in buf; those of the line handed out last */
+} jc_child;
+
+/* Starts the script in ws (its kernel's working directory too), with HOME (IPython's history)
+ * in home, as sbxd's kernels have theirs in the workspace. 0, or -1 with err. */
+static int jc_start(jc_child *j, const char *ws, const char *home, int nice, char *err,
+                    size_t errlen)
+{
+    memset(j, 0, sizeof *j);
+    j->pid = -1;
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) != 0) {
+        setmsg(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(from, O_CLOEXEC) != 0) {
+        setmsg(err, errlen, "pipe: %s", strerror(errno));
+        close(to[0]);
+        close(to[1]);
+        return -1;
+    }
+    char nice_s[16];
+    snprintf(nice_s, sizeof nice_s, "%d", nice);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0)
+            dup2(nul, 2); /* the kernel's start-up chatter */
+        if (chdir(ws) != 0)
+            _exit(127);
+        setenv("HOME", home, 1);
+        /* As sbxd's kernels have it: no debugpy warning about frozen modules at start. */
+        setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1", 1);
+        char *argv[] = {(char *)"/usr/bin/python3", (char *)"-c", (char *)JC_SCRIPT, nice_s, NULL};
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    if (pid < 0) {
+        setmsg(err, errlen, "fork: %s", strerror(errno));
+        close(to[1]);
+        close(from[0]);
+        return -1;
+    }
+    j->pid = pid;
+    j->in = to[1];
+    j->out = from[0];
+    return 0;
+}
+
+/* The script's next line (NUL-terminated, valid until the next call), within timeout_ms. NULL
+ * with err on its end or a timeout; its own "error: ..." line is handed out as any other. */
+static char *jc_line(jc_child *j, int timeout_ms, char *err, size_t errlen)
+{
+    memmove(j->buf, j->buf + j->used, j->n - j->used);
+    j->n -= j->used;
+    j->used = 0;
+    double until = now_ms() + timeout_ms;
+    for (;;) {
+        char *nl = memchr(j->buf, '\n', j->n);
+        if (nl) {
+            *nl = '\0';
+            j->used = (size_t)(nl - j->buf) + 1;
+            return j->buf;
+        }
+        if (j->n == sizeof j->buf - 1) {
+            setmsg(err, errlen, "jupyter_client script: a line longer than %zu bytes", j->n);
+            return NULL;
+        }
+        int left = (int)(until - now_ms());
+        struct pollfd p = {.fd = j->out, .events = POLLIN};
+        int r = left > 0 ? poll(&p, 1, left) : 0;
+        if (r < 0 && errno == EINTR && !g_interrupted)
+            continue;
+        if (r <= 0) {
+            setmsg(err, errlen, "jupyter_client script: no answer within %d s", timeout_ms / 1000);
+            return NULL;
+        }
+        ssize_t k = read(j->out, j->buf + j->n, sizeof j->buf - 1 - j->n);
+        if (k < 0 && errno == EINTR && !g_interrupted)
+            continue;
+        if (k <= 0) {
+            setmsg(err, errlen, "jupyter_client script: ended (%s)",
+                   k < 0 ? strerror(errno) : "its output closed");
+            return NULL;
+        }
+        j->n += (size_t)k;
+    }
+}
+
+static int jc_say(jc_child *j, const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(j->in, s, n);
+        if (w < 0 && errno == EINTR && !g_interrupted)
+            continue;
+        if (w <= 0)
+            return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* End of its stdin: it shuts its kernel down and exits (killed after 20 s). */
+static void jc_stop(jc_child *j)
+{
+    if (j->pid <= 0)
+        return;
+    close(j->in);
+    int st;
+    double t0 = now_ms();
+    while (waitpid(j->pid, &st, WNOHANG) == 0) {
+        if (now_ms() - t0 > 20000) {
+            warnx_("the jupyter_client script did not exit within 20 s; killing it");
+            kill(j->pid, SIGKILL);
+            waitpid(j->pid, &st, 0);
+            break;
+        }
+        sleep_us(10000);
+    }
+    close(j->out);
+    j->pid = -1;
+}
+
+/* One round of n x += 1 through the script, its samples appended. 0, or -1 with err. */
+static int jc_round(jc_child *j, int n, samples *rt, samples *kt, char *err, size_t errlen)
+{
+    char cmd[32];
+    snprintf(cmd, sizeof cmd, "%d\n", n);
+    if (jc_say(j, cmd) != 0) {
+        setmsg(err, errlen, "jupyter_client script: write: %s", strerror(errno));
+        return -1;
+    }
+    char *line = jc_line(j, 60000 + n * 1000, err, errlen);
+    if (!line)
+        return -1;
+    if (strncmp(line, "error:", 6) == 0) {
+        setmsg(err, errlen, "jupyter_client script: %.180s", line);
+        return -1;
+    }
+    int got = 0;
+    for (char *p = line; *p;) {
+        char *end;
+        double a = strtod(p, &end);
+        if (end == p || *end != ':')
+            break;
+        double b = strtod(end + 1, &p);
+        samples_push(rt, a);
+        if (kt && b >= 0)
+            samples_push(kt, b);
+        got++;
+        while (*p == ' ')
+            p++;
+    }
+    if (got != n) {
+        setmsg(err, errlen, "jupyter_client script: %d of %d samples: %.80s", got, n, line);
+        return -1;
+    }
+    return 0;
+}
+
+/* warm_ready from GET /kernels (-1: none there). */
+static int warm_ready_of(conn *c)
+{
+    int status = 0;
+    if (http_do(c, "GET", "/kernels", NULL, &status) != 0 || status != 200)
+        return -1;
+    const char *k = strstr(c->body, "\"warm_ready\":");
+    return k ? atoi(k + strlen("\"warm_ready\":")) : -1;
+}
+
+/* Until GET /kernels says a warm kernel is ready (a start takes ~1 s; 60 s at most). */
+static bool wait_warm(conn *c)
+{
+    for (double t0 = now_ms(); now_ms() - t0 < 60000 && !g_interrupted; sleep_us(20000))
+        if (warm_ready_of(c) >= 1)
+            return true;
+    return false;
+}
+
+/* POST /contexts {"language":"python"}: its id and the ms it took; -1 with err. */
+static double py_create(conn *c, char *id, size_t idlen, char *err, size_t errlen)
+{
+    int status = 0;
+    double t0 = now_ms();
+    if (http_do(c, "POST", "/contexts", "{\"language\":\"python\"}", &status) != 0 ||
+        status != 201 || !json_id(c->body, id, idlen)) {
+        setmsg(err, errlen, "POST /contexts (python): %d %s %.120s", status, c->err,
+               c->body ? c->body : "");
+        return -1;
+    }
+    return now_ms() - t0;
+}
+
+static bool py_delete(conn *c, const char *id)
+{
+    char path[128];
+    int status = 0;
+    snprintf(path, sizeof path, "/contexts/%s", id);
+    return http_do(c, "DELETE", path, NULL, &status) == 0 && status == 200;
+}
+
+/* The nice value sbxd's kernels run at (any of those in ws: all run as commands do). */
+static int kernel_nice(const char *ws)
+{
+    pid_t ks[1];
+    if (kernels_in(ws, ks, 1) < 1)
+        return 0;
+    errno = 0;
+    int v = getpriority(PRIO_PROCESS, (id_t)ks[0]);
+    return errno ? 0 : v;
+}
+
+/* POST /contexts/{id}/execute of body, checked for status ok and, if not NULL, expect. */
+static bool py_exec(conn *c, const char *path, const char *body, const char *expect, char *err,
+                    size_t errlen)
+{
+    int status = 0;
+    if (http_do(c, "POST", path, body, &status) != 0 || status != 200 ||
+        !strstr(c->body, "\"status\":\"ok\"") || (expect && !strstr(c->body, expect))) {
+        setmsg(err, errlen, "POST %s %s: %d %s %.120s", path, body, status, c->err,
+               c->body ? c->body : "");
+        return false;
+    }
+    return true;
+}
+
+/* On the sbxd with --warm-contexts 0: n cold POST /contexts (each deleted after); its RSS
+ * before the first, then before and with CTX_IDLE idle python contexts. 1 (res->why) when
+ * it has no python kernel, 0, or -1 with err. */
+static int py_cold(conn *c, pid_t pid, int n, py_result *res, char *err, size_t errlen)
+{
+    int status = 0;
+    char id[64], ids[CTX_IDLE][64];
+    if (http_do(c, "GET", "/kernels", NULL, &status) != 0 || status != 200) {
+        setmsg(res->why, sizeof res->why, "GET /kernels: %d", status);
+        return 1;
+    }
+    if (!strstr(c->body, "\"language\":\"python\"")) {
+        setmsg(res->why, sizeof res->why, "no python kernel (python3-ipykernel?)");
+        return 1;
+    }
+    sleep_us(100000);
+    res->rss_fresh = vmrss_kb(pid);
+    fprintf(stderr, "sbxd-bench: python: %d cold POST /contexts (--warm-contexts 0) ...\n", n);
+    for (int i = 0; i < n && !g_interrupted; i++) {
+        double dt = py_create(c, id, sizeof id, err, errlen);
+        if (dt < 0)
+            return -1;
+        samples_push(&res->cold_create, dt);
+        if (!py_delete(c, id)) {
+            setmsg(err, errlen, "DELETE /contexts/%s: %s", id, c->err);
+            return -1;
+        }
+    }
+    sleep_us(200000);
+    res->rss_base = vmrss_kb(pid);
+    int made = 0;
+    for (; made < CTX_IDLE && !g_interrupted; made++)
+        if (py_create(c, ids[made], sizeof ids[made], err, errlen) < 0)
+            break;
+    sleep_us(500000);
+    res->rss_idle = vmrss_kb(pid);
+    for (int i = 0; i < made; i++)
+        py_delete(c, ids[i]);
+    if (made < CTX_IDLE && !g_interrupted) {
+        setmsg(err, errlen, "only %d of %d idle python contexts were made", made, CTX_IDLE);
+        return -1;
+    }
+    return 0;
+}
+
+/* On the sbxd with --warm-contexts 1: n POST /contexts, each once GET /kernels says a warm
+ * kernel is ready, each deleted after. 0, or -1 with err. */
+static int py_warm(conn *c, int n, py_result *res, char *err, size_t errlen)
+{
+    char id[64];
+    fprintf(stderr, "sbxd-bench: python: %d warm POST /contexts (--warm-contexts 1) ...\n", n);
+    for (int i = 0; i < n && !g_interrupted; i++) {
+        if (!wait_warm(c)) {
+            setmsg(err, errlen, "GET /kernels: no warm kernel ready within 60 s");
+            return -1;
+        }
+        double dt = py_create(c, id, sizeof id, err, errlen);
+        if (dt < 0)
+            return -1;
+        samples_push(&res->warm_create, dt);
+        if (!py_delete(c, id)) {
+            setmsg(err, errlen, "DELETE /contexts/%s: %s", id, c->err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `iters` x += 1 in the context (path: its execute URL) on one kept-alive connection. */
+static int py_series(conn *c, const char *path, int iters, samples *s, char *err, size_t errlen)
+{
+    for (int i = 0; i < iters && !g_interrupted; i++) {
+        double t0 = now_ms();
+        if (!py_exec(c, path, "{\"code\":\"x += 1\"}", NULL, err, errlen))
+            return -1;
+        samples_push(s, now_ms() - t0);
+    }
+    return 0;
+}
+
+/* x += 1 in the context at path (`x = 0` run) against the jupyter_client script (started,
+ * when j->pid > 0): `warmup` of each, then rounds of `iters`, in turns. 0, or -1 with err. */
+static int py_rounds(conn *c, const char *path, jc_child *j, int warmup, int rounds, int iters,
+                     py_result *res, char *err, size_t errlen)
+{
+    bool jc = j->pid > 0;
+    samples s = {0}, o = {0};
+    int rc = -1;
+    if (py_series(c, path, warmup, &s, err, errlen) != 0 ||
+        (jc && jc_round(j, warmup, &o, NULL, err, errlen) != 0))
+        goto out;
+    if (rounds > PY_ROUNDS_MAX)
+        rounds = PY_ROUNDS_MAX;
+    for (int r = 0; r < rounds && !g_interrupted; r++) {
+        s.n = o.n = 0;
+        for (int side = 0; side < 2; side++) {
+            bool sbxd_now = (side == 0) == (r % 2 == 0); /* sbxd first in even rounds */
+            if (sbxd_now && py_series(c, path, iters, &s, err, errlen) != 0)
+                goto out;
+            if (!sbxd_now && jc && jc_round(j, iters, &o, &res->jc_kernel, err, errlen) != 0)
+                goto out;
+        }
+        samples_append(&res->sbxd_exec, &s);
+        samples_append(&res->jc_exec, &o);
+        samples_sort(&s);
+        samples_sort(&o);
+        if (jc) {
+            res->ratio[res->rounds++] = pct(&s, 50) / pct(&o, 50);
+            fprintf(stderr,
+                    "sbxd-bench:   round %d: sbxd p50 %.3f ms, jupyter_client p50 %.3f ms (%.2f)\n",
+                    r + 1, pct(&s, 50), pct(&o, 50), pct(&s, 50) / pct(&o, 50));
+        } else {
+            fprintf(stderr, "sbxd-bench:   round %d: sbxd p50 %.3f ms\n", r + 1, pct(&s, 50));
+        }
+    }
+    if (g_interrupted)
+        goto out;
+    /* Every execution counted, in both kernels. */
+    char want[64];
+    long n = warmup + (long)rounds * iters;
+    snprintf(want, sizeof want, "{\"text/plain\":\"%ld\"", n);
+    if (!py_exec(c, path, "{\"code\":\"x\"}", want, err, errlen))
+        goto out;
+    if (jc) {
+        snprintf(want, sizeof want, "x %ld", n);
+        char *x = jc_say(j, "x\n") == 0 ? jc_line(j, 60000, err, errlen) : NULL;
+        if (!x || strcmp(x, want) != 0) {
+            if (x)
+                setmsg(err, errlen, "jupyter_client's kernel: %.60s, want %s", x, want);
+            else if (!err[0])
+                setmsg(err, errlen, "jupyter_client script: write: %s", strerror(errno));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    samples_free(&s);
+    samples_free(&o);
+    return rc;
+}
+
+/*
+ * Python contexts, on sbxds of their own, with ws as their workspace (theirs alone: the
+ * kernels working there are theirs and the jupyter_client script's):
+ *  - with --warm-contexts 0: py_cold;
+ *  - with --warm-contexts 1: py_warm; then `x += 1` in one context (the warm kernel, made
+ *    again before the clock runs so that no kernel starts meanwhile) against jupyter_client
+ *    on a kernel of its own at the same nice value (py_rounds).
+ * res->why says why there are none (no python kernel), res->jc_why why there is no
+ * jupyter_client row (not errors); anything else that fails is an error (err). No kernel is
+ * left behind.
+ */
+static void measure_python(const char *sbxd, const char *ws, const char *jc_home, bool quick,
+                           py_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    static const char *const cold_flags[] = {"--warm-contexts", "0", NULL};
+    static const char *const warm_flags[] = {"--warm-contexts", "1", NULL};
+    pid_t outer = g_sbxd_pid; /* the bench's long-running sbxd, stopped on an interrupt */
+    int port, rc = -1;
+    double rms;
+    conn c;
+    target tg;
+
+    pid_t pid = start_ready(sbxd, ws, cold_flags, &port, &rms, NULL);
+    if (pid < 0) {
+        setmsg(err, errlen, "sbxd --warm-contexts 0 did not start");
+        goto reap;
+    }
+    target_local(&tg, port);
+    conn_init(&c, &tg, IO_TIMEOUT_S * 2);
+    rc = py_cold(&c, pid, quick ? 5 : 10, res, err, errlen);
+    conn_free(&c);
+    stop_sbxd(pid, NULL);
+    if (rc != 0 || g_interrupted)
+        goto reap;
+
+    rc = -1;
+    pid = start_ready(sbxd, ws, warm_flags, &port, &rms, NULL);
+    if (pid < 0) {
+        setmsg(err, errlen, "sbxd --warm-contexts 1 did not start");
+        goto reap;
+    }
+    target_local(&tg, port);
+    conn_init(&c, &tg, IO_TIMEOUT_S * 2);
+    char id[64], path[128];
+    bool made = false;
+    jc_child *j = calloc(1, sizeof *j);
+    if (!j) {
+        warnx_("out of memory");
+        exit(1);
+    }
+    j->pid = -1;
+    if (py_warm(&c, quick ? 5 : 10, res, err, errlen) != 0 || g_interrupted)
+        goto stop;
+    if (!wait_warm(&c) || !(made = py_create(&c, id, sizeof id, err, errlen) >= 0) ||
+        !wait_warm(&c)) {
+        if (!err[0])
+            setmsg(err, errlen, "GET /kernels: no warm kernel ready within 60 s");
+        goto stop;
+    }
+    res->nice = kernel_nice(ws);
+    snprintf(path, sizeof path, "/contexts/%s/execute", id);
+    if (!py_exec(&c, path, "{\"code\":\"x = 0\"}", NULL, err, errlen))
+        goto stop;
+    int rounds = quick ? 3 : 5, iters = quick ? 50 : 200;
+    fprintf(stderr,
+            "sbxd-bench: python: x += 1, %d rounds of %d through sbxd and through jupyter_client, "
+            "in turns (kernels at nice %d) ...\n",
+            rounds, iters, res->nice);
+    /* Without python3 or jupyter_client there is no row to compare with (not an error); a
+     * script that fails otherwise is one. */
+    char *l = NULL;
+    if (access("/usr/bin/python3", X_OK) != 0)
+        setmsg(res->jc_why, sizeof res->jc_why, "no /usr/bin/python3");
+    else if (jc_start(j, ws, jc_home, res->nice, err, errlen) != 0 ||
+             !(l = jc_line(j, 120000, err, errlen)))
+        goto stop;
+    else if (strncmp(l, "error: no jupyter_client", 24) == 0)
+        setmsg(res->jc_why, sizeof res->jc_why, "%.150s", l + 7);
+    else if (strncmp(l, "ready ", 6) != 0) {
+        setmsg(err, errlen, "jupyter_client script: %.180s", l);
+        goto stop;
+    }
+    if (res->jc_why[0]) {
+        jc_stop(j);
+        warnx_("python: no jupyter_client figures: %s", res->jc_why);
+    }
+    rc = py_rounds(&c, path, j, quick ? 10 : 20, rounds, iters, res, err, errlen);
+stop:
+    jc_stop(j);
+    free(j);
+    if (made)
+        py_delete(&c, id);
+    conn_free(&c);
+    stop_sbxd(pid, NULL);
+reap:
+    g_sbxd_pid = outer;
+    if (kernels_reap(ws)) {
+        setmsg(err, errlen, "kernels were left running after their sbxd stopped");
+        rc = -1;
+    }
+    if (rc == 0) {
+        samples_sort(&res->warm_create);
+        samples_sort(&res->cold_create);
+        samples_sort(&res->sbxd_exec);
+        samples_sort(&res->jc_exec);
+        samples_sort(&res->jc_kernel);
+        res->ok = true;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* the table                                                                */
 
 typedef struct {
@@ -1973,7 +2618,7 @@ typedef struct {
     const char *ok; /* "yes", "NO", "" */
 } row;
 
-static row g_rows[64];
+static row g_rows[96];
 static int g_nrows;
 
 __attribute__((format(printf, 4, 5))) static void add_row(const char *metric, const char *target_,
@@ -2078,8 +2723,9 @@ static void usage(FILE *f)
           "(16 clients, in rounds, each against cores / a floor measured just before it),\n"
           "/healthz req/s (8 clients), streamed NDJSON (and against a GET of as many bytes),\n"
           "uploads raw and multipart (POST /upload, PUT /files, PUT /v1/files, each against\n"
-          "the raw PUT), RSS idle, with 256 idle connections, with 16 idle gRPC connections\n"
-          "and after load, and ready time (median of fresh starts).\n"
+          "the raw PUT), contexts (bash; Python kernels against jupyter_client, run by\n"
+          "/usr/bin/python3), RSS idle, with 256 idle connections, with 16 idle gRPC\n"
+          "connections and after load, and ready time (median of fresh starts).\n"
           "\n"
           "  --sbxd PATH    the sbxd binary to measure (required)\n"
           "  --vs URL       also measure /execute on another, already running server speaking\n"
@@ -2093,7 +2739,10 @@ static void usage(FILE *f)
           "                   throughput  /execute 1 client (the floor) and 16 clients\n"
           "                   stream      first-event lag, NDJSON against GET /files\n"
           "                   uploads     /files up and down, raw and multipart uploads\n"
-          "                   contexts    POST /contexts, an execution in one, RSS with 4 idle\n"
+          "                   contexts    bash: POST /contexts, x=$((x+1)) in one, RSS with 4\n"
+          "                               idle; python (sbxds of their own): POST /contexts with\n"
+          "                               a warm kernel and cold, x += 1 against jupyter_client\n"
+          "                               on the same kernel in turns, RSS with 4 idle\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -2119,7 +2768,9 @@ int main(int argc, char **argv)
             phases = only_phases(v);
             only = v;
             if (!phases) {
-                warnx_("--only wants groups among grpc, throughput, stream, uploads; got %s", v);
+                warnx_(
+                    "--only wants groups among grpc, throughput, stream, uploads, contexts; got %s",
+                    v);
                 return 2;
             }
         } else if ((strcmp(a, "--sbxd") == 0 || strcmp(a, "--vs") == 0 ||
@@ -2207,6 +2858,12 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(g_log_path, sizeof g_log_path, "%s.log", ws);
+    /* Beside the workspace: the python rows' sbxds' workspace, where their kernels and the
+     * jupyter_client script's run (the kernels of the long-running sbxd, in ws, are not
+     * theirs); and that script's HOME (its kernel's IPython history). */
+    char py_ws[80], jc_home[80];
+    snprintf(py_ws, sizeof py_ws, "%s.py", ws);
+    snprintf(jc_home, sizeof jc_home, "%s.jc", ws);
 
     char version[128];
     sbxd_version(sbxd_abs, version, sizeof version);
@@ -2248,7 +2905,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < starts && !g_interrupted; i++) {
         int port;
         double rms;
-        pid_t pid = start_ready(sbxd_abs, ws, &port, &rms, NULL);
+        pid_t pid = start_ready(sbxd_abs, ws, NULL, &port, &rms, NULL);
         if (pid < 0) {
             exit_code = 1;
             goto out;
@@ -2272,7 +2929,7 @@ int main(int argc, char **argv)
     /* 3. the long-running instance */
     int port, grpc_port;
     double first_ready_ms;
-    pid_t pid = start_ready(sbxd_abs, ws, &port, &first_ready_ms, &grpc_port);
+    pid_t pid = start_ready(sbxd_abs, ws, NULL, &port, &first_ready_ms, &grpc_port);
     if (pid < 0) {
         exit_code = 1;
         goto out;
@@ -2368,7 +3025,7 @@ int main(int argc, char **argv)
         setenv("SBXD_ISOLATION", "pgid", 1);
         int gport;
         double gready;
-        pid_t gpid = start_ready(sbxd_abs, ws, &gport, &gready, NULL);
+        pid_t gpid = start_ready(sbxd_abs, ws, NULL, &gport, &gready, NULL);
         if (was)
             setenv("SBXD_ISOLATION", saved, 1);
         else
@@ -2534,6 +3191,27 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    /* Python kernels: on sbxds of their own (with and without a warm kernel), this one idle. */
+    py_result py = {0};
+    bool py_ran = false;
+    if ((phases & PH_CONTEXTS) && !crashed && !g_interrupted) {
+        char perr[256] = "";
+        if ((mkdir(py_ws, 0755) != 0 && errno != EEXIST) ||
+            (mkdir(jc_home, 0700) != 0 && errno != EEXIST))
+            warnx_("mkdir %s or %s: %s", py_ws, jc_home, strerror(errno));
+        measure_python(sbxd_abs, py_ws, jc_home, quick, &py, perr, sizeof perr);
+        py_ran = true;
+        if (py.why[0]) {
+            warnx_("python contexts: none measured: %s", py.why);
+        } else if (!py.ok && !g_interrupted) {
+            warnx_("python contexts: %s", perr);
+            total_errors++;
+            if (!first_error[0])
+                snprintf(first_error, sizeof first_error, "python contexts: %s", perr);
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
     long rss_after = crashed ? -1 : vmrss_kb(pid);
     if (crashed) {
         warnx_("sbxd died under load: %s", describe_status(crash_st, d, sizeof d));
@@ -2547,6 +3225,12 @@ int main(int argc, char **argv)
                    describe_status(st, d, sizeof d));
             total_errors++;
         }
+    }
+    /* Every sbxd started keeps a warm kernel by default: none may outlive it. */
+    int kernels_left = kernels_reap(ws) + kernels_reap(py_ws);
+    if (kernels_left) {
+        warnx_("%d kernel process(es) outlived their sbxd", kernels_left);
+        total_errors++;
     }
     if (g_interrupted)
         goto out;
@@ -2666,6 +3350,40 @@ int main(int argc, char **argv)
     }
     samples_free(&cx.create);
     samples_free(&cx.exec);
+    if (py_ran && py.why[0])
+        add_row("context: python", "", "", "n/a: %.55s", py.why);
+    if (py.ok) {
+        add_row("context: POST /contexts (python, warm), p50", "<= 20 ms",
+                yesno(pct(&py.warm_create, 50) <= 20), "%.2f ms", pct(&py.warm_create, 50));
+        add_row("context: POST /contexts (python, cold), p50", "", "", "%.0f ms",
+                pct(&py.cold_create, 50));
+        add_row("context: python x += 1, p50 / p99", "", "", "%.3f / %.3f ms",
+                pct(&py.sbxd_exec, 50), pct(&py.sbxd_exec, 99));
+        if (py.rounds) {
+            add_row("  jupyter_client, same rounds: p50 / p99", "", "", "%.3f / %.3f ms",
+                    pct(&py.jc_exec, 50), pct(&py.jc_exec, 99));
+            add_row("  the kernel's busy -> idle in those, p50", "", "", "%.3f ms",
+                    pct(&py.jc_kernel, 50));
+            char lbl[96];
+            double r = median_of(py.ratio, py.rounds);
+            snprintf(lbl, sizeof lbl, "  sbxd p50 / jupyter_client p50 (median of %d rounds)",
+                     py.rounds);
+            add_row(lbl, "<= 0.5", yesno(r <= 0.5), "%.2f", r);
+        } else {
+            add_row("  jupyter_client", "", "", "n/a: %.55s", py.jc_why);
+        }
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "RSS, %d idle python contexts (kernels apart)", CTX_IDLE);
+        add_row(lbl, "", "", "%.2f MiB (+%.1f KiB each)", (double)py.rss_idle / 1024.0,
+                (double)(py.rss_idle - py.rss_base) / CTX_IDLE);
+        add_row("  sbxd before its first kernel", "", "", "%.2f MiB",
+                (double)py.rss_fresh / 1024.0);
+    }
+    samples_free(&py.warm_create);
+    samples_free(&py.cold_create);
+    samples_free(&py.sbxd_exec);
+    samples_free(&py.jc_exec);
+    samples_free(&py.jc_kernel);
     /* With the gRPC listener on, as by default (start_sbxd). */
     add_row("idle RSS (gRPC listener on)", "<= 3 MiB", yesno(rss_idle > 0 && rss_idle <= 3072),
             "%.2f MiB", (double)rss_idle / 1024.0);
@@ -2770,7 +3488,11 @@ int main(int argc, char **argv)
 out:
     if (g_sbxd_pid > 0)
         stop_sbxd(g_sbxd_pid, NULL);
+    kernels_reap(ws);
+    kernels_reap(py_ws);
     rm_rf(ws);
+    rm_rf(py_ws);
+    rm_rf(jc_home);
     unlink(g_log_path);
     if (g_interrupted) {
         warnx_("interrupted");
