@@ -104,6 +104,12 @@ static const struct opt opts[] = {
     {"context-idle-s", "S", "SBXD_CONTEXT_IDLE_S", NULL, 0, "1800", OPT_UINT, OFF(context_idle_s),
      0, 7 * 24 * 3600,
      "A context not used for this long is shut down (its processes killed). 0: never."},
+    {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
+     "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429."},
+    {"watch-max-dirs", "N", "SBXD_WATCH_MAX_DIRS", NULL, 0, "8192", OPT_UINT, OFF(watch_max_dirs),
+     1, 1000000,
+     "Directories one recursive watch follows at most (each an inotify watch of the command "
+     "user's: fs.inotify.max_user_watches bounds them all)."},
     {"stdin-timeout-ms", "MS", "SBXD_STDIN_TIMEOUT_MS", NULL, 0, "30000", OPT_UINT,
      OFF(stdin_timeout_ms), 100, 3600000,
      "How long a stdin write waits for the process to read it; then 409."},

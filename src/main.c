@@ -22,6 +22,7 @@
 #include "sbxd/cgroup.h"
 #include "sbxd/background.h"
 #include "sbxd/context.h"
+#include "sbxd/watch.h"
 #include "sbxd/config.h"
 #include "sbxd/contain.h"
 #include "sbxd/files.h"
@@ -393,6 +394,9 @@ int main(int argc, char **argv)
     struct fs_user sweep_user = {
         .switch_ids = harden.switch_user, .uid = harden.uid, .gid = harden.gid};
     fs_sweep_stale_uploads_async(rootfd, time_real_ns() - (time_mono_ns() - t0), &sweep_user);
+    struct watch_limits wl = {.max_watchers = (unsigned)cfg.max_watchers,
+                              .max_dirs = (unsigned)cfg.watch_max_dirs};
+    watch_init(&wl, rootfd, &sweep_user);
     /* Warm kernels are made once sbxd serves: they never delay readiness. */
     ctx_warm_start((unsigned)cfg.warm_contexts);
 
@@ -404,6 +408,7 @@ int main(int argc, char **argv)
     if (iso.pidfd && !iso.contain->init_reports)
         sigdelset(&wait_set, SIGCHLD);
     run_main_loop(srv, &wait_set);
+    watch_shutdown(); /* (its streams end, with a "gone" event: none holds the drain up) */
     drain(srv, grpc, &cfg, &wait_set);
     if (grpc)
         grpc_front_stop(grpc);

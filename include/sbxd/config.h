@@ -37,6 +37,8 @@ struct sbxd_config {
     uint64_t max_contexts;
     uint64_t context_idle_s;
     uint64_t warm_contexts;
+    uint64_t max_watchers;
+    uint64_t watch_max_dirs;
     uint64_t process_output_bytes;
     uint64_t process_retention_s;
     uint64_t stdin_timeout_ms;

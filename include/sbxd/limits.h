@@ -28,6 +28,14 @@
 #define SBXD_WARM_MAX     8
 #define SBXD_WARM_RETRY_S 30
 
+/* Watches (watch.h): events a hub keeps for readers that come back, a window within which
+ * the same event on a path is one, how long a hub outlives its last reader, and how deep a
+ * recursive watch goes. */
+#define SBXD_WATCH_RING        4096
+#define SBXD_WATCH_COALESCE_MS 5
+#define SBXD_WATCH_LINGER_S    30
+#define SBXD_WATCH_MAX_DEPTH   64
+
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
 

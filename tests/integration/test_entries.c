@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -318,6 +319,193 @@ START_TEST(conditional_put_checks_again_at_the_end)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------------------- */
+/* Watch                                                                                */
+
+struct stream {
+    int s;
+    char buf[1 << 20];
+    size_t have;
+};
+
+static void stream_open(struct stream *st, const struct daemon *d, const char *path)
+{
+    st->s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(st->s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[512];
+    int n =
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    ck_assert_int_eq(send(st->s, req, (size_t)n, MSG_NOSIGNAL), n);
+    st->have = 0;
+    st->buf[0] = '\0';
+}
+
+/* Read until needle is in what came (after `from`), at most ms: where it is, or NULL. */
+static const char *stream_wait(struct stream *st, const char *from, const char *needle, int ms)
+{
+    double end = now_ms() + ms * SLOW;
+    for (;;) {
+        const char *at = strstr(from ? from : st->buf, needle);
+        if (at)
+            return at;
+        double left = end - now_ms();
+        if (left <= 0)
+            return NULL;
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 50000};
+        setsockopt(st->s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        size_t off = from ? (size_t)(from - st->buf) : 0;
+        ssize_t k = recv(st->s, st->buf + st->have, sizeof(st->buf) - 1 - st->have, 0);
+        if (k == 0)
+            return strstr(st->buf + off, needle);
+        if (k > 0) {
+            st->have += (size_t)k;
+            st->buf[st->have] = '\0';
+        }
+        if (from)
+            from = st->buf + off;
+    }
+}
+
+static uint64_t offset_in(const char *at)
+{
+    const char *o = strstr(at, "\"offset\":");
+    ck_assert_ptr_nonnull(o);
+    return strtoull(o + 9, NULL, 10);
+}
+
+START_TEST(watch_reports_changes_in_new_subdirectories)
+{
+    sh("mkdir -p w/old && printf 1 > w/old/kept");
+    struct stream *rec = malloc(sizeof(*rec)), *flat = malloc(sizeof(*flat));
+    stream_open(rec, &g_sbxd, "/files/w?watch=true&recursive=true");
+    stream_open(flat, &g_sbxd, "/v1/files/w?watch=true");
+    ck_assert_ptr_nonnull(stream_wait(rec, NULL, "{\"type\":\"watching\",\"path\":\"w\"", 5000));
+    ck_assert_ptr_nonnull(stream_wait(flat, NULL, "{\"type\":\"watching\"", 5000));
+    sh("mkdir -p w/n1/n2 && printf data > w/n1/n2/f && printf more >> w/old/kept && "
+       "chmod 600 w/old/kept && mv w/n1/n2/f w/n1/n2/g");
+    const char *at =
+        stream_wait(rec, NULL, "\"type\":\"create\",\"path\":\"w/n1\",\"is_dir\":true", 5000);
+    ck_assert_msg(at, "%s", rec->buf);
+    const char *seq[] = {"\"type\":\"create\",\"path\":\"w/n1/n2\",\"is_dir\":true",
+                         "\"type\":\"create\",\"path\":\"w/n1/n2/f\",\"is_dir\":false",
+                         "\"type\":\"write\",\"path\":\"w/n1/n2/f\"",
+                         "\"type\":\"write\",\"path\":\"w/old/kept\"",
+                         "\"type\":\"attrib\",\"path\":\"w/old/kept\"",
+                         "\"type\":\"rename\",\"path\":\"w/n1/n2/g\",\"from\":\"w/n1/n2/f\""};
+    for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+        const char *next = stream_wait(rec, at, seq[i], 5000);
+        ck_assert_msg(next, "no %s after %s in:\n%s", seq[i], at, rec->buf);
+        at = next;
+    }
+    /* sbxd's own move, across directories; a delete. */
+    ck_assert_int_eq(raw("POST", "/files/w/n1/n2/g?move_to=w/old/g2", NULL, NULL, NULL), 200);
+    sh("rm -r w/n1");
+    const char *seq2[] = {"\"type\":\"rename\",\"path\":\"w/old/g2\",\"from\":\"w/n1/n2/g\"",
+                          "\"type\":\"remove\",\"path\":\"w/n1/n2\",\"is_dir\":true",
+                          "\"type\":\"remove\",\"path\":\"w/n1\",\"is_dir\":true"};
+    for (size_t i = 0; i < sizeof(seq2) / sizeof(seq2[0]); i++) {
+        const char *next = stream_wait(rec, at, seq2[i], 5000);
+        ck_assert_msg(next, "no %s in:\n%s", seq2[i], rec->buf);
+        at = next;
+    }
+    /* Not recursive: w's own entries only. */
+    ck_assert_ptr_nonnull(stream_wait(flat, NULL, "\"type\":\"create\",\"path\":\"w/n1\"", 5000));
+    ck_assert_ptr_nonnull(stream_wait(flat, NULL, "\"type\":\"remove\",\"path\":\"w/n1\"", 5000));
+    ck_assert_ptr_null(strstr(flat->buf, "w/n1/n2"));
+    ck_assert_ptr_null(strstr(flat->buf, "w/old/kept"));
+    /* The watched directory removed: "gone", and the stream ends. */
+    sh("rm -r w");
+    ck_assert_ptr_nonnull(stream_wait(rec, NULL, "{\"type\":\"gone\",\"path\":\"w\"", 5000));
+    ck_assert_ptr_nonnull(stream_wait(flat, NULL, "{\"type\":\"gone\",\"path\":\"w\"", 5000));
+    close(rec->s);
+    close(flat->s);
+    free(rec);
+    free(flat);
+}
+END_TEST
+
+START_TEST(watch_resumes_from_an_offset_and_reports_overflow)
+{
+    sh("mkdir -p wr");
+    struct stream *st = malloc(sizeof(*st));
+    stream_open(st, &g_sbxd, "/files/wr?watch=true");
+    ck_assert_ptr_nonnull(stream_wait(st, NULL, "\"type\":\"watching\"", 5000));
+    sh("printf a > wr/a");
+    const char *at = stream_wait(st, NULL, "\"path\":\"wr/a\"", 5000);
+    ck_assert_ptr_nonnull(at);
+    uint64_t first = offset_in(at);
+    close(st->s);
+    /* While nobody reads: b and c. Back from the offset after a's events: nothing lost. */
+    sh("printf b > wr/b && printf c > wr/c");
+    usleep(100 * 1000);
+    char path[128];
+    snprintf(path, sizeof(path), "/files/wr?watch=true&since=%llu", (unsigned long long)first);
+    stream_open(st, &g_sbxd, path);
+    at = stream_wait(st, NULL, "\"path\":\"wr/c\"", 5000);
+    ck_assert_msg(at, "%s", st->buf);
+    const char *b = strstr(st->buf, "\"path\":\"wr/b\"");
+    const char *a = strstr(st->buf, "\"path\":\"wr/a\"");
+    ck_assert_msg(a && b && a < b && b < at, "%s", st->buf);
+    ck_assert_ptr_null(strstr(st->buf, "overflow"));
+    close(st->s);
+    /* More than the ring holds while away: one overflow event says how many were missed. */
+    sh("cd wr && for i in $(seq 1 2500); do : > f$i; rm f$i; done");
+    stream_open(st, &g_sbxd, path);
+    at = stream_wait(st, NULL, "{\"type\":\"overflow\"", 5000);
+    ck_assert_msg(at, "%.2000s", st->buf);
+    ck_assert_msg(strstr(at, "\"missed\":") && !strstr(at, "\"missed\":null"), "%.300s", at);
+    ck_assert_ptr_nonnull(stream_wait(st, at, "\"path\":\"wr/f2500\"", 5000));
+    close(st->s);
+    /* An offset from before this hub began: the overflow cannot say how many. */
+    stream_open(st, &g_sbxd, "/files/wr?watch=true&since=1");
+    at = stream_wait(st, NULL, "{\"type\":\"overflow\"", 5000);
+    ck_assert_msg(at && strstr(at, "\"missed\":null"), "%.500s", st->buf);
+    close(st->s);
+    free(st);
+}
+END_TEST
+
+START_TEST(watch_refusals_and_limits)
+{
+    sh("mkdir -p wl && printf x > wl/file");
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/wl/nothing?watch=true");
+    ck_assert_int_eq(r.status, 404);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/wl/file?watch=true");
+    ck_assert_int_eq(r.status, 400);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/../etc?watch=true");
+    ck_assert_int_eq(r.status, 403);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/wl?watch=true&since=x");
+    ck_assert_int_eq(r.status, 400);
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/wl?watch=true&recursive=1");
+    ck_assert_int_eq(r.status, 400);
+    http_resp_free(&r);
+    struct daemon d;
+    const char *args[] = {"--max-watchers", "1", NULL};
+    daemon_start(&d, args, NULL);
+    struct stream *st = malloc(sizeof(*st));
+    stream_open(st, &d, "/files/?watch=true&recursive=true");
+    ck_assert_ptr_nonnull(stream_wait(st, NULL, "\"type\":\"watching\"", 5000));
+    http_reqf(&d, &r, "GET", NULL, "/files/?watch=true");
+    ck_assert_int_eq(r.status, 429);
+    ck_assert_ptr_nonnull(strstr(r.body, "--max-watchers"));
+    http_resp_free(&r);
+    /* A stop ends the stream at once ("gone"), never waits for the watcher. */
+    double t0 = now_ms();
+    ck_assert(daemon_stop_clean(&d, 10000));
+    ck_assert_msg(now_ms() - t0 < 3000 * SLOW, "stop took %.0f ms", now_ms() - t0);
+    ck_assert_ptr_nonnull(stream_wait(st, NULL, "\"type\":\"gone\"", 2000));
+    close(st->s);
+    free(st);
+}
+END_TEST
+
 Suite *entries_suite(void)
 {
     Suite *s = suite_create("entries");
@@ -328,6 +516,9 @@ Suite *entries_suite(void)
     tcase_add_test(tc, copy_makes_a_whole_tree_or_nothing);
     tcase_add_test(tc, conditional_put_refuses_a_stale_or_existing_target);
     tcase_add_test(tc, conditional_put_checks_again_at_the_end);
+    tcase_add_test(tc, watch_reports_changes_in_new_subdirectories);
+    tcase_add_test(tc, watch_resumes_from_an_offset_and_reports_overflow);
+    tcase_add_test(tc, watch_refusals_and_limits);
     suite_add_tcase(s, tc);
     return s;
 }
