@@ -15,23 +15,30 @@ sbxd on an ephemeral loopback port (--listen 127.0.0.1:0, read back from its log
   caps     the pod and pidns configurations each without one of the template's
            capabilities: every capability must be needed by at least one of them
 
+plain, pod and pidns also run python contexts on the image's ipykernel: a cold one (state,
+numpy, pandas, a matplotlib figure as a PNG result) and a warm one (--warm-contexts), each
+DELETEd with no process of its kernel left.
+
 Prints PASS/FAIL per check, the /healthz isolation blocks and the capability table; exits
 1 on any failure. Containers carry a label of this run and are removed on every path;
 afterwards no host process may still name one of them.
 """
 
+import base64
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 import yaml
 
@@ -46,6 +53,12 @@ RUNSC_ARGS = ["--runtime", RUNSC, "--runtime-flag", "network=host",
               "--runtime-flag", "platform=ptrace", "--network", "host"]
 GRACE_MS = 3000  # SBXD_SHUTDOWN_GRACE_MS in the pod runs: the drain test waits it out
 TREE_KILLS = ("cgroup", "pidns", "uid", "pgid")
+# A kernel's start and its first imports (numpy, pandas, matplotlib and its font cache) under
+# gVisor's ptrace platform: seconds where the host takes one; these are generous bounds.
+KERNEL_START_S = 60
+KERNEL_EXEC_S = 120
+WARM_CONTEXTS = 1  # sbxd's default --warm-contexts: none of the runs here sets it
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # a PNG file's first 8 bytes (PNG specification, 5.2)
 
 passed = 0
 failed = 0
@@ -178,8 +191,33 @@ class Sbxd:
                 total[cmd[0].decode()] = total.get(cmd[0].decode(), 0) + rss[0]
         return total
 
+    def ps(self):
+        """Every process of the container as (pid, ppid, command line), read from /proc by
+        podman exec: it sees the sandbox's root PID namespace, so also what runs in the PID
+        namespaces sbxd makes (a command's /proc shows only its own). None if exec failed."""
+        p = podman("exec", self.name, "python3", "-c", PS_PY, timeout=60, check_rc=False)
+        try:
+            return [tuple(x) for x in json.loads(p.stdout)]
+        except ValueError:
+            return None
+
     def remove(self):
         podman("rm", "-f", "-v", "-t", "0", self.name, check_rc=False)
+
+
+PS_PY = ("import json, os\n"
+         "ps = []\n"
+         "for p in os.listdir('/proc'):\n"
+         "    if not p.isdigit() or int(p) == os.getpid():\n"
+         "        continue\n"
+         "    try:\n"
+         "        cmd = open('/proc/%s/cmdline' % p, 'rb').read()\n"
+         "        st = open('/proc/%s/stat' % p).read()\n"
+         "    except OSError:\n"
+         "        continue\n"
+         "    ppid = int(st.rsplit(')', 1)[1].split()[1])\n"
+         "    ps.append((int(p), ppid, cmd.replace(b'\\0', b' ').decode(errors='replace')))\n"
+         "print(json.dumps(ps))\n")
 
 
 def cleanup():
@@ -437,6 +475,171 @@ def check_readonly(s, ws, label, command_uid):
         check("%s: the file is on the volume" % label, False, str(e))
 
 
+def png_problem(data):
+    """None if data is a whole PNG (its signature, IHDR first, every chunk's CRC right, IEND
+    last and nothing after it, a non-empty image), else what is wrong with it."""
+    if not data.startswith(PNG_SIGNATURE):
+        return "no PNG signature: %r" % data[:8]
+    off, kinds = len(PNG_SIGNATURE), []
+    while off < len(data) and (not kinds or kinds[-1] != b"IEND"):
+        if off + 12 > len(data):
+            return "cut short after %s" % kinds
+        n, kind = struct.unpack(">I4s", data[off:off + 8])
+        body, crc = data[off + 8:off + 8 + n], data[off + 8 + n:off + 12 + n]
+        if len(crc) != 4:
+            return "chunk %r cut short" % kind
+        if zlib.crc32(kind + body) != struct.unpack(">I", crc)[0]:
+            return "chunk %r: wrong CRC" % kind
+        kinds.append(kind)
+        off += 12 + n
+    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or off != len(data):
+        return "chunks %s, %d of %d bytes" % (kinds, off, len(data))
+    if 0 in struct.unpack(">II", data[16:24]) or b"IDAT" not in kinds:
+        return "no image data"
+    return None
+
+
+def proc_tree(ps, root):
+    """root and its descendants in a process table from Sbxd.ps: {pid: command line}."""
+    tree = {root}
+    while True:
+        more = {pid for pid, ppid, _ in ps if ppid in tree} - tree
+        if not more:
+            return {pid: cmd for pid, _, cmd in ps if pid in tree}
+        tree |= more
+
+
+def kernels(procs):
+    """The ipykernel processes among {pid: command line}."""
+    return {pid: cmd for pid, cmd in procs.items() if "ipykernel" in cmd}
+
+
+def run_code(s, ctx, code):
+    status, r = s.json("POST", "/contexts/%s/execute" % ctx,
+                       {"code": code, "timeout_ms": KERNEL_EXEC_S * 1000},
+                       timeout=KERNEL_EXEC_S + 30)
+    return r if status == 200 else dict(r, http_status=status)
+
+
+def main_result(r):
+    """The text/plain of an execution's main result (the last expression's value)."""
+    return next((x.get("text/plain") for x in r.get("results", []) if x.get("is_main_result")),
+                None)
+
+
+def delete_kernel(s, ctx, tree, label, what):
+    """DELETE a context; then none of its processes (tree, from Sbxd.ps) may remain."""
+    status, d = s.json("DELETE", "/contexts/" + ctx)
+    check("%s: DELETE /contexts/{id} of %s: 200, dead" % (label, what),
+          status == 200 and d.get("state") == "dead", "%s %s" % (status, json.dumps(d)[:300]))
+    deadline = time.monotonic() + 10
+    while True:
+        ps = s.ps()
+        now = {pid: cmd for pid, _, cmd in ps or []}
+        left = {pid: cmd for pid, cmd in tree.items() if ps is None or now.get(pid) == cmd}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    check("%s: none of %s's %d processes outlives its DELETE" % (label, what, len(tree)),
+          not left, "podman exec ps failed" if ps is None else "left: %s" % left)
+    return now
+
+
+def wait_warm(s):
+    """Wait for sbxd's warm kernel (made after start-up); True once GET /kernels says it is
+    ready."""
+    deadline = time.monotonic() + KERNEL_START_S
+    while s.json("GET", "/kernels")[1].get("warm_ready", 0) < 1:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def check_kernel(s, label):
+    """A python context on the image's ipykernel: started cold, its state kept from one
+    execution to the next, numpy and pandas, a matplotlib figure as a PNG result; a warm
+    kernel taken; each DELETE leaves none of the kernel's processes."""
+    status, k = s.json("GET", "/kernels")
+    names = [x.get("name") for x in k.get("kernels", [])]
+    if not check("%s: GET /kernels lists the image's python3 kernel (%s)" %
+                 (label, ", ".join(map(str, names))),
+                 status == 200 and "python3" in names, "%s %s" % (status, json.dumps(k)[:300])):
+        return
+    # Cold: a request with env is never given a warm kernel (those are made without any).
+    t0 = time.monotonic()
+    status, c = s.json("POST", "/contexts", {"language": "python", "env": {"CTEST": label}},
+                       timeout=KERNEL_START_S)
+    secs = time.monotonic() - t0
+    if not check("%s: POST /contexts python starts a kernel (%.1f s)" % (label, secs),
+                 status == 201 and c.get("kernel") == "python3" and c.get("state") == "idle"
+                 and isinstance(c.get("pid"), int),
+                 "%s %s; sbxd: %s" % (status, json.dumps(c)[:300], s.last_error())):
+        return
+    ctx = c["id"]
+    t0 = time.monotonic()
+    r = run_code(s, ctx, "import numpy as np\n"
+                         "import pandas as pd\n"
+                         "df = pd.DataFrame({'x': np.arange(1, 11)})\n"
+                         "df['y'] = df.x ** 2\n"
+                         "print(len(df))\n"
+                         "int(df.y.sum())\n")
+    check("%s: numpy and pandas: 10 rows, sum of squares 385 (%.1f s)" %
+          (label, time.monotonic() - t0),
+          r.get("status") == "ok" and r.get("stdout") == "10\n" and main_result(r) == "385",
+          json.dumps(r)[:400])
+    r = run_code(s, ctx, "df['z'] = np.sqrt(df.y)\nint(df.z.sum())\n")
+    check("%s: the next execution sees the last one's variables (execution_count %s)" %
+          (label, r.get("execution_count")),
+          r.get("status") == "ok" and main_result(r) == "55" and r.get("execution_count") == 2,
+          json.dumps(r)[:400])
+    t0 = time.monotonic()
+    r = run_code(s, ctx, "import matplotlib.pyplot as plt\n"
+                         "fig, ax = plt.subplots(figsize=(4, 3))\n"
+                         "ax.plot(df.x, df.y)\n"
+                         "plt.show()\n")
+    pngs = [x["image/png"] for x in r.get("results", []) if isinstance(x.get("image/png"), str)]
+    try:
+        # (As the kernel sent it: ipykernel's base64 ends with a newline, as MIME's may.)
+        png = base64.b64decode("".join(pngs[0].split()), validate=True) if pngs else b""
+        bad = png_problem(png) if pngs else "no image/png in %s" % json.dumps(r)[:400]
+    except ValueError as e:
+        png, bad = b"", "not base64: %s" % e
+    size = "%dx%d, %d bytes" % (struct.unpack(">II", png[16:24]) + (len(png),)) if not bad else ""
+    check("%s: a matplotlib figure comes back as a PNG result (%s, %.1f s)" %
+          (label, size or "none", time.monotonic() - t0),
+          r.get("status") == "ok" and len(pngs) == 1 and not bad,
+          "%s; stderr %r" % (bad, r.get("stderr", "")[-300:]))
+    # The context's pid is its kernel's, or under pidns the init of the kernel's namespace.
+    ps = s.ps()
+    tree = proc_tree(ps or [], c["pid"])
+    if not check("%s: the kernel is a process of the container (%s)" %
+                 (label, "; ".join("%d %s" % (p, cmd[:48]) for p, cmd in sorted(tree.items()))),
+                 kernels(tree), "podman exec ps: %s" % ("failed" if ps is None else ps)):
+        return
+    delete_kernel(s, ctx, tree, label, "the cold kernel")
+
+    # Warm: sbxd keeps one started (--warm-contexts); a plain request takes it at once.
+    wait_warm(s)
+    before = s.ps() or []
+    t0 = time.monotonic()
+    status, c = s.json("POST", "/contexts", {"language": "python"}, timeout=KERNEL_START_S)
+    secs = time.monotonic() - t0
+    if not check("%s: a plain POST /contexts python takes the warm kernel, started before "
+                 "(%.2f s)" % (label, secs),
+                 status == 201 and secs < 5 and kernels(proc_tree(before, c.get("pid"))),
+                 "%s %s; processes before: %s" % (status, json.dumps(c)[:300], before)):
+        return
+    r = run_code(s, c["id"], "x = 6 * 7\nx\n")
+    check("%s: the warm kernel runs code" % label,
+          r.get("status") == "ok" and main_result(r) == "42", json.dumps(r)[:300])
+    tree = proc_tree(s.ps() or [], c["pid"])
+    rest = kernels(delete_kernel(s, c["id"], tree, label, "the warm kernel"))
+    # What remains is the pool's next kernel, and no more.
+    check("%s: no kernel is left but the warm pool's (%d, --warm-contexts %d)" %
+          (label, len(rest), WARM_CONTEXTS), len(rest) <= WARM_CONTEXTS, "%s" % rest)
+
+
 def start_escapee(s):
     """A command that leaves a setsid'ed child meant to write a file 2 s later."""
     r = s.execute("setsid sh -c 'sleep 2; echo alive > /workspace/escapee' "
@@ -511,6 +714,7 @@ def scenario_plain(image):
     check_tools(s, "plain")
     check_files(s, "plain")
     check_identity(s, iso, "plain")
+    check_kernel(s, "plain")
     t0 = time.monotonic()
     podman("kill", "-s", "TERM", s.name, check_rc=False)
     podman("wait", s.name, timeout=30, check_rc=False)
@@ -535,6 +739,10 @@ def scenario_pod(image, base_args, caps, env, label, extra_caps=(), extra_env=No
     rss = s.sandbox_rss_kib()
     say("%s: gVisor sandbox, idle: %s" %
         (label, ", ".join("%s %.1f MiB RSS" % (k, v / 1024) for k, v in sorted(rss.items()))))
+    if wait_warm(s):
+        rss = s.sandbox_rss_kib()
+        say("%s: gVisor sandbox, idle with its warm kernel: %s" %
+            (label, ", ".join("%s %.1f MiB RSS" % (k, v / 1024) for k, v in sorted(rss.items()))))
     check("%s: the capability bounding set is emptied (capabilities: %s)" %
           (label, iso.get("capabilities")), iso.get("capabilities") == "none")
     check("%s: tree_kill contains setsid escapees (%s)" % (label, iso.get("tree_kill")),
@@ -548,6 +756,7 @@ def scenario_pod(image, base_args, caps, env, label, extra_caps=(), extra_env=No
     check_timeout(s, label)
     check_signal(s, label)
     check_escapee(s, ws, esc, label)
+    check_kernel(s, label)
     check_pid1(s, label)
     check_drain(s, label)
     s.remove()
