@@ -67,7 +67,7 @@ struct ctx_info {
     char kernel[64];       /* the kernelspec's name, "shell" for a shell session */
     char cwd[256];         /* as asked, relative to the workspace ("" for its root) */
     pid_t pid;             /* the shell's or kernel's (0 when dead) */
-    uint64_t memory_bytes; /* its resident memory (the process itself, not its children) */
+    uint64_t memory_bytes; /* the resident memory of its processes, summed */
     enum ctx_state state;
     unsigned execution_count;
     int64_t created_real_ns, last_used_real_ns;

@@ -1,5 +1,6 @@
 /* Code contexts: persistent shell sessions (context.h). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1021,12 +1022,13 @@ size_t ctx_list(struct ctx ***out)
     return i;
 }
 
-/* The resident memory of a process (0 when gone). */
-static uint64_t rss_of(pid_t pid)
+/* The resident memory of a process and of the processes it started, summed (0 when gone):
+ * a PID namespace's init and the kernel under it, a shell and what it runs. */
+static uint64_t rss_of(pid_t pid, unsigned depth)
 {
     if (pid <= 0)
         return 0;
-    char path[40];
+    char path[64];
     snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
     FILE *f = fopen(path, "re");
     unsigned long long size = 0, resident = 0;
@@ -1034,7 +1036,23 @@ static uint64_t rss_of(pid_t pid)
         return 0;
     int got = fscanf(f, "%llu %llu", &size, &resident);
     fclose(f);
-    return got == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+    uint64_t sum = got == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = depth < 16 ? opendir(path) : NULL;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char cp[96];
+        snprintf(cp, sizeof(cp), "/proc/%d/task/%.16s/children", (int)pid, e->d_name);
+        FILE *c = fopen(cp, "re");
+        for (int child; c && fscanf(c, "%d", &child) == 1;)
+            sum += rss_of(child, depth + 1);
+        if (c)
+            fclose(c);
+    }
+    if (d)
+        closedir(d);
+    return sum;
 }
 
 void ctx_info(struct ctx *c, struct ctx_info *out)
@@ -1052,7 +1070,7 @@ void ctx_info(struct ctx *c, struct ctx_info *out)
     out->last_used_real_ns = c->last_used_real_ns;
     snprintf(out->dead_reason, sizeof(out->dead_reason), "%s", c->dead_reason);
     pthread_mutex_unlock(&c->lock);
-    out->memory_bytes = rss_of(out->pid);
+    out->memory_bytes = rss_of(out->pid, 0);
 }
 
 /* Take the shell from c and kill it: an execution in progress then ends as died (in its

@@ -335,6 +335,16 @@ static char *bundle_json(const cJSON *content, bool main)
 {
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(content, "data");
     cJSON *o = cJSON_IsObject(data) ? cJSON_Duplicate(data, true) : cJSON_CreateObject();
+    /* Images as plain base64: kernels may end or wrap it with newlines. */
+    for (cJSON *v = o->child; v; v = v->next)
+        if (cJSON_IsString(v) && strncmp(v->string, "image/", 6) == 0 &&
+            strcmp(v->string, "image/svg+xml") != 0) {
+            char *w = v->valuestring;
+            for (const char *r = v->valuestring; *r; r++)
+                if (*r != '\n' && *r != '\r' && *r != ' ')
+                    *w++ = *r;
+            *w = '\0';
+        }
     cJSON_AddBoolToObject(o, "is_main_result", main);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
