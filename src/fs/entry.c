@@ -402,9 +402,25 @@ int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const 
     int e = errno;
     if (rc == 0) {
         if (exists && S_ISDIR(st.st_mode)) {
-            /* The old tree swapped out, then deleted. */
+            /* The old tree swapped out, then deleted. Where the file system cannot swap
+             * (gVisor): the old one renamed aside first, so that for a moment dst is not
+             * there, but never a part of either tree. */
             rc = renameat2(dfd, tmp, dfd, dname, RENAME_EXCHANGE);
             e = errno;
+            if (rc < 0 && (e == EINVAL || e == ENOSYS)) {
+                char aside[32];
+                temp_name(aside);
+                rc = renameat(dfd, dname, dfd, aside);
+                if (rc == 0 && renameat(dfd, tmp, dfd, dname) < 0) {
+                    e = errno;
+                    renameat(dfd, aside, dfd, dname); /* (back as it was) */
+                    rc = -1;
+                } else if (rc == 0) {
+                    memcpy(tmp, aside, sizeof(aside)); /* the old tree, deleted below */
+                } else {
+                    e = errno;
+                }
+            }
         } else {
             rc =
                 overwrite ? renameat(dfd, tmp, dfd, dname) : rename_noreplace(dfd, tmp, dfd, dname);
