@@ -288,6 +288,19 @@ void ctx_restart_for(struct ctx_run *r)
     pthread_mutex_unlock(&c->lock);
 }
 
+bool ctx_run_timers(struct ctx_run *r, int64_t now)
+{
+    if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
+        r->timed_out = true;
+        ctx_interrupt_run(r);
+    }
+    if (r->interrupting && now >= r->grace_ns) {
+        ctx_restart_for(r);
+        return true;
+    }
+    return false;
+}
+
 int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n)
 {
     if (r->c->kernel)
@@ -303,14 +316,8 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
             return -1;
         }
         int64_t now = time_mono_ns();
-        if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
-            r->timed_out = true;
-            ctx_interrupt_run(r);
-        }
-        if (r->interrupting && now >= r->grace_ns) {
-            ctx_restart_for(r);
+        if (ctx_run_timers(r, now))
             return -1;
-        }
         int64_t wake = r->interrupting ? r->grace_ns : r->deadline_ns;
         if (until && (!wake || until < wake))
             wake = until;
@@ -611,6 +618,24 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
     return 0;
 }
 
+cJSON *ctx_spec_env(cJSON *o)
+{
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
+    if (!env) {
+        env = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "env", env);
+    }
+    return cJSON_IsObject(env) ? env : NULL;
+}
+
+void ctx_env_force(cJSON *env, const char *name, const char *value)
+{
+    if (!env)
+        return;
+    cJSON_DeleteItemFromObjectCaseSensitive(env, name);
+    cJSON_AddStringToObject(env, name, value);
+}
+
 /* The shell's part of c's spec: bash (in POSIX mode for "sh"), without prompts. */
 static int shell_spec(cJSON *o, bool posix, struct sbxd_err *err)
 {
@@ -627,17 +652,9 @@ static int shell_spec(cJSON *o, bool posix, struct sbxd_err *err)
             cJSON_AddItemToArray(argv, cJSON_CreateString(args[i]));
     cJSON_AddItemToObject(o, "argv", argv);
     /* No prompt from the very start, and no start-up file even in POSIX mode ($ENV). */
-    cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
-    if (!env) {
-        env = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "env", env);
-    }
-    if (cJSON_IsObject(env)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(env, "PS1");
-        cJSON_DeleteItemFromObjectCaseSensitive(env, "ENV");
-        cJSON_AddStringToObject(env, "PS1", "");
-        cJSON_AddStringToObject(env, "ENV", "");
-    }
+    cJSON *env = ctx_spec_env(o);
+    ctx_env_force(env, "PS1", "");
+    ctx_env_force(env, "ENV", "");
     return 0;
 }
 

@@ -94,6 +94,13 @@ void ctx_finish(struct ctx_run *r, enum ctx_status status, const char *why);
 void ctx_run_died(struct ctx_run *r, const char *why);
 /* The process did not come back from an interrupt: a new one in its place. */
 void ctx_restart_for(struct ctx_run *r);
+/* The run's timeout (the code interrupted) and grace (its process restarted, the run over:
+ * true) at time now. */
+bool ctx_run_timers(struct ctx_run *r, int64_t now);
+/* The env object of a spec o (made when missing; NULL when the client's is not an object:
+ * exec_request_parse then refuses it), and a variable set in it whatever the client said. */
+cJSON *ctx_spec_env(cJSON *o);
+void ctx_env_force(cJSON *env, const char *name, const char *value);
 /* Interrupt the run (the timeout, or its client left), once. */
 void ctx_interrupt_run(struct ctx_run *r);
 

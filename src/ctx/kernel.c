@@ -61,20 +61,13 @@ char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *ker
     cJSON_AddItemToObject(o, "argv", argv);
     /* The kernelspec's environment under the client's; the kernel may write its connection
      * file back (ipykernel does) though sbxd's memfd is not 0600 (jupyter_core checks). */
-    cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
-    if (!env) {
-        env = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "env", env);
-    }
-    if (cJSON_IsObject(env)) {
-        for (const cJSON *e = ks.env ? ks.env->child : NULL; e; e = e->next)
-            if (!cJSON_GetObjectItemCaseSensitive(env, e->string))
-                cJSON_AddStringToObject(env, e->string, e->valuestring);
-        if (!cJSON_GetObjectItemCaseSensitive(env, "PYDEVD_DISABLE_FILE_VALIDATION"))
-            cJSON_AddStringToObject(env, "PYDEVD_DISABLE_FILE_VALIDATION", "1");
-        cJSON_DeleteItemFromObjectCaseSensitive(env, "JUPYTER_ALLOW_INSECURE_WRITES");
-        cJSON_AddStringToObject(env, "JUPYTER_ALLOW_INSECURE_WRITES", "1");
-    }
+    cJSON *env = ctx_spec_env(o);
+    for (const cJSON *e = env && ks.env ? ks.env->child : NULL; e; e = e->next)
+        if (!cJSON_GetObjectItemCaseSensitive(env, e->string))
+            cJSON_AddStringToObject(env, e->string, e->valuestring);
+    if (env && !cJSON_GetObjectItemCaseSensitive(env, "PYDEVD_DISABLE_FILE_VALIDATION"))
+        cJSON_AddStringToObject(env, "PYDEVD_DISABLE_FILE_VALIDATION", "1");
+    ctx_env_force(env, "JUPYTER_ALLOW_INSECURE_WRITES", "1");
     kspec_free(&ks);
     char *spec = ok ? cJSON_PrintUnformatted(o) : NULL;
     if (!spec)
@@ -448,14 +441,8 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
                        NULL);
             return -1;
         }
-        if (!r->interrupting && r->deadline_ns && now >= r->deadline_ns) {
-            r->timed_out = true;
-            ctx_interrupt_run(r);
-        }
-        if (r->interrupting && now >= r->grace_ns) {
-            ctx_restart_for(r);
+        if (ctx_run_timers(r, now))
             return -1;
-        }
         bool ended = bg_ended(r->shell);
         int64_t wake = now + (int64_t)ALIVE_CHECK_MS * 1000000;
         int64_t limit = r->interrupting ? r->grace_ns : r->deadline_ns;

@@ -553,6 +553,23 @@ bool proc_stat(pid_t pid, char *state, pid_t *ppid)
     return true;
 }
 
+/* Whether pid's command line (its words joined by spaces) holds marker. */
+static bool cmdline_has(pid_t pid, const char *marker)
+{
+    char p[64], buf[4096];
+    snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < len; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[len] = '\0';
+    return strstr(buf, marker) != NULL;
+}
+
 int procs_with(const char *marker)
 {
     DIR *d = opendir("/proc");
@@ -561,21 +578,11 @@ int procs_with(const char *marker)
     while ((e = readdir(d))) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        char p[300], buf[4096], state;
+        char state;
         pid_t ppid;
         if (!proc_stat((pid_t)atoi(e->d_name), &state, &ppid) || state == 'Z')
             continue; /* gone, or a zombie: dead already */
-        snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(p, "r");
-        if (!f)
-            continue;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (!buf[i])
-                buf[i] = ' ';
-        buf[len] = '\0';
-        if (strstr(buf, marker))
+        if (cmdline_has((pid_t)atoi(e->d_name), marker))
             n++;
     }
     closedir(d);
@@ -780,18 +787,7 @@ int daemon_tree_procs(const struct daemon *d, const char *marker, pid_t *pids, i
         }
         if (!ours)
             continue;
-        char p[64], buf[4096];
-        snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
-        FILE *f = fopen(p, "r");
-        if (!f)
-            continue;
-        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (!buf[i])
-                buf[i] = ' ';
-        buf[len] = '\0';
-        if (!strstr(buf, marker))
+        if (!cmdline_has(pid, marker))
             continue;
         if (n < max && pids)
             pids[n] = pid;

@@ -263,6 +263,26 @@ START_TEST(contexts_are_contained_and_apart)
 }
 END_TEST
 
+/* A streamed execution read to its end from s (closed here) into got: asserts that "first"
+ * came well before the end (600 ms: the code sleeps a second between). Returns the bytes. */
+static size_t read_live(int s, double t0, char *got, size_t cap)
+{
+    size_t have = 0;
+    double first_at = 0;
+    ssize_t k;
+    while ((k = recv(s, got + have, cap - 1 - have, 0)) > 0) {
+        have += (size_t)k;
+        got[have] = '\0';
+        if (!first_at && strstr(got, "first"))
+            first_at = now_ms() - t0;
+    }
+    close(s);
+    double total = now_ms() - t0;
+    ck_assert_msg(first_at > 0 && first_at < total - 600, "first at %.0f ms of %.0f: %s", first_at,
+                  total, got);
+    return have;
+}
+
 /* Streamed: the start, each piece of output as it comes, the end with the result. */
 START_TEST(streamed_execution_is_live)
 {
@@ -274,19 +294,7 @@ START_TEST(streamed_execution_is_live)
     int s = raw_post(&g_sbxd, path, "application/x-ndjson",
                      "{\"code\":\"echo first; sleep 1; echo second; echo e >&2; true\"}");
     char got[16384];
-    size_t have = 0;
-    double first_at = 0;
-    ssize_t k;
-    while ((k = recv(s, got + have, sizeof(got) - 1 - have, 0)) > 0) {
-        have += (size_t)k;
-        got[have] = '\0';
-        if (!first_at && strstr(got, "first"))
-            first_at = now_ms() - t0;
-    }
-    close(s);
-    double total = now_ms() - t0;
-    ck_assert_msg(first_at > 0 && first_at < total - 600, "first at %.0f ms of %.0f: %s", first_at,
-                  total, got);
+    size_t have = read_live(s, t0, got, sizeof(got));
     ck_assert_ptr_nonnull(strstr(got, "{\"type\":\"start\""));
     ck_assert_ptr_nonnull(strstr(got, "second"));
     ck_assert_ptr_nonnull(strstr(got, "{\"type\":\"stderr\""));
@@ -686,19 +694,7 @@ START_TEST(kernel_streaming_is_live)
                      "print('second')\\nfrom IPython.display import display, HTML\\n"
                      "display(HTML('<i>d</i>'))\\n1 + 1\"}");
     char got[16384];
-    size_t have = 0;
-    double first_at = 0;
-    ssize_t k;
-    while ((k = recv(s, got + have, sizeof(got) - 1 - have, 0)) > 0) {
-        have += (size_t)k;
-        got[have] = '\0';
-        if (!first_at && strstr(got, "first"))
-            first_at = now_ms() - t0;
-    }
-    close(s);
-    double total = now_ms() - t0;
-    ck_assert_msg(first_at > 0 && first_at < total - 600, "first at %.0f ms of %.0f: %s", first_at,
-                  total, got);
+    read_live(s, t0, got, sizeof(got));
     const char *st = strstr(got, "{\"type\":\"start\"");
     const char *disp = strstr(got, "{\"type\":\"display\",\"data\":{\"text/plain\":");
     const char *res = strstr(got, "{\"type\":\"result\",\"data\":{\"text/plain\":\"2\"");
