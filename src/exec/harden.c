@@ -229,12 +229,22 @@ struct ll_ruleset_attr {
 };
 #define LL_CREATE_RULESET_VERSION (1U << 0)
 #define LL_ACCESS_FS_MAKE_BLOCK   (1ULL << 11)
+#define LL_ACCESS_FS_REFER        (1ULL << 13)
+#define LL_RULE_PATH_BENEATH      1
 #define LL_SCOPE_SIGNAL           (1ULL << 1)
+
+struct ll_path_beneath_attr {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
 
 /*
  * The ruleset every command restricts itself with. What it forbids on files is what a
  * command cannot do anyway (make a block device: it has no CAP_MKNOD): Landlock wants one
- * handled right, and the point is the domain itself. A process in a domain may not ptrace,
+ * handled right, and the point is the domain itself. From ABI 2 a domain also refuses to
+ * move or link a file from one directory to another (the "refer" right, denied unless a rule
+ * grants it: EXDEV, which made `mv a/f b/` copy and delete, and `ln a/f b/` fail): a rule on
+ * "/" grants it everywhere. A process in a domain may not ptrace,
  * nor open /proc/PID/mem, nor take fds with pidfd_getfd from, a process outside it (ABI 1);
  * with the signal scope (ABI 6) it may not signal one either. Every command makes a domain
  * of its own from this ruleset, so two commands are outside each other's, and sbxd and its
@@ -252,9 +262,24 @@ static void landlock_setup(struct harden_plan *p)
         attr.scoped = LL_SCOPE_SIGNAL;
         size = sizeof(attr);
     }
+    if (abi >= 2)
+        attr.handled_access_fs |= LL_ACCESS_FS_REFER;
     int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
     if (fd < 0)
         return;
+    if (abi >= 2) {
+        struct ll_path_beneath_attr rule = {.allowed_access = LL_ACCESS_FS_REFER,
+                                            .parent_fd = open("/", O_PATH | O_CLOEXEC)};
+        int rc = rule.parent_fd < 0
+                     ? -1
+                     : (int)syscall(SYS_landlock_add_rule, fd, LL_RULE_PATH_BENEATH, &rule, 0);
+        if (rule.parent_fd >= 0)
+            close(rule.parent_fd);
+        if (rc < 0) { /* (a domain without the rule would refuse every move) */
+            close(fd);
+            return;
+        }
+    }
     p->landlock_fd = fd;
     p->landlock_abi = (int)abi;
 }

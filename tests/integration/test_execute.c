@@ -809,6 +809,20 @@ START_TEST(client_gone_leaves_the_queue)
 }
 END_TEST
 
+/* A command moves and links files from one directory to another with rename(2) and link(2)
+ * (under Landlock from ABI 2 both failed with EXDEV: mv fell back to copying, ln failed). */
+START_TEST(rename_and_link_across_directories)
+{
+    cJSON *r = execute(&g_sbxd, "{\"command\":\"mkdir -p xd/a xd/b && echo x > xd/a/f && "
+                                "python3 -c \\\"import os; os.rename('xd/a/f', 'xd/b/f'); "
+                                "os.link('xd/b/f', 'xd/a/g'); os.rename('xd/a', 'xd/b/a')\\\" && "
+                                "stat -c %h xd/b/f && ls xd/b/a\"}");
+    ck_assert_msg(jnum(r, "exit_code") == 0, "%s", jstr(r, "stderr"));
+    ck_assert_str_eq(jstr(r, "stdout"), "2\ng\n");
+    cJSON_Delete(r);
+}
+END_TEST
+
 START_TEST(queue_is_first_come_first_served)
 {
     struct daemon d;
@@ -949,6 +963,7 @@ Suite *execute_suite(void)
     tcase_add_test(tc, queue_is_first_come_first_served);
     tcase_add_test(tc, stream_and_background_starts_wait_in_the_queue);
     tcase_add_test(tc, drain_refuses_queued_commands);
+    tcase_add_test(tc, rename_and_link_across_directories);
     suite_add_tcase(s, tc);
     return s;
 }
