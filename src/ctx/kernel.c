@@ -214,8 +214,11 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
     char why[400] = "";
     int rc = jc ? handshake(p, jc, why, sizeof(why)) : -1;
     /* The key is no longer in any file. */
-    if (ftruncate(mfd, 0) < 0)
+    if (ftruncate(mfd, 0) < 0 && rc == 0) {
+        snprintf(why, sizeof(why), "its connection file could not be emptied: %s",
+                 strerror(errno));
         rc = -1;
+    }
     close(mfd);
     if (rc < 0) {
         if (p) {
