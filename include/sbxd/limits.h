@@ -22,7 +22,10 @@
  * an emulated machine), and the largest message sbxd takes from one: a bigger one drops the
  * kernel's connection (a guard on sbxd's memory, far above a chart or a page of output). */
 #define SBXD_KERNEL_START_MS 60000
-#define SBXD_KERNEL_MSG_MAX  (64LL << 20)
+/* An interrupt is sent to a kernel again this often until the code stops (one that came
+ * before the code began is lost). */
+#define SBXD_KERNEL_REINTERRUPT_MS 250
+#define SBXD_KERNEL_MSG_MAX        (64LL << 20)
 
 /* Warm kernels (--warm-contexts) at most, and how long a failed start waits to try again. */
 #define SBXD_WARM_MAX     8

@@ -1039,37 +1039,77 @@ size_t ctx_list(struct ctx ***out)
     return i;
 }
 
-/* The resident memory of a process and of the processes it started, summed (0 when gone):
- * a PID namespace's init and the kernel under it, a shell and what it runs. */
-static uint64_t rss_of(pid_t pid, unsigned depth)
+/* A process's parent and resident pages, from /proc: false when it is gone. */
+static bool proc_rss(pid_t pid, pid_t *ppid, uint64_t *pages)
 {
-    if (pid <= 0)
-        return 0;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "re");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* (the command's name may hold anything) */
+    int pp = 0;
+    if (!close_paren || sscanf(close_paren + 1, " %*c %d", &pp) != 1)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    f = fopen(path, "re");
     unsigned long long size = 0, resident = 0;
-    if (!f)
+    bool ok = f && fscanf(f, "%llu %llu", &size, &resident) == 2;
+    if (f)
+        fclose(f);
+    *ppid = pp;
+    *pages = ok ? resident : 0;
+    return true;
+}
+
+/* The resident memory of a process and of every process beneath it, summed (0 when gone): a
+ * PID namespace's init and the kernel under it, a shell and what it runs. One pass over
+ * /proc (its task/N/children files are not everywhere: gVisor). */
+static uint64_t rss_of(pid_t top)
+{
+    if (top <= 0)
         return 0;
-    int got = fscanf(f, "%llu %llu", &size, &resident);
-    fclose(f);
-    uint64_t sum = got == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    DIR *d = depth < 16 ? opendir(path) : NULL;
+    struct proc {
+        pid_t pid, ppid;
+        uint64_t pages;
+        bool in;
+    } *v = NULL;
+    size_t n = 0, cap = 0;
+    DIR *d = opendir("/proc");
     for (struct dirent *e; d && (e = readdir(d));) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        char cp[96];
-        snprintf(cp, sizeof(cp), "/proc/%d/task/%.16s/children", (int)pid, e->d_name);
-        FILE *c = fopen(cp, "re");
-        for (int child; c && fscanf(c, "%d", &child) == 1;)
-            sum += rss_of(child, depth + 1);
-        if (c)
-            fclose(c);
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            struct proc *nv = realloc(v, nc * sizeof(*nv));
+            if (!nv)
+                break;
+            v = nv;
+            cap = nc;
+        }
+        v[n].pid = (pid_t)atoi(e->d_name);
+        v[n].in = v[n].pid == top;
+        if (proc_rss(v[n].pid, &v[n].ppid, &v[n].pages))
+            n++;
     }
     if (d)
         closedir(d);
-    return sum;
+    /* Mark the descendants: passes until none is added (a tree is shallow). */
+    for (bool more = true; more;) {
+        more = false;
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; !v[i].in && j < n; j++)
+                if (v[j].in && v[i].ppid == v[j].pid)
+                    v[i].in = more = true;
+    }
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].in)
+            sum += v[i].pages;
+    free(v);
+    return sum * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 void ctx_info(struct ctx *c, struct ctx_info *out)
@@ -1087,7 +1127,7 @@ void ctx_info(struct ctx *c, struct ctx_info *out)
     out->last_used_real_ns = c->last_used_real_ns;
     snprintf(out->dead_reason, sizeof(out->dead_reason), "%s", c->dead_reason);
     pthread_mutex_unlock(&c->lock);
-    out->memory_bytes = rss_of(out->pid, 0);
+    out->memory_bytes = rss_of(out->pid);
 }
 
 /* Take the shell from c and kill it: an execution in progress then ends as died (in its

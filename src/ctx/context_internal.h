@@ -77,6 +77,7 @@ struct ctx_run {
     char msg_id[48];    /* of the execute_request */
     bool replied, idle; /* its execute_reply came, and iopub's status idle for it */
     int64_t heard_ns;   /* when the last message came (of any parent) */
+    int64_t resend_ns;  /* an interrupt is sent again from then (0: none sent) */
     struct jp_msg msg;  /* the message the last event's bytes are in */
     char *ev;           /* the last event's JSON (display, result, error) */
 };

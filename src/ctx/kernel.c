@@ -215,8 +215,7 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
     int rc = jc ? handshake(p, jc, why, sizeof(why)) : -1;
     /* The key is no longer in any file. */
     if (ftruncate(mfd, 0) < 0 && rc == 0) {
-        snprintf(why, sizeof(why), "its connection file could not be emptied: %s",
-                 strerror(errno));
+        snprintf(why, sizeof(why), "its connection file could not be emptied: %s", strerror(errno));
         rc = -1;
     }
     close(mfd);
@@ -446,6 +445,15 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
         }
         if (ctx_run_timers(r, now))
             return -1;
+        /* A kernel ignores SIGINT between executions: one that came before the code began
+         * (or while its reply was on its way) is lost. So an interrupt is sent again until
+         * the run is over. */
+        bool asked = __atomic_load_n(&r->asked, __ATOMIC_ACQUIRE) || r->interrupting;
+        if (asked && !r->replied && now >= r->resend_ns) {
+            if (r->resend_ns)
+                kernel_interrupt(r->shell, r->jc, r->c->interrupt_message);
+            r->resend_ns = now + (int64_t)SBXD_KERNEL_REINTERRUPT_MS * 1000000;
+        }
         bool ended = bg_ended(r->shell);
         int64_t wake = now + (int64_t)ALIVE_CHECK_MS * 1000000;
         int64_t limit = r->interrupting ? r->grace_ns : r->deadline_ns;

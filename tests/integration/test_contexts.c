@@ -852,6 +852,22 @@ START_TEST(warm_kernel_answers_at_once)
 }
 END_TEST
 
+/* Before each kernel test: no context left by one that failed (its kernel would be counted
+ * by the next, and take its default context). */
+static void no_contexts_left(void)
+{
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(r.json, "contexts"))
+    {
+        struct http_resp d;
+        http_reqf(&g_sbxd, &d, "DELETE", NULL, "/contexts/%s", jstr(x, "id"));
+        http_resp_free(&d);
+    }
+    http_resp_free(&r);
+}
+
 Suite *contexts_suite(void)
 {
     Suite *s = suite_create("contexts");
@@ -870,6 +886,7 @@ Suite *contexts_suite(void)
     suite_add_tcase(s, tc);
     TCase *k = tcase_create("kernel");
     tcase_set_timeout(k, 180);
+    tcase_add_checked_fixture(k, no_contexts_left, NULL);
     tcase_add_test(k, kernel_keeps_state_and_returns_rich_results);
     tcase_add_test(k, kernel_timeout_and_interrupt_keep_its_state);
     tcase_add_test(k, kernel_that_ignores_the_interrupt_is_restarted);

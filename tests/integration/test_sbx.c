@@ -1108,9 +1108,11 @@ START_TEST(code_runs_in_a_context_that_keeps_its_state)
                       strstr(r.out, " idle "),
                   "%s", r.out);
     char id[32] = "";
-    const char *nl = strchr(r.out, '\n');
-    ck_assert_ptr_nonnull(nl);
-    sscanf(nl + 1, "%31s", id);
+    const char *bash = strstr(r.out, " bash ");
+    ck_assert_ptr_nonnull(bash);
+    while (bash > r.out && bash[-1] != '\n')
+        bash--;
+    sscanf(bash, "%31s", id);
     run_free(&r);
     SBX(&r, "code", "-c", id, "exit 4");
     ck_assert_int_eq(r.code, 125);
