@@ -1067,10 +1067,23 @@ static bool sbxd_start(void)
         argv[argc++] = supp_opt;
         argv[argc++] = log_opt;
     }
-    const char *fixed[] = {g_opt.sbxd,    "--listen",      "127.0.0.1:0", "--grpc-listen",
-                           "127.0.0.1:0", "--workspace",   g_d.ws,        "--log-format",
-                           "json",        "--max-running", "64",          "--max-processes",
-                           "64"};
+    /* No warm kernel: a Python kernel started beside the load (and libzmq loaded for it)
+     * would be counted as what the load left behind. */
+    const char *fixed[] = {g_opt.sbxd,
+                           "--listen",
+                           "127.0.0.1:0",
+                           "--grpc-listen",
+                           "127.0.0.1:0",
+                           "--workspace",
+                           g_d.ws,
+                           "--log-format",
+                           "json",
+                           "--max-running",
+                           "64",
+                           "--max-processes",
+                           "64",
+                           "--warm-contexts",
+                           "0"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[argc++] = fixed[i];
     /* Under valgrind, not the PID-namespace backend: its slot inits are clone(CLONE_VM |
