@@ -2,6 +2,7 @@
  * and If-None-Match, on both faces (/files and /v1/files). */
 #include <arpa/inet.h>
 #include <check.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,11 +71,17 @@ static long raw(const char *method, const char *path, const char *headers, const
     return status;
 }
 
-static cJSON *get_json(const char *fmt_path, long want)
+/* GET of a printf-formatted path: asserts the status, returns the JSON (to free). */
+__attribute__((format(printf, 2, 3))) static cJSON *get_json(long want, const char *fmt, ...)
 {
+    char path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
     struct http_resp r;
-    http_reqf(&g_sbxd, &r, "GET", NULL, "%s", fmt_path);
-    ck_assert_msg(r.status == want, "GET %s: %ld %s", fmt_path, r.status, r.body);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "%s", path);
+    ck_assert_msg(r.status == want, "GET %s: %ld %s", path, r.status, r.body);
     cJSON *o = r.json;
     r.json = NULL;
     http_resp_free(&r);
@@ -91,9 +98,7 @@ START_TEST(stat_describes_every_type)
     ck_assert_int_eq(sscanf(ids, "%u %u", &uid, &gid), 2);
     free(ids);
     for (int f = 0; f < 2; f++) {
-        char p[256];
-        snprintf(p, sizeof(p), "%s/st/f?stat=true", faces[f]);
-        cJSON *o = get_json(p, 200);
+        cJSON *o = get_json(200, "%s/st/f?stat=true", faces[f]);
         ck_assert_str_eq(jstr(o, "path"), "st/f");
         ck_assert_str_eq(jstr(o, "name"), "f");
         ck_assert_str_eq(jstr(o, "type"), "file");
@@ -113,44 +118,34 @@ START_TEST(stat_describes_every_type)
         ck_assert_msg(strstr(r.headers, hdr), "%s not in %s", hdr, r.headers);
         http_resp_free(&r);
         /* A symlink: followed by default, described with follow=false. */
-        snprintf(p, sizeof(p), "%s/st/link?stat=true", faces[f]);
-        o = get_json(p, 200);
+        o = get_json(200, "%s/st/link?stat=true", faces[f]);
         ck_assert_str_eq(jstr(o, "type"), "file");
         ck_assert_int_eq((int)jnum(o, "size"), 5);
         cJSON_Delete(o);
-        snprintf(p, sizeof(p), "%s/st/link?stat=true&follow=false", faces[f]);
-        o = get_json(p, 200);
+        o = get_json(200, "%s/st/link?stat=true&follow=false", faces[f]);
         ck_assert_str_eq(jstr(o, "type"), "symlink");
         ck_assert_str_eq(jstr(o, "symlink_target"), "f");
         cJSON_Delete(o);
         /* One that leaves the workspace: described, never followed. */
-        snprintf(p, sizeof(p), "%s/st/escape?stat=true&follow=false", faces[f]);
-        o = get_json(p, 200);
+        o = get_json(200, "%s/st/escape?stat=true&follow=false", faces[f]);
         ck_assert_str_eq(jstr(o, "symlink_target"), "../../outside");
         cJSON_Delete(o);
-        snprintf(p, sizeof(p), "%s/st/escape?stat=true", faces[f]);
-        cJSON_Delete(get_json(p, 403));
+        cJSON_Delete(get_json(403, "%s/st/escape?stat=true", faces[f]));
         const char *types[][2] = {{"dir", "directory"}, {"fifo", "fifo"}, {"sock", "socket"}};
         for (int i = 0; i < 3; i++) {
-            snprintf(p, sizeof(p), "%s/st/%s?stat=true", faces[f], types[i][0]);
-            o = get_json(p, 200);
+            o = get_json(200, "%s/st/%s?stat=true", faces[f], types[i][0]);
             ck_assert_str_eq(jstr(o, "type"), types[i][1]);
             ck_assert_ptr_null(cJSON_GetObjectItem(o, "etag"));
             cJSON_Delete(o);
         }
-        snprintf(p, sizeof(p), "%s/?stat=true", faces[f]);
-        o = get_json(p, 200);
+        o = get_json(200, "%s/?stat=true", faces[f]);
         ck_assert_str_eq(jstr(o, "type"), "directory");
         cJSON_Delete(o);
-        snprintf(p, sizeof(p), "%s/st/missing?stat=true", faces[f]);
-        cJSON_Delete(get_json(p, 404));
-        snprintf(p, sizeof(p), "%s/../etc/passwd?stat=true", faces[f]);
-        o = get_json(p, 403);
+        cJSON_Delete(get_json(404, "%s/st/missing?stat=true", faces[f]));
+        o = get_json(403, "%s/../etc/passwd?stat=true", faces[f]);
         cJSON_Delete(o);
-        snprintf(p, sizeof(p), "%s/st/f?stat=yes", faces[f]);
-        cJSON_Delete(get_json(p, 400));
-        snprintf(p, sizeof(p), "%s/st/f?stat=true&follow=no", faces[f]);
-        cJSON_Delete(get_json(p, 400));
+        cJSON_Delete(get_json(400, "%s/st/f?stat=yes", faces[f]));
+        cJSON_Delete(get_json(400, "%s/st/f?stat=true&follow=no", faces[f]));
     }
 }
 END_TEST
@@ -259,8 +254,7 @@ START_TEST(conditional_put_refuses_a_stale_or_existing_target)
         char path[128], p[160], hdr[512];
         snprintf(path, sizeof(path), "%s/cond/file%d", faces[f], f);
         ck_assert_int_ge(raw("PUT", path, NULL, "v1", NULL), 200);
-        snprintf(p, sizeof(p), "%s?stat=true", path);
-        cJSON *o = get_json(p, 200);
+        cJSON *o = get_json(200, "%s?stat=true", path);
         char etag[128];
         snprintf(etag, sizeof(etag), "%s", jstr(o, "etag"));
         cJSON_Delete(o);
@@ -295,7 +289,7 @@ END_TEST
 START_TEST(conditional_put_checks_again_at_the_end)
 {
     ck_assert_int_ge(raw("PUT", "/files/race/f", NULL, "orig", NULL), 200);
-    cJSON *o = get_json("/files/race/f?stat=true", 200);
+    cJSON *o = get_json(200, "/files/race/f?stat=true");
     char head[1024];
     int n = snprintf(head, sizeof(head),
                      "PUT /files/race/f HTTP/1.1\r\nHost: x\r\nIf-Match: %s\r\n"
