@@ -1343,6 +1343,132 @@ static bool json_id(const char *body, char *id, size_t len)
     return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* workspace                                                                */
+
+typedef struct {
+    bool ok;
+    samples watch; /* ms: from a PUT's start to its event on a watch stream */
+    samples stat;  /* ms: GET ?stat=true */
+} ws_result;
+
+/* A watch stream on dir (a raw connection, read as it comes): the socket, or -1. */
+static int watch_open_raw(const target *tg, const char *dir, char *err, size_t errlen)
+{
+    int fd = socket(tg->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (const struct sockaddr *)&tg->addr, tg->addrlen) < 0) {
+        setmsg(err, errlen, "watch: connect: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET %s/files/%s?watch=true HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                     tg->prefix, dir, tg->hostport);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        setmsg(err, errlen, "watch: send: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Read the stream into buf until needle is in it (at most ms): true when it came. What came
+ * before the needle's line end is dropped. */
+static bool watch_wait(int fd, char *buf, size_t cap, size_t *have, const char *needle, int ms)
+{
+    double end = now_ms() + ms;
+    for (;;) {
+        char *at = strstr(buf, needle);
+        if (at) {
+            char *nl = strchr(at, '\n');
+            size_t keep = nl ? *have - (size_t)(nl + 1 - buf) : 0;
+            memmove(buf, nl ? nl + 1 : buf + *have, keep);
+            *have = keep;
+            buf[keep] = '\0';
+            return true;
+        }
+        double left = end - now_ms();
+        if (left <= 0)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)left + 1) <= 0)
+            continue;
+        if (*have + 1 >= cap) { /* (events of other paths: keep the tail) */
+            memmove(buf, buf + cap / 2, *have - cap / 2);
+            *have -= cap / 2;
+        }
+        ssize_t k = recv(fd, buf + *have, cap - 1 - *have, 0);
+        if (k <= 0)
+            return false;
+        *have += (size_t)k;
+        buf[*have] = '\0';
+    }
+}
+
+/* Watch latency: n small PUTs into a watched directory, each timed from the request's start to
+ * its event on the stream; and n GET ?stat=true. */
+static void measure_workspace(const target *tg, int n, ws_result *out, char *err, size_t errlen)
+{
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    int status = 0;
+    char *buf = malloc(1 << 16);
+    size_t have = 0;
+    int fd = -1;
+    if (!buf) {
+        setmsg(err, errlen, "out of memory");
+        goto out;
+    }
+    buf[0] = '\0';
+    if (http_do(&c, "PUT", "/files/bench-watch?type=directory", NULL, &status) != 0 ||
+        (status != 200 && status != 201)) {
+        setmsg(err, errlen, "PUT ?type=directory: %d %s", status, c.err);
+        goto out;
+    }
+    fd = watch_open_raw(tg, "bench-watch", err, errlen);
+    if (fd < 0)
+        goto out;
+    if (!watch_wait(fd, buf, 1 << 16, &have, "\"type\":\"watching\"", 5000)) {
+        setmsg(err, errlen, "no watching line within 5 s");
+        goto out;
+    }
+    for (int i = 0; i < n && !g_interrupted; i++) {
+        char path[96], needle[96];
+        snprintf(path, sizeof path, "/files/bench-watch/f%d", i);
+        snprintf(needle, sizeof needle, "\"path\":\"bench-watch/f%d\"", i);
+        double t0 = now_ms();
+        if (http_do(&c, "PUT", path, "x", &status) != 0 || (status != 200 && status != 201)) {
+            setmsg(err, errlen, "PUT %s: %d %s", path, status, c.err);
+            goto out;
+        }
+        if (!watch_wait(fd, buf, 1 << 16, &have, needle, 5000)) {
+            setmsg(err, errlen, "no event for %s within 5 s", path);
+            goto out;
+        }
+        samples_push(&out->watch, now_ms() - t0);
+    }
+    for (int i = 0; i < n && !g_interrupted; i++) {
+        double t0 = now_ms();
+        if (http_do(&c, "GET", "/files/bench-watch/f0?stat=true", NULL, &status) != 0 ||
+            status != 200) {
+            setmsg(err, errlen, "GET ?stat=true: %d %s", status, c.err);
+            goto out;
+        }
+        samples_push(&out->stat, now_ms() - t0);
+    }
+    samples_sort(&out->watch);
+    samples_sort(&out->stat);
+    out->ok = true;
+out:
+    if (fd >= 0)
+        close(fd);
+    http_do(&c, "DELETE", "/files/bench-watch?recursive=true", NULL, &status);
+    free(buf);
+    conn_free(&c);
+}
+
 /* Contexts (persistent shells): POST /contexts and its DELETE, `x=$((x+1))` in one, and
  * sbxd's RSS with CTX_IDLE idle ones (their shells are processes of their own, not counted). */
 static void measure_contexts(const target *tg, pid_t pid, int creates, int warm, int iters,
@@ -2683,15 +2809,20 @@ enum {
     PH_FILES = 1 << 9,
     PH_UPLOADS = 1 << 10,
     PH_CONTEXTS = 1 << 11,
-    PH_ALL = (1 << 12) - 1,
+    PH_WORKSPACE = 1 << 12,
+    PH_ALL = (1 << 13) - 1,
 };
 
 static const struct {
     const char *name;
     unsigned phases;
 } ONLY_GROUPS[] = {
-    {"grpc", PH_GRPC | PH_IDLE_GRPC},   {"throughput", PH_EXEC1 | PH_LOAD}, {"stream", PH_STREAM},
-    {"uploads", PH_FILES | PH_UPLOADS}, {"contexts", PH_CONTEXTS},
+    {"grpc", PH_GRPC | PH_IDLE_GRPC},
+    {"throughput", PH_EXEC1 | PH_LOAD},
+    {"stream", PH_STREAM},
+    {"uploads", PH_FILES | PH_UPLOADS},
+    {"contexts", PH_CONTEXTS},
+    {"workspace", PH_WORKSPACE},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -2743,6 +2874,7 @@ static void usage(FILE *f)
           "                               idle; python (sbxds of their own): POST /contexts with\n"
           "                               a warm kernel and cold, x += 1 against jupyter_client\n"
           "                               on the same kernel in turns, RSS with 4 idle\n"
+          "                   workspace   a PUT to its event on a watch stream, GET ?stat=true\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -2768,9 +2900,9 @@ int main(int argc, char **argv)
             phases = only_phases(v);
             only = v;
             if (!phases) {
-                warnx_(
-                    "--only wants groups among grpc, throughput, stream, uploads, contexts; got %s",
-                    v);
+                warnx_("--only wants groups among grpc, throughput, stream, uploads, contexts, "
+                       "workspace; got %s",
+                       v);
                 return 2;
             }
         } else if ((strcmp(a, "--sbxd") == 0 || strcmp(a, "--vs") == 0 ||
@@ -3191,6 +3323,19 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    ws_result wsr = {0};
+    if ((phases & PH_WORKSPACE) && !crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: workspace: watch latency and stat, x%d ...\n",
+                quick ? 50 : 200);
+        char werr[256] = "";
+        measure_workspace(&local, quick ? 50 : 200, &wsr, werr, sizeof werr);
+        if (!wsr.ok) {
+            warnx_("workspace: %s", werr);
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
     /* Python kernels: on sbxds of their own (with and without a warm kernel), this one idle. */
     py_result py = {0};
     bool py_ran = false;
@@ -3350,6 +3495,13 @@ int main(int argc, char **argv)
     }
     samples_free(&cx.create);
     samples_free(&cx.exec);
+    if (wsr.ok) {
+        add_row("watch: PUT -> its event, p50 / p99", "", "", "%.3f / %.3f ms", pct(&wsr.watch, 50),
+                pct(&wsr.watch, 99));
+        add_row("GET ?stat=true, p50", "", "", "%.3f ms", pct(&wsr.stat, 50));
+    }
+    samples_free(&wsr.watch);
+    samples_free(&wsr.stat);
     if (py_ran && py.why[0])
         add_row("context: python", "", "", "n/a: %.55s", py.why);
     if (py.ok) {
