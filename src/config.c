@@ -69,7 +69,14 @@ static const struct opt opts[] = {
     {"max-upload-bytes", "SIZE", "SBXD_MAX_UPLOAD_BYTES", NULL, 0, "1GiB", OPT_SIZE,
      OFF(max_upload_bytes), 1, 1ULL << 50,
      "Largest file a PUT /files may write (413 beyond, before a byte is written when the "
-     "size is announced)."},
+     "size is announced); also the largest archive a PUT ?archive= takes."},
+    {"max-archive-bytes", "SIZE", "SBXD_MAX_ARCHIVE_BYTES", NULL, 0, "1GiB", OPT_SIZE,
+     OFF(max_archive_bytes), 1, 1ULL << 50,
+     "Bytes an archive may expand to, all its files together (PUT ?archive=: 413 past it, "
+     "nothing extracted)."},
+    {"max-archive-entries", "N", "SBXD_MAX_ARCHIVE_ENTRIES", NULL, 0, "100000", OPT_UINT,
+     OFF(max_archive_entries), 1, 100000000,
+     "Entries an archive may hold (PUT ?archive=: 413 past it) and a GET ?archive= may pack."},
     {"heartbeat-ms", "MS", "SBXD_HEARTBEAT_MS", NULL, 0, "15000", OPT_UINT, OFF(heartbeat_ms), 10,
      3600000,
      "A streamed /execute or a followed process output sends a heartbeat event after this "

@@ -29,6 +29,8 @@ struct sbxd_config {
     uint64_t max_output_bytes;
     uint64_t max_body_bytes;
     uint64_t max_upload_bytes;
+    uint64_t max_archive_bytes;   /* bytes an extracted archive may write */
+    uint64_t max_archive_entries; /* entries an archive may hold, or a pack may store */
     uint64_t heartbeat_ms;
     uint64_t max_running;
     uint64_t max_queued;       /* commands waiting for a running slot; 0: none wait */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "sbxd/archive.h"
 #include "sbxd/files.h"
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
@@ -70,6 +71,10 @@ struct files_put {
     bool no_replace;       /* If-None-Match: * */
     char if_match[512];    /* If-Match ("": none) */
     struct sbxd_err error; /* the first failure; the rest of the body is then dropped */
+    struct ar_extract *ax; /* PUT ?archive=: the extraction the body goes to */
+    bool ax_failed;        /* it ended early (the rest of the body is dropped) */
+    bool archive_existed;  /* the directory was there (200, else 201) */
+    double t0;
 };
 
 /* A new upload kept as rc's state (its temporary file removed unless committed), mode the
@@ -88,5 +93,28 @@ int files_put_finish_multipart(struct files_put *p);
 /* fsync and rename the temporary file over the target, with p->mode: 0 (st the result,
  * counted in /metrics), or -1 with err (the target intact). */
 int files_put_commit(struct files_put *p, struct stat *st, struct sbxd_err *err);
+
+/* ---- archives (files_archive.c) ---- */
+
+/* ?archive= as a format: 0, or -1 for a value that is not tar or zip. */
+int files_archive_format(const char *v, enum ar_format *fmt);
+
+/* GET ?archive=: the directory path packed as fmt, streamed as it is made. */
+enum MHD_Result files_archive_get(struct server *srv, struct MHD_Connection *c, const char *path,
+                                  enum ar_format fmt);
+
+/* PUT ?archive=: begin extracting into p->path (replace: the directory becomes the archive's
+ * tree). 0, or -1 with err. */
+int files_archive_begin(struct files_put *p, bool replace, struct sbxd_err *err);
+
+/* A piece of the body, to the extraction. */
+void files_archive_feed(struct files_put *p, const char *data, size_t n);
+
+/* The body is whole: the extraction's answer. */
+enum MHD_Result files_archive_end(struct MHD_Connection *c, struct files_put *p);
+
+/* The request ends without its answer (the client went away): the extraction is abandoned,
+ * nothing of it left. */
+void files_archive_abandon(struct files_put *p);
 
 #endif

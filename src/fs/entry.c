@@ -78,8 +78,8 @@ static void trim_slashes(const char *path, char *p)
 
 /* The real directory fd (not O_PATH: gVisor wants one to create and rename in) of the
  * directory part of path, and its last name. -1 with err. */
-static int open_parent(int rootfd, const char *path, char *name, bool make, const struct fs_user *u,
-                       struct sbxd_err *err)
+int fs_open_parent(int rootfd, const char *path, char *name, bool make, const struct fs_user *u,
+                   struct sbxd_err *err)
 {
     autofree char *p = malloc(PATH_MAX);
     autofree char *dir = malloc(PATH_MAX);
@@ -122,7 +122,7 @@ int fs_stat(int rootfd, const char *path, bool follow, struct fs_stat_info *out,
     if (follow || !p[0]) {
         fd = fs_resolve_beneath(rootfd, p, 0, err);
     } else {
-        fd = open_parent(rootfd, p, name, false, NULL, err);
+        fd = fs_open_parent(rootfd, p, name, false, NULL, err);
         at = name;
         flags = AT_SYMLINK_NOFOLLOW;
     }
@@ -150,7 +150,7 @@ int fs_stat(int rootfd, const char *path, bool follow, struct fs_stat_info *out,
 
 /* renameat2 with RENAME_NOREPLACE, or where the file system has no such flag, a check and a
  * rename (a window in which a file made at dst is replaced). */
-static int rename_noreplace(int sfd, const char *sname, int dfd, const char *dname)
+int fs_rename_noreplace(int sfd, const char *sname, int dfd, const char *dname)
 {
     if (renameat2(sfd, sname, dfd, dname, RENAME_NOREPLACE) == 0)
         return 0;
@@ -168,7 +168,7 @@ int fs_move(int rootfd, const char *src, const char *dst, bool overwrite, const 
             struct sbxd_err *err)
 {
     char sname[NAME_MAX + 1], dname[NAME_MAX + 1];
-    autoclose int sfd = open_parent(rootfd, src, sname, false, u, err);
+    autoclose int sfd = fs_open_parent(rootfd, src, sname, false, u, err);
     if (sfd < 0)
         return -1;
     struct stat st;
@@ -176,11 +176,11 @@ int fs_move(int rootfd, const char *src, const char *dst, bool overwrite, const 
         int e = errno;
         return sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot move '%.200s'", src);
     }
-    autoclose int dfd = open_parent(rootfd, dst, dname, true, u, err);
+    autoclose int dfd = fs_open_parent(rootfd, dst, dname, true, u, err);
     if (dfd < 0)
         return -1;
     int rc =
-        overwrite ? renameat(sfd, sname, dfd, dname) : rename_noreplace(sfd, sname, dfd, dname);
+        overwrite ? renameat(sfd, sname, dfd, dname) : fs_rename_noreplace(sfd, sname, dfd, dname);
     if (rc == 0) {
         fsync(dfd);
         return 0;
@@ -247,13 +247,36 @@ static int copy_data(int in, int out, uint64_t size, uint64_t *bytes)
     }
 }
 
-/* A new name for a temporary entry in a directory: ".sbxd-copy-" and 16 hex digits. */
-static void temp_name(char out[32])
+void fs_temp_name(char out[40], const char *kind)
 {
     uint64_t r = 0;
     if (getrandom(&r, sizeof(r), 0) != sizeof(r))
         r = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)out;
-    snprintf(out, 32, ".sbxd-copy-%016" PRIx64, r);
+    snprintf(out, 40, ".sbxd-%.8s-%016" PRIx64, kind, r);
+}
+
+static void temp_name(char out[40])
+{
+    fs_temp_name(out, "copy");
+}
+
+int fs_swap_dir(int dfd, char tmp[40], const char *name)
+{
+    int rc = renameat2(dfd, tmp, dfd, name, RENAME_EXCHANGE);
+    if (rc == 0 || (errno != EINVAL && errno != ENOSYS))
+        return rc;
+    char aside[40];
+    temp_name(aside);
+    if (renameat(dfd, name, dfd, aside) < 0)
+        return -1;
+    if (renameat(dfd, tmp, dfd, name) < 0) {
+        int e = errno;
+        renameat(dfd, aside, dfd, name); /* (back as it was) */
+        errno = e;
+        return -1;
+    }
+    memcpy(tmp, aside, sizeof(aside)); /* the old tree, for the caller to delete */
+    return 0;
 }
 
 /* Copy the regular file in (open) to name in dfd, made new with mode. */
@@ -345,8 +368,8 @@ int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const 
     autoclose int in = fs_open_read(rootfd, src, &st, err);
     if (in < 0)
         return -1;
-    char dname[NAME_MAX + 1], tmp[32];
-    autoclose int dfd = open_parent(rootfd, dst, dname, true, u, err);
+    char dname[NAME_MAX + 1], tmp[40];
+    autoclose int dfd = fs_open_parent(rootfd, dst, dname, true, u, err);
     if (dfd < 0)
         return -1;
     struct stat there;
@@ -402,28 +425,11 @@ int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const 
     int e = errno;
     if (rc == 0) {
         if (exists && S_ISDIR(st.st_mode)) {
-            /* The old tree swapped out, then deleted. Where the file system cannot swap
-             * (gVisor): the old one renamed aside first, so that for a moment dst is not
-             * there, but never a part of either tree. */
-            rc = renameat2(dfd, tmp, dfd, dname, RENAME_EXCHANGE);
+            rc = fs_swap_dir(dfd, tmp, dname);
             e = errno;
-            if (rc < 0 && (e == EINVAL || e == ENOSYS)) {
-                char aside[32];
-                temp_name(aside);
-                rc = renameat(dfd, dname, dfd, aside);
-                if (rc == 0 && renameat(dfd, tmp, dfd, dname) < 0) {
-                    e = errno;
-                    renameat(dfd, aside, dfd, dname); /* (back as it was) */
-                    rc = -1;
-                } else if (rc == 0) {
-                    memcpy(tmp, aside, sizeof(aside)); /* the old tree, deleted below */
-                } else {
-                    e = errno;
-                }
-            }
         } else {
-            rc =
-                overwrite ? renameat(dfd, tmp, dfd, dname) : rename_noreplace(dfd, tmp, dfd, dname);
+            rc = overwrite ? renameat(dfd, tmp, dfd, dname)
+                           : fs_rename_noreplace(dfd, tmp, dfd, dname);
             e = errno;
         }
     }

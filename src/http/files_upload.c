@@ -16,6 +16,7 @@ static void put_free(void *state, bool completed)
     struct files_put *p = state;
     if (!p)
         return;
+    files_archive_abandon(p);
     if (p->began) {
         /* Not committed (failed, or the client went away mid-body): no temporary file may
          * stay, and the target keeps its old content. */
@@ -109,6 +110,10 @@ enum MHD_Result route_files_body(struct server *srv, struct MHD_Connection *c, s
     }
     if (p->directory) {
         sbxd_fail(&p->error, SBXD_E_INVALID, EINVAL, "a directory takes no body");
+        return MHD_YES;
+    }
+    if (p->ax) {
+        files_archive_feed(p, data, n);
         return MHD_YES;
     }
     if (p->multipart) {

@@ -384,6 +384,15 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
                            "watch must be true or false");
     if (watch)
         return files_watch(srv, c, path);
+    char av[16];
+    bool abad;
+    if (query_arg(c, "archive", av, sizeof(av), &abad)) {
+        enum ar_format fmt;
+        if (abad || files_archive_format(av, &fmt) < 0)
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "archive must be tar or zip");
+        return files_archive_get(srv, c, path, fmt);
+    }
     struct fs_user u;
     files_user(srv, &u);
     struct stat st;
@@ -576,6 +585,25 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "the upload is larger than %llu bytes (--max-upload-bytes)",
                            (unsigned long long)srv->cfg->max_upload_bytes);
+    char av[16];
+    bool abad, replace = false;
+    if (query_arg(c, "archive", av, sizeof(av), &abad)) {
+        enum ar_format fmt;
+        if (abad || files_archive_format(av, &fmt) < 0)
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "archive must be tar or zip (either is recognised from its bytes)");
+        if (p->directory || MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "mode"))
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "archive= takes neither type= nor mode= (modes come from the "
+                               "archive)");
+        if (!query_bool(c, "replace", &replace))
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "replace must be true or false");
+        if (files_archive_begin(p, replace, &err) < 0)
+            return reply_err(c, &err);
+        rc->replied = false;
+        return MHD_YES;
+    }
     if (!p->directory) {
         const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
         p->multipart = mp_is_multipart(ct);
@@ -616,6 +644,8 @@ static enum MHD_Result files_put_end(struct MHD_Connection *c, struct req_ctx *r
     struct sbxd_err err = {0};
     struct stat st;
     unsigned status = MHD_HTTP_OK;
+    if (p->ax)
+        return files_archive_end(c, p);
     if (p->error.kind == SBXD_E_NONE && p->multipart)
         files_put_finish_multipart(p);
     if (p->error.kind != SBXD_E_NONE)

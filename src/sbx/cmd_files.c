@@ -1,5 +1,6 @@
 /*
- * cmd_files.c - put, get, ls, rm and mkdir over /files/{path}.
+ * cmd_files.c - put, get, ls, rm and mkdir over /files/{path}; put -r and get -r move whole
+ * trees as tar streams (?archive=tar), made and read by the local tar.
  *
  * Uploads are streamed from the file (never held in memory). Downloads go into a file that
  * has no name until it is complete (O_TMPFILE, linked and renamed into place at the end), so
@@ -12,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sbx.h"
@@ -62,6 +65,136 @@ static char *files_path(const char *path, const char *query)
     return q;
 }
 
+/* ------------------------------------------------------------------ trees */
+
+extern char **environ;
+
+/* Start the local tar with argv, its stdin (to_tar) or its stdout (from tar) a pipe whose
+ * other end is returned in *fd. The pid, or -1 after saying why. */
+static pid_t tar_start(const char *cmd, char *const argv[], bool to_tar, int *fd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        fail(cmd, "cannot make a pipe: %s", strerror(errno));
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_tar ? p[0] : p[1], to_tar ? 0 : 1);
+    pid_t pid;
+    int e = posix_spawnp(&pid, "tar", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(to_tar ? p[0] : p[1]);
+    *fd = to_tar ? p[1] : p[0];
+    if (e) {
+        close(*fd);
+        fail(cmd, "cannot run tar: %s (sbx uses the local tar for -r)", strerror(e));
+        return -1;
+    }
+    return pid;
+}
+
+/* Wait for tar: true when it exited 0 (else said why on stderr). */
+static bool tar_wait(const char *cmd, pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return false;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return true;
+    if (WIFEXITED(st))
+        fprintf(stderr, "sbx %s: tar exited with status %d\n", cmd, WEXITSTATUS(st));
+    else
+        fprintf(stderr, "sbx %s: tar was killed by signal %d\n", cmd, WTERMSIG(st));
+    return false;
+}
+
+/* put -r: LOCAL's tree as a tar stream, extracted by sbxd into target (all or nothing). */
+static int put_tree(const struct sbx *s, const struct sbx_cmd *cmd, const char *local,
+                    const char *target, bool replace)
+{
+    char *const argv[] = {"tar", "-c", "-f", "-", "-C", (char *)local, ".", NULL};
+    int fd;
+    pid_t pid = tar_start(cmd->name, argv, false, &fd);
+    if (pid < 0)
+        return SBX_FAIL;
+    char *path = files_path(target, replace ? "?archive=tar&replace=true" : "?archive=tar");
+    int r = SBX_FAIL;
+    struct response resp = {0};
+    if (!path) {
+        fail(cmd->name, "out of memory");
+    } else {
+        struct request req = {.method = "PUT",
+                              .path = path,
+                              .upload = true,
+                              .upload_fd = fd,
+                              .upload_size = -1,
+                              .progress = true,
+                              .progress_label = local};
+        if (http_perform(s, cmd->name, &req, &resp) == 0)
+            r = resp.status / 100 == 2 ? SBX_OK : http_report(cmd->name, &resp);
+    }
+    response_free(&resp);
+    free(path);
+    close(fd); /* (tar, if still writing, gets EPIPE) */
+    if (!tar_wait(cmd->name, pid) && r == SBX_OK)
+        r = fail(cmd->name,
+                 "'%s' was not read whole: the tree in the workspace lacks what tar "
+                 "could not read",
+                 local);
+    return r;
+}
+
+struct tar_sink {
+    int fd;
+};
+
+static int tar_write(const char *p, size_t n, void *ud, char *err, size_t errlen)
+{
+    struct tar_sink *t = ud;
+    if (write_all(t->fd, p, n) == 0)
+        return 0;
+    snprintf(err, errlen, "tar stopped reading: %s", strerror(errno));
+    return -1;
+}
+
+/* get -r: REMOTE's tree as a tar stream, extracted by the local tar into dir (made). */
+static int get_tree(const struct sbx *s, const struct sbx_cmd *cmd, const char *remote,
+                    const char *dir)
+{
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return fail(cmd->name, "cannot make '%s': %s", dir, strerror(errno));
+    char *const argv[] = {"tar", "-x", "-f", "-", "--no-same-owner", "-C", (char *)dir, NULL};
+    int fd;
+    pid_t pid = tar_start(cmd->name, argv, true, &fd);
+    if (pid < 0)
+        return SBX_FAIL;
+    char *path = files_path(remote, "?archive=tar");
+    struct tar_sink t = {.fd = fd};
+    int r = SBX_FAIL;
+    if (!path) {
+        fail(cmd->name, "out of memory");
+    } else {
+        struct request req = {.method = "GET",
+                              .path = path,
+                              .sink = tar_write,
+                              .sink_ud = &t,
+                              .sink_type = "application/x-tar",
+                              .progress = true,
+                              .progress_label = remote};
+        struct response resp;
+        if (http_perform(s, cmd->name, &req, &resp) == 0)
+            r = resp.status / 100 == 2 ? SBX_OK : http_report(cmd->name, &resp);
+        response_free(&resp);
+    }
+    free(path);
+    close(fd); /* the end of the archive */
+    if (!tar_wait(cmd->name, pid) && r == SBX_OK)
+        r = fail(cmd->name, "the local tar did not extract '%s' whole into '%s'", remote, dir);
+    return r;
+}
+
 /* ------------------------------------------------------------------ put */
 
 /* --mode: 755 or 0755 into "0755" (what sbxd takes); false when it is not that. */
@@ -79,13 +212,21 @@ static bool mode_parse(const char *s, char out[5])
 int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
     static const struct option longs[] = {{"mode", required_argument, NULL, 'm'},
+                                          {"recursive", no_argument, NULL, 'r'},
+                                          {"replace", no_argument, NULL, 'R'},
                                           {NULL, 0, NULL, 0}};
     char mode[5] = "";
+    bool tree = false, replace = false;
     int c;
     opt_reset();
-    while ((c = opt_next(cmd->name, argc, argv, "m:", longs)) != -1) {
+    while ((c = opt_next(cmd->name, argc, argv, "m:r", longs)) != -1) {
         if (c == 'h')
             return cmd_print_help(cmd);
+        if (c == 'r' || c == 'R') {
+            tree = true;
+            replace |= c == 'R';
+            continue;
+        }
         if (c != 'm')
             return SBX_USAGE;
         if (!mode_parse(optarg, mode))
@@ -103,8 +244,14 @@ int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
     char base[NAME_MAX + 1] = "";
     if (from_stdin && (!remote || ends_with_slash(remote)))
         return usage_error(cmd->name, "uploading stdin needs a REMOTE file name");
-    if (!from_stdin && !base_name(local, base, sizeof(base)))
-        return usage_error(cmd->name, "'%s' is not a file name", local);
+    if (tree && (from_stdin || mode[0]))
+        return usage_error(cmd->name, "-r uploads a directory: neither '-' nor --mode");
+    if (!from_stdin && !base_name(local, base, sizeof(base))) {
+        if (!tree)
+            return usage_error(cmd->name, "'%s' is not a file name", local);
+        if (!remote)
+            return usage_error(cmd->name, "'%s' names no directory; give REMOTE", local);
+    }
 
     /* REMOTE omitted: the file's own name in the workspace root; REMOTE ending in '/': that
      * name in that directory, as cp and scp do. */
@@ -116,6 +263,12 @@ int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
     else
         snprintf(target, sizeof(target), "%s", remote);
 
+    if (tree) {
+        struct stat dst;
+        if (stat(local, &dst) < 0 || !S_ISDIR(dst.st_mode))
+            return fail(cmd->name, "'%s' is not a directory", local);
+        return put_tree(s, cmd, local, target, replace);
+    }
     int fd = from_stdin ? STDIN_FILENO : open(local, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
@@ -127,7 +280,7 @@ int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
     if (S_ISDIR(st.st_mode)) {
         if (fd != STDIN_FILENO)
             close(fd);
-        return fail(cmd->name, "'%s' is a directory; put uploads one file", local);
+        return fail(cmd->name, "'%s' is a directory; put -r uploads a tree", local);
     }
     /* A regular file (stdin redirected from one too, from where it stands): its size is
      * known. A pipe, a terminal or a device: sent chunked. */
@@ -342,10 +495,18 @@ static int get_into(const struct sbx *s, const char *cmd, const char *remote, in
 
 int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
+    static const struct option longs[] = {{"recursive", no_argument, NULL, 'r'},
+                                          {NULL, 0, NULL, 0}};
     int c;
+    bool tree = false;
     opt_reset();
-    if ((c = opt_next(cmd->name, argc, argv, "", NULL)) != -1)
-        return c == 'h' ? cmd_print_help(cmd) : SBX_USAGE;
+    while ((c = opt_next(cmd->name, argc, argv, "r", longs)) != -1) {
+        if (c == 'h')
+            return cmd_print_help(cmd);
+        if (c != 'r')
+            return SBX_USAGE;
+        tree = true;
+    }
     int n = argc - optind;
     if (n < 1 || n > 2)
         return usage_error(cmd->name, n < 1 ? "what to download? sbx get REMOTE [LOCAL]"
@@ -353,6 +514,14 @@ int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
     const char *remote = argv[optind], *local = n == 2 ? argv[optind + 1] : NULL;
     if (local && !*local)
         return usage_error(cmd->name, "LOCAL is empty");
+    if (tree) {
+        char base[NAME_MAX + 1];
+        if (local && strcmp(local, "-") == 0)
+            return usage_error(cmd->name, "-r extracts into a directory, not '-'");
+        if (!local && !base_name(remote, base, sizeof(base)))
+            return usage_error(cmd->name, "'%s' names no directory; give LOCAL", remote);
+        return get_tree(s, cmd, remote, local ? local : base);
+    }
     if (local && strcmp(local, "-") == 0)
         /* No bar over a terminal that shows the file itself. */
         return get_into(s, cmd->name, remote, STDOUT_FILENO, "stdout", !isatty(STDOUT_FILENO));

@@ -70,7 +70,8 @@ static const struct sbx_cmd commands[] = {
      "  sbx run --stream 'make 2>&1 | tee build.log'\n"
      "  sbx run --timeout 5s 'sleep 10' || echo \"ended with $?\"\n",
      cmd_run},
-    {"put", "[--mode MODE] LOCAL [REMOTE]", "Upload a file into the workspace",
+    {"put", "[--mode MODE] LOCAL [REMOTE] | -r DIR [REMOTE]",
+     "Upload a file, or a whole directory, into the workspace",
      "Streams LOCAL to REMOTE in the workspace: never read whole into memory, written by sbxd\n"
      "to a temporary file and renamed, so readers see the old content or the new. Missing\n"
      "parent directories are created. LOCAL '-' reads stdin (then REMOTE is needed). REMOTE\n"
@@ -78,26 +79,43 @@ static const struct sbx_cmd commands[] = {
      "directory. A progress bar shows on stderr for files of 1 MiB or more when stderr is a\n"
      "terminal.\n"
      "\n"
+     "With -r, DIR's tree goes as one tar stream (made by the local tar) that sbxd extracts\n"
+     "into REMOTE (default: DIR's name in the workspace root) all or nothing: a new directory\n"
+     "appears whole, an existing one gets the tree merged in (files of the same name\n"
+     "replaced), or with --replace becomes exactly DIR's tree. Symbolic links are sent as\n"
+     "links; sbxd refuses links that leave the workspace, devices and setuid files.\n"
+     "\n"
      "Options:\n"
      "  -m, --mode MODE  the file's permissions in octal, like 0755 (default: sbxd's, 0644)\n"
+     "  -r, --recursive  upload the directory DIR and everything in it\n"
+     "      --replace    with -r: REMOTE becomes DIR's tree (what else it held goes)\n"
      "  -h, --help       show this help\n"
      "\n" EXIT_STATUS_HELP "\n"
      "Examples:\n"
      "  sbx put data.csv in/data.csv\n"
      "  sbx put build.sh scripts/ --mode 0755\n"
-     "  tar c src | sbx put - src.tar\n",
+     "  tar c src | sbx put - src.tar\n"
+     "  sbx put -r ./project repo\n",
      cmd_put},
-    {"get", "REMOTE [LOCAL]", "Download a file from the workspace",
+    {"get", "REMOTE [LOCAL] | -r DIR [LOCAL]",
+     "Download a file, or a whole directory, from the "
+     "workspace",
      "Writes REMOTE to LOCAL: by default REMOTE's name in the current directory; into it when\n"
      "LOCAL is a directory; to stdout when LOCAL is '-'. The download goes to a file without a\n"
      "name that gets LOCAL's only once complete: a failed or interrupted download leaves no\n"
      "partial file, and an existing LOCAL is replaced in one step. A progress bar shows on\n"
      "stderr for files of 1 MiB or more when stderr is a terminal.\n"
      "\n"
+     "With -r, the workspace directory DIR comes as one tar stream that the local tar extracts\n"
+     "into LOCAL (default: DIR's name here; made when missing) as it arrives: a download that\n"
+     "fails part-way may leave part of the tree.\n"
+     "\n"
      "Options:\n"
-     "  -h, --help  show this help\n"
+     "  -r, --recursive  download the directory DIR and everything in it\n"
+     "  -h, --help       show this help\n"
      "\n" EXIT_STATUS_HELP "\n"
      "Examples:\n"
+     "  sbx get -r repo ./repo-copy\n"
      "  sbx get out/report.pdf\n"
      "  sbx get logs/build.log /tmp/\n"
      "  sbx get results.json - | jq .\n",

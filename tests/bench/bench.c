@@ -1469,6 +1469,121 @@ out:
     conn_free(&c);
 }
 
+/* Whole trees: a directory of TREE_FILES small files as one tar, through GET and PUT
+ * ?archive=tar, against what a client does without them: tar in a command, then the archive
+ * moved as a file through /files (and the reverse). */
+#define TREE_FILES 10000
+
+typedef struct {
+    bool ok;
+    double down_ms, down_base_ms; /* GET ?archive=tar; exec tar -c + GET the file */
+    double up_ms, up_base_ms;     /* PUT ?archive=tar; PUT the file + exec tar -x */
+    uint64_t tar_bytes;
+} tree_result;
+
+/* POST /execute of a shell command on c: true when it exited 0. */
+static bool bench_sh(conn *c, const char *command, char *err, size_t errlen)
+{
+    char body[1024];
+    snprintf(body, sizeof body, "{\"command\":\"%s\",\"timeout_ms\":300000}", command);
+    int status = 0;
+    if (http_do(c, "POST", "/execute", body, &status) != 0 || status != 200 || !c->body ||
+        !strstr(c->body, "\"exit_code\":0")) {
+        setmsg(err, errlen, "%s: %d %.200s", command, status, c->body ? c->body : c->err);
+        return false;
+    }
+    return true;
+}
+
+/* Send buf as the body of method path; the status, or -1. */
+static int xfer_send(const target *tg, const char *method, const char *path, const char *buf,
+                     size_t len, char *err, size_t errlen)
+{
+    conn c;
+    int status = -1;
+    if (conn_open(&c, tg, err, errlen) != 0)
+        return -1;
+    char head[1024];
+    int hl = snprintf(head, sizeof head,
+                      "%s %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\n"
+                      "Content-Type: application/x-tar\r\nContent-Length: %zu\r\n"
+                      "Connection: close\r\n\r\n",
+                      method, tg->prefix, path, tg->hostport, len);
+    bool got_any = false;
+    if (send_all(&c, head, (size_t)hl) != 0 || send_all(&c, buf, len) != 0 ||
+        read_response(&c, false, &status, &got_any) != 0) {
+        setmsg(err, errlen, "%s %s: %s", method, path, c.err[0] ? c.err : "failed");
+        status = -1;
+    }
+    conn_free(&c);
+    return status;
+}
+
+static void measure_trees(const target *tg, const char *ws, tree_result *out, char *err,
+                          size_t errlen)
+{
+    conn c;
+    conn_init(&c, tg, 300);
+    char *tar = NULL;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p bench-tree && cd bench-tree && for d in $(seq 100); do mkdir d$d && "
+             "for f in $(seq %d); do echo file $d $f > d$d/f$f; done; done",
+             TREE_FILES / 100);
+    if (!bench_sh(&c, cmd, err, errlen))
+        goto out;
+    uint64_t bytes = 0;
+    double secs = 0;
+    /* Down: one GET ?archive=tar, against tar in a command and a GET of its file. */
+    double t0 = now_ms();
+    int st = xfer_download(tg, "/files/bench-tree?archive=tar", &bytes, &secs, err, errlen);
+    out->down_ms = now_ms() - t0;
+    if (st != 200) {
+        setmsg(err, errlen, "GET ?archive=tar: %d", st);
+        goto out;
+    }
+    t0 = now_ms();
+    if (!bench_sh(&c, "tar -C bench-tree -cf bench-tree.tar .", err, errlen))
+        goto out;
+    st = xfer_download(tg, "/files/bench-tree.tar", &out->tar_bytes, &secs, err, errlen);
+    out->down_base_ms = now_ms() - t0;
+    if (st != 200)
+        goto out;
+    /* Up: the same tar, by PUT ?archive=tar, against a PUT of the file and tar in a
+     * command. */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/bench-tree.tar", ws);
+    FILE *f = fopen(path, "rb");
+    tar = f ? malloc(out->tar_bytes) : NULL;
+    if (!f || !tar || fread(tar, 1, out->tar_bytes, f) != out->tar_bytes) {
+        setmsg(err, errlen, "cannot read %s", path);
+        if (f)
+            fclose(f);
+        goto out;
+    }
+    fclose(f);
+    t0 = now_ms();
+    st = xfer_send(tg, "PUT", "/files/bench-up?archive=tar", tar, out->tar_bytes, err, errlen);
+    out->up_ms = now_ms() - t0;
+    if (st != 201) {
+        if (!err[0])
+            setmsg(err, errlen, "PUT ?archive=tar: %d", st);
+        goto out;
+    }
+    t0 = now_ms();
+    st = xfer_send(tg, "PUT", "/files/bench-up2.tar", tar, out->tar_bytes, err, errlen);
+    if (st != 201 ||
+        !bench_sh(&c, "mkdir bench-up2 && tar -C bench-up2 -xf bench-up2.tar", err, errlen))
+        goto out;
+    out->up_base_ms = now_ms() - t0;
+    out->ok = true;
+out:
+    free(tar);
+    bench_sh(&c, "rm -rf bench-tree bench-tree.tar bench-up bench-up2 bench-up2.tar", err,
+             out->ok ? errlen : 0);
+    conn_free(&c);
+}
+
 /* Contexts (persistent shells): POST /contexts and its DELETE, `x=$((x+1))` in one, and
  * sbxd's RSS with CTX_IDLE idle ones (their shells are processes of their own, not counted). */
 static void measure_contexts(const target *tg, pid_t pid, int creates, int warm, int iters,
@@ -3324,6 +3439,7 @@ int main(int argc, char **argv)
             crashed = true;
     }
     ws_result wsr = {0};
+    tree_result trees = {0};
     if ((phases & PH_WORKSPACE) && !crashed && !g_interrupted) {
         fprintf(stderr, "sbxd-bench: workspace: watch latency and stat, x%d ...\n",
                 quick ? 50 : 200);
@@ -3331,6 +3447,14 @@ int main(int argc, char **argv)
         measure_workspace(&local, quick ? 50 : 200, &wsr, werr, sizeof werr);
         if (!wsr.ok) {
             warnx_("workspace: %s", werr);
+            total_errors++;
+        }
+        fprintf(stderr, "sbxd-bench: workspace: a tree of %d files as tar, down and up ...\n",
+                TREE_FILES);
+        werr[0] = '\0';
+        measure_trees(&local, ws, &trees, werr, sizeof werr);
+        if (!trees.ok) {
+            warnx_("workspace: trees: %s", werr);
             total_errors++;
         }
         if (!child_alive(pid, &crash_st))
@@ -3499,6 +3623,17 @@ int main(int argc, char **argv)
         add_row("watch: PUT -> its event, p50 / p99", "", "", "%.3f / %.3f ms", pct(&wsr.watch, 50),
                 pct(&wsr.watch, 99));
         add_row("GET ?stat=true, p50", "", "", "%.3f ms", pct(&wsr.stat, 50));
+    }
+    if (trees.ok) {
+        double mb = (double)trees.tar_bytes / 1e6;
+        add_row("tree of 10k files: GET ?archive=tar", "", "", "%.0f files/s, %.0f MB/s",
+                TREE_FILES / (trees.down_ms / 1e3), mb / (trees.down_ms / 1e3));
+        add_row("  ... tar in /execute + GET the .tar", "", "", "%.0f files/s (x%.2f)",
+                TREE_FILES / (trees.down_base_ms / 1e3), trees.down_base_ms / trees.down_ms);
+        add_row("tree of 10k files: PUT ?archive=tar", "", "", "%.0f files/s, %.0f MB/s",
+                TREE_FILES / (trees.up_ms / 1e3), mb / (trees.up_ms / 1e3));
+        add_row("  ... PUT the .tar + tar -x in /execute", "", "", "%.0f files/s (x%.2f)",
+                TREE_FILES / (trees.up_base_ms / 1e3), trees.up_base_ms / trees.up_ms);
     }
     samples_free(&wsr.watch);
     samples_free(&wsr.stat);

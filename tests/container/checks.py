@@ -405,6 +405,23 @@ def check_files(s, label):
               s.execute("find rt -maxdepth 0 -printf '%m %U:%G'").get("stdout", "").strip()))
 
 
+def check_archive(s, label):
+    """A tree out as tar (libarchive, which the image must carry for sbxd to load) and back
+    in, whole."""
+    r = s.execute("mkdir -p tree/sub && printf a > tree/a && printf b > tree/sub/b && "
+                  "ln -s ../a tree/sub/l")
+    status, tar = s.http("GET", "/files/tree?archive=tar")
+    check("%s: GET ?archive=tar packs a tree" % label,
+          r.get("exit_code") == 0 and status == 200 and len(tar) >= 2048,
+          "%s, %d bytes, %s" % (status, len(tar), json.dumps(r)[:200]))
+    status, got = s.http("PUT", "/files/tree2?archive=tar", tar,
+                         {"Content-Type": "application/x-tar"})
+    r = s.execute("cat tree2/a tree2/sub/b && readlink tree2/sub/l")
+    check("%s: PUT ?archive=tar extracts it whole" % label,
+          status == 201 and r.get("stdout") == "ab../a\n",
+          "%s %r %s" % (status, got[:200], json.dumps(r)[:200]))
+
+
 def check_handover(s, label):
     """A file one command made private stays the next command's: under uid isolation sbxd
     hands what a command created back to the command user, group-writable."""
@@ -752,6 +769,7 @@ def scenario_pod(image, base_args, caps, env, label, extra_caps=(), extra_env=No
     check_readonly(s, ws, label, uid)
     check_python(s, label)
     check_files(s, label)
+    check_archive(s, label)
     check_handover(s, label)
     check_timeout(s, label)
     check_signal(s, label)

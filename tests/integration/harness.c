@@ -395,6 +395,13 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 int http_request(const struct daemon *d, const char *method, const char *path, const char *ctype,
                  const char *body, size_t body_len, long timeout_ms, struct http_resp *r)
 {
+    return http_request_with(d, method, path, NULL, ctype, body, body_len, timeout_ms, r);
+}
+
+int http_request_with(const struct daemon *d, const char *method, const char *path,
+                      const char *header, const char *ctype, const char *body, size_t body_len,
+                      long timeout_ms, struct http_resp *r)
+{
     memset(r, 0, sizeof(*r));
     CURL *c = curl_easy_init();
     char url[PATH_MAX + 512];
@@ -415,6 +422,8 @@ int http_request(const struct daemon *d, const char *method, const char *path, c
         hdrs = curl_slist_append(hdrs, ct);
     }
     hdrs = curl_slist_append(hdrs, "Expect:");
+    if (header)
+        hdrs = curl_slist_append(hdrs, header);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);

@@ -80,6 +80,11 @@ struct http_resp {
  * timeout_ms 0 means 30 s. Returns 0, or -1 if the transfer failed (e.g. timed out). */
 int http_request(const struct daemon *d, const char *method, const char *path, const char *ctype,
                  const char *body, size_t body_len, long timeout_ms, struct http_resp *r);
+/* The same with one more header line ("Name: value"; NULL for none). The body comes as sent
+ * (a Content-Encoding is not decoded). */
+int http_request_with(const struct daemon *d, const char *method, const char *path,
+                      const char *header, const char *ctype, const char *body, size_t body_len,
+                      long timeout_ms, struct http_resp *r);
 void http_resp_free(struct http_resp *r);
 
 /* One request whose path is printf-formatted (a JSON body or none, 60 s at most); asserts

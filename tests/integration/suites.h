@@ -9,6 +9,7 @@ Suite *lifecycle_suite(void);
 Suite *isolation_suite(void);
 Suite *files_suite(void);
 Suite *entries_suite(void);
+Suite *archive_suite(void);
 Suite *stream_suite(void);
 Suite *processes_suite(void);
 Suite *contexts_suite(void);

@@ -673,6 +673,65 @@ START_TEST(an_interrupted_get_leaves_no_partial_file)
 }
 END_TEST
 
+START_TEST(put_r_and_get_r_move_whole_trees)
+{
+    char dir[64], cmd[1024];
+    local_dir(dir, sizeof(dir));
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && mkdir -p src/sub/empty && printf one > src/a && printf two > "
+             "'src/sub/b c' && ln -s ../a src/sub/link && chmod 0750 src/sub && "
+             "head -c 2000000 /dev/urandom > src/big",
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char src[128], back[128];
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(back, sizeof(back), "%s/back", dir);
+    struct run r;
+    SBX(&r, "put", "-r", src, "sbx-it/tree");
+    ck_assert_msg(r.code == 0, "%d %.*s", r.code, (int)r.err_len, r.err);
+    ck_assert_uint_eq(r.out_len + r.err_len, 0);
+    run_free(&r);
+    struct http_resp h;
+    http_reqf(&g_sbxd, &h, "GET", NULL, "/files/sbx-it/tree/sub/link?stat=true&follow=false");
+    ck_assert_int_eq(h.status, 200);
+    ck_assert_str_eq(jstr(h.json, "symlink_target"), "../a");
+    http_resp_free(&h);
+    SBX(&r, "get", "-r", "sbx-it/tree", back);
+    ck_assert_msg(r.code == 0, "%d %.*s", r.code, (int)r.err_len, r.err);
+    run_free(&r);
+    snprintf(cmd, sizeof(cmd),
+             "diff -r --no-dereference %s %s && test \"$(stat -c %%a %s/sub)\" = 750 && "
+             "test -d %s/sub/empty",
+             src, back, back, back);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    /* A link out of the workspace: refused, nothing made there, sbx says why. */
+    snprintf(cmd, sizeof(cmd), "ln -s /etc %s/src/out", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    SBX(&r, "put", "-r", src, "sbx-it/tree2");
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(r.err_len && strstr(r.err, "leaves the workspace"), "%.*s", (int)r.err_len,
+                  r.err);
+    run_free(&r);
+    http_reqf(&g_sbxd, &h, "GET", NULL, "/files/sbx-it/tree2?stat=true");
+    ck_assert_int_eq(h.status, 404);
+    http_resp_free(&h);
+    /* --replace: the remote becomes the local tree. */
+    snprintf(cmd, sizeof(cmd), "rm %s/src/out %s/src/a", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    SBX(&r, "put", "-r", "--replace", src, "sbx-it/tree");
+    ck_assert_msg(r.code == 0, "%d %.*s", r.code, (int)r.err_len, r.err);
+    run_free(&r);
+    http_reqf(&g_sbxd, &h, "GET", NULL, "/files/sbx-it/tree/a?stat=true");
+    ck_assert_int_eq(h.status, 404);
+    http_resp_free(&h);
+    SBX(&r, "put", "-r", "-", "x");
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(paths_with_reserved_characters_work)
 {
     /* ' ', '%', '#', '?' and a non-ASCII byte: each would change the URL if not encoded. */
@@ -1437,6 +1496,7 @@ Suite *sbx_suite(void)
     tcase_add_test(files, a_failed_get_leaves_no_partial_file);
     tcase_add_test(files, an_interrupted_get_leaves_no_partial_file);
     tcase_add_test(files, paths_with_reserved_characters_work);
+    tcase_add_test(files, put_r_and_get_r_move_whole_trees);
     tcase_add_test(files, ls_lists_a_directory_and_shows_a_file);
     tcase_add_test(files, rm_and_mkdir);
     tcase_add_test(files, progress_bar_only_on_a_terminal);

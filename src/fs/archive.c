@@ -1,0 +1,1170 @@
+/*
+ * Whole trees as tar or zip (archive.h): libarchive loaded at first use, a pack made a piece
+ * at a time from an fd-based walk, and an extraction of sbxd's own making.
+ */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <locale.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/archive.h"
+#include "sbxd/cleanup.h"
+#include "sbxd/limits.h"
+#include "sbxd/resolve.h"
+
+#include "files_internal.h"
+
+#define AR_LIBRARY "libarchive.so.13"
+#define AR_FUNCS(X)                                                                                \
+    X(archive_error_string)                                                                        \
+    X(archive_write_new)                                                                           \
+    X(archive_write_set_format_pax_restricted)                                                     \
+    X(archive_write_set_format_zip)                                                                \
+    X(archive_write_add_filter_gzip)                                                               \
+    X(archive_write_add_filter_zstd)                                                               \
+    X(archive_write_set_bytes_in_last_block)                                                       \
+    X(archive_write_open)                                                                          \
+    X(archive_write_header)                                                                        \
+    X(archive_write_data)                                                                          \
+    X(archive_write_finish_entry)                                                                  \
+    X(archive_write_close)                                                                         \
+    X(archive_write_free)                                                                          \
+    X(archive_read_new)                                                                            \
+    X(archive_read_support_format_tar)                                                             \
+    X(archive_read_support_format_zip)                                                             \
+    X(archive_read_support_filter_gzip)                                                            \
+    X(archive_read_support_filter_zstd)                                                            \
+    X(archive_read_support_filter_xz)                                                              \
+    X(archive_read_support_filter_bzip2)                                                           \
+    X(archive_read_open)                                                                           \
+    X(archive_read_next_header)                                                                    \
+    X(archive_read_data)                                                                           \
+    X(archive_read_free)                                                                           \
+    X(archive_entry_new)                                                                           \
+    X(archive_entry_free)                                                                          \
+    X(archive_entry_clear)                                                                         \
+    X(archive_entry_set_pathname)                                                                  \
+    X(archive_entry_set_symlink)                                                                   \
+    X(archive_entry_set_size)                                                                      \
+    X(archive_entry_set_filetype)                                                                  \
+    X(archive_entry_set_perm)                                                                      \
+    X(archive_entry_set_mtime)                                                                     \
+    X(archive_entry_pathname)                                                                      \
+    X(archive_entry_symlink)                                                                       \
+    X(archive_entry_hardlink)                                                                      \
+    X(archive_entry_filetype)                                                                      \
+    X(archive_entry_mode)                                                                          \
+    X(archive_entry_size)                                                                          \
+    X(archive_entry_size_is_set)                                                                   \
+    X(archive_entry_mtime)                                                                         \
+    X(archive_entry_mtime_nsec)                                                                    \
+    X(archive_entry_mtime_is_set)
+
+static struct {
+#define AR_DECL(f) __typeof__(&f) f;
+    AR_FUNCS(AR_DECL)
+#undef AR_DECL
+} L;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char load_error[200]; /* why libarchive is not there ("" once loaded) */
+/* Names are UTF-8 to libarchive: its conversions follow the thread's locale, which is "C" in
+ * sbxd (and a non-ASCII name in "C" is one libarchive cannot convert, or crashes on). The
+ * threads that pack or extract use this one while they do. */
+static locale_t utf8_locale;
+
+static void load(void)
+{
+    utf8_locale = newlocale(LC_ALL_MASK, "C.UTF-8", (locale_t)0);
+    if (!utf8_locale) {
+        snprintf(load_error, sizeof(load_error), "no C.UTF-8 locale: %s", strerror(errno));
+        return;
+    }
+    void *h = dlopen(AR_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(load_error, sizeof(load_error), "cannot load %s (Debian's libarchive13): %s",
+                 AR_LIBRARY, dlerror());
+        return;
+    }
+#define AR_LOAD(f)                                                                                 \
+    if (!(L.f = (__typeof__(&f))dlsym(h, #f))) {                                                   \
+        snprintf(load_error, sizeof(load_error), "%s has no %s", AR_LIBRARY, #f);                  \
+        return;                                                                                    \
+    }
+    AR_FUNCS(AR_LOAD)
+#undef AR_LOAD
+}
+
+int ar_load(struct sbxd_err *err)
+{
+    snprintf(load_error, sizeof(load_error), "libarchive is not loaded");
+    pthread_once(&load_once, load);
+    if (L.archive_entry_mtime_is_set)
+        return 0;
+    return sbxd_fail(err, SBXD_E_UNAVAILABLE, ENOSYS, "archives are unavailable: %s", load_error);
+}
+
+static const char *ar_why(struct archive *a)
+{
+    const char *s = L.archive_error_string(a);
+    return s ? s : "unknown error";
+}
+
+/* Names sbxd's own temporary entries have: never packed, never extracted over. */
+static bool sbxd_temp(const char *name)
+{
+    return strncmp(name, ".sbxd-upload-", 13) == 0 || strncmp(name, ".sbxd-copy-", 11) == 0 ||
+           strncmp(name, ".sbxd-extract-", 14) == 0;
+}
+
+/* Open the directory name in dfd, never through a symlink: O_NOFOLLOW, and (where that is not
+ * enough: gVisor follows a symlink with O_DIRECTORY | O_NOFOLLOW) the entry's own stat, which
+ * must be a directory and the very one opened. -1 with errno (ELOOP for a symlink). */
+static int open_sub(int dfd, const char *name)
+{
+    struct stat ls, st;
+    if (fstatat(dfd, name, &ls, AT_SYMLINK_NOFOLLOW) < 0)
+        return -1;
+    if (!S_ISDIR(ls.st_mode)) {
+        errno = S_ISLNK(ls.st_mode) ? ELOOP : ENOTDIR;
+        return -1;
+    }
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != ls.st_dev || st.st_ino != ls.st_ino)) {
+        close(fd);
+        errno = ELOOP; /* swapped for a link since */
+        return -1;
+    }
+    return fd;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Packing                                                                              */
+
+struct pack_dir {
+    DIR *d;
+    size_t prefix; /* length of rel for this directory's entries (with its '/') */
+};
+
+struct ar_pack {
+    struct archive *a;
+    struct archive_entry *e;
+    struct fs_user u;
+    struct pack_dir stack[SBXD_COPY_MAX_DEPTH + 1];
+    unsigned depth; /* directories open on the stack */
+    int file;       /* a file whose bytes are being stored, or -1 */
+    uint64_t file_left;
+    uint64_t entries, max_entries;
+    char rel[PATH_MAX];
+    char *buf; /* the archive's bytes not handed out yet: buf[off, len) */
+    size_t off, len, cap;
+    bool closed, done;
+    int fail_errno;
+    char fail[256];
+    struct ar_stats st;
+};
+
+static la_ssize_t pack_write_cb(struct archive *a, void *cls, const void *data, size_t n)
+{
+    (void)a;
+    struct ar_pack *p = cls;
+    if (p->off == p->len)
+        p->off = p->len = 0;
+    if (p->len + n > p->cap) {
+        size_t cap = p->cap ? p->cap : 65536;
+        while (cap < p->len + n)
+            cap *= 2;
+        char *b = realloc(p->buf, cap);
+        if (!b)
+            return -1;
+        p->buf = b;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->len, data, n);
+    p->len += n;
+    return (la_ssize_t)n;
+}
+
+struct ar_pack *ar_pack_open(int rootfd, const char *path, enum ar_format fmt,
+                             enum ar_filter filter, uint64_t max_entries, const struct fs_user *u,
+                             struct sbxd_err *err)
+{
+    if (ar_load(err) < 0)
+        return NULL;
+    struct stat st;
+    fs_user_enter(u);
+    int fd = fs_open_read(rootfd, path, &st, err);
+    fs_user_leave(u);
+    if (fd < 0)
+        return NULL;
+    if (!S_ISDIR(st.st_mode)) {
+        close(fd);
+        sbxd_fail(err, SBXD_E_INVALID, ENOTDIR, "'%.200s' is not a directory: archive= packs one",
+                  path);
+        return NULL;
+    }
+    struct ar_pack *p = calloc(1, sizeof(*p));
+    DIR *d = fdopendir(fd);
+    if (!p || !d) {
+        free(p);
+        if (d)
+            closedir(d);
+        else
+            close(fd);
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    p->u = *u;
+    p->file = -1;
+    p->max_entries = max_entries;
+    p->stack[0].d = d;
+    p->depth = 1;
+    locale_t was = uselocale(utf8_locale);
+    p->a = L.archive_write_new();
+    p->e = L.archive_entry_new();
+    int r = p->a && p->e ? ARCHIVE_OK : ARCHIVE_FATAL;
+    if (r == ARCHIVE_OK)
+        r = fmt == AR_ZIP ? L.archive_write_set_format_zip(p->a)
+                          : L.archive_write_set_format_pax_restricted(p->a);
+    if (r == ARCHIVE_OK && fmt == AR_TAR && filter == AR_GZIP)
+        r = L.archive_write_add_filter_gzip(p->a);
+    if (r == ARCHIVE_OK && fmt == AR_TAR && filter == AR_ZSTD)
+        r = L.archive_write_add_filter_zstd(p->a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_write_set_bytes_in_last_block(p->a, 1); /* no padding past the end */
+    if (r == ARCHIVE_OK)
+        r = L.archive_write_open(p->a, p, NULL, pack_write_cb, NULL);
+    uselocale(was);
+    if (r != ARCHIVE_OK) {
+        sbxd_fail(err, SBXD_E_INTERNAL, EIO, "cannot begin the archive: %s",
+                  p->a ? ar_why(p->a) : "out of memory");
+        ar_pack_close(p);
+        return NULL;
+    }
+    return p;
+}
+
+__attribute__((format(printf, 3, 4))) static int pack_failed(struct ar_pack *p, int e,
+                                                             const char *fmt, ...)
+{
+    p->fail_errno = e ? e : EIO;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->fail, sizeof(p->fail), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Store the entry name of the directory on top of the stack: its header, then (a directory)
+ * its walk, (a file) its bytes to come, (a symlink) its target. 0, or -1 with p->fail. */
+static int pack_entry(struct ar_pack *p, int dirfd, const char *name)
+{
+    struct pack_dir *top = &p->stack[p->depth - 1];
+    size_t nl = strlen(name);
+    if (top->prefix + nl + 2 >= sizeof(p->rel))
+        return pack_failed(p, ENAMETOOLONG, "a path is too long: '%.200s'", p->rel);
+    memcpy(p->rel + top->prefix, name, nl + 1);
+    if (++p->entries > p->max_entries)
+        return pack_failed(p, E2BIG,
+                           "the tree holds more than %llu entries (--max-archive-entries)",
+                           (unsigned long long)p->max_entries);
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return 0; /* gone since the readdir */
+    struct archive_entry *e = p->e;
+    L.archive_entry_clear(e);
+    L.archive_entry_set_perm(e, st.st_mode & 0777);
+    L.archive_entry_set_mtime(e, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    int fd = -1;
+    char target[PATH_MAX];
+    if (S_ISDIR(st.st_mode)) {
+        if (p->depth > SBXD_COPY_MAX_DEPTH)
+            return pack_failed(p, E2BIG, "the tree is deeper than the limit at '%.200s'", p->rel);
+        fd = open_sub(dirfd, name);
+        if (fd < 0) {
+            p->st.skipped++;
+            return 0;
+        }
+        L.archive_entry_set_filetype(e, AE_IFDIR);
+        memcpy(p->rel + top->prefix + nl, "/", 2);
+    } else if (S_ISREG(st.st_mode)) {
+        fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat fst;
+        if (fd < 0 || fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode)) {
+            if (fd >= 0)
+                close(fd);
+            p->st.skipped++; /* unreadable for the user, or swapped since */
+            return 0;
+        }
+        st = fst;
+        L.archive_entry_set_filetype(e, AE_IFREG);
+        L.archive_entry_set_size(e, st.st_size);
+    } else if (S_ISLNK(st.st_mode)) {
+        ssize_t n = readlinkat(dirfd, name, target, sizeof(target) - 1);
+        if (n < 0) {
+            p->st.skipped++;
+            return 0;
+        }
+        target[n] = '\0';
+        L.archive_entry_set_filetype(e, AE_IFLNK);
+        L.archive_entry_set_symlink(e, target);
+    } else {
+        p->st.skipped++;
+        return 0;
+    }
+    L.archive_entry_set_pathname(e, p->rel);
+    if (L.archive_write_header(p->a, e) < ARCHIVE_WARN) {
+        if (fd >= 0)
+            close(fd);
+        return pack_failed(p, EIO, "cannot store an entry: %s", ar_why(p->a));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = fdopendir(fd);
+        if (!d) {
+            close(fd);
+            return pack_failed(p, ENOMEM, "out of memory at '%.200s'", p->rel);
+        }
+        p->stack[p->depth].d = d;
+        p->stack[p->depth].prefix = top->prefix + nl + 1;
+        p->depth++;
+        p->st.directories++;
+    } else if (S_ISREG(st.st_mode)) {
+        p->st.files++;
+        if (st.st_size > 0) {
+            p->file = fd;
+            p->file_left = (uint64_t)st.st_size;
+        } else {
+            close(fd);
+        }
+    } else {
+        p->st.symlinks++;
+    }
+    return 0;
+}
+
+/* One step: a piece of a file's bytes, or the next entry, or the end. */
+static int pack_step(struct ar_pack *p)
+{
+    if (p->file >= 0) {
+        char buf[65536];
+        size_t want = p->file_left < sizeof(buf) ? (size_t)p->file_left : sizeof(buf);
+        ssize_t n = read(p->file, buf, want);
+        if (n < 0 && errno == EINTR)
+            return 0;
+        if (n < 0)
+            return pack_failed(p, errno, "cannot read '%.200s'", p->rel);
+        if (n == 0) {
+            /* Shorter than when its header was stored: the rest is zeros, as tar does. */
+            memset(buf, 0, want);
+            n = (ssize_t)want;
+        }
+        if (L.archive_write_data(p->a, buf, (size_t)n) < 0)
+            return pack_failed(p, EIO, "cannot store bytes: %s", ar_why(p->a));
+        p->st.bytes += (uint64_t)n;
+        p->file_left -= (uint64_t)n;
+        if (p->file_left == 0) {
+            close(p->file);
+            p->file = -1;
+        }
+        return 0;
+    }
+    if (p->depth == 0) {
+        if (L.archive_write_close(p->a) != ARCHIVE_OK)
+            return pack_failed(p, EIO, "cannot end the archive: %s", ar_why(p->a));
+        p->closed = true;
+        return 0;
+    }
+    struct pack_dir *top = &p->stack[p->depth - 1];
+    errno = 0;
+    struct dirent *de = readdir(top->d);
+    if (!de) {
+        if (errno)
+            return pack_failed(p, errno, "cannot read the directory '%.200s'", p->rel);
+        closedir(top->d);
+        top->d = NULL;
+        p->depth--;
+        return 0;
+    }
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 || sbxd_temp(de->d_name))
+        return 0;
+    return pack_entry(p, dirfd(top->d), de->d_name);
+}
+
+ssize_t ar_pack_read(struct ar_pack *p, char *out, size_t max, struct sbxd_err *err)
+{
+    locale_t was = uselocale(utf8_locale);
+    fs_user_enter(&p->u);
+    while (p->off == p->len && !p->closed && !p->fail[0])
+        pack_step(p);
+    fs_user_leave(&p->u);
+    uselocale(was);
+    if (p->off == p->len && p->fail[0])
+        return sbxd_fail(err, p->fail_errno == E2BIG ? SBXD_E_TOO_LARGE : SBXD_E_INTERNAL,
+                         p->fail_errno, "%s", p->fail);
+    size_t n = p->len - p->off < max ? p->len - p->off : max;
+    memcpy(out, p->buf + p->off, n);
+    p->off += n;
+    return (ssize_t)n;
+}
+
+const struct ar_stats *ar_pack_stats(const struct ar_pack *p)
+{
+    return &p->st;
+}
+
+void ar_pack_close(struct ar_pack *p)
+{
+    if (!p)
+        return;
+    if (p->file >= 0)
+        close(p->file);
+    for (unsigned i = 0; i < p->depth; i++)
+        if (p->stack[i].d)
+            closedir(p->stack[i].d);
+    if (p->a)
+        L.archive_write_free(p->a);
+    if (p->e)
+        L.archive_entry_free(p->e);
+    free(p->buf);
+    free(p);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Names and links                                                                      */
+
+int ar_entry_name(const char *name, char *out, struct sbxd_err *err)
+{
+    if (!name)
+        return sbxd_fail(err, SBXD_E_INVALID, EINVAL, "an entry has no name");
+    if (name[0] == '/')
+        return sbxd_fail(err, SBXD_E_DENIED, EPERM, "'%.200s' is an absolute name", name);
+    size_t len = 0;
+    const char *s = name;
+    while (*s) {
+        const char *end = strchrnul(s, '/');
+        size_t n = (size_t)(end - s);
+        if (n == 2 && s[0] == '.' && s[1] == '.')
+            return sbxd_fail(err, SBXD_E_DENIED, EPERM, "'%.200s' holds \"..\"", name);
+        if (n > NAME_MAX)
+            return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "'%.200s' has a name too long",
+                             name);
+        if (n && !(n == 1 && s[0] == '.')) {
+            if (len + n + 2 > PATH_MAX)
+                return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "'%.200s' is too long", name);
+            if (len)
+                out[len++] = '/';
+            memcpy(out + len, s, n);
+            len += n;
+        }
+        s = *end ? end + 1 : end;
+    }
+    out[len] = '\0';
+    return 0;
+}
+
+bool ar_link_inside(const char *name, const char *target, unsigned depth)
+{
+    if (!target || !*target || target[0] == '/')
+        return false;
+    /* The link's directory: the destination's depth, and the components of name but its
+     * last. */
+    long level = depth;
+    for (const char *s = name; (s = strchr(s, '/')); s++)
+        level++;
+    const char *s = target;
+    while (*s) {
+        const char *end = strchrnul(s, '/');
+        size_t n = (size_t)(end - s);
+        if (n == 2 && s[0] == '.' && s[1] == '.') {
+            if (--level < 0)
+                return false;
+        } else if (n && !(n == 1 && s[0] == '.')) {
+            level++;
+        }
+        s = *end ? end + 1 : end;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Extraction                                                                           */
+
+struct dir_rec {
+    char *path;
+    mode_t mode;
+    int64_t mtime_s, mtime_ns;
+    bool has_mtime;
+    unsigned level;
+    size_t seq; /* the order noted: a later record of a directory wins */
+};
+
+struct ar_extract {
+    int rootfd;
+    struct fs_user u;
+    struct ar_limits lim;
+    bool replace;
+    char *dest;          /* the destination, as the request named it (normalised) */
+    unsigned dest_depth; /* its components beneath the root */
+    int pfd;             /* its parent directory */
+    char name[NAME_MAX + 1];
+    char tmp[40]; /* the temporary directory in pfd ("" once gone) */
+    int tfd;      /* open on it */
+    int in[2];    /* the archive's bytes: fed to in[1], read from in[0] */
+    pthread_t thread;
+    bool started;
+    /* The extraction's, read once the thread is joined. */
+    struct sbxd_err err;
+    struct ar_stats st;
+    uint64_t entries;
+    struct dir_rec *dirs;
+    size_t ndirs, capdirs;
+    /* The directory of the last file made, kept open for the next one. */
+    char *cache_path;
+    int cache_fd;
+    char in_buf[65536]; /* the archive as read from the pipe (libarchive's until the next read) */
+    char buf[65536];    /* a file's bytes on their way to it */
+};
+
+static la_ssize_t extract_read_cb(struct archive *a, void *cls, const void **out)
+{
+    (void)a;
+    struct ar_extract *x = cls;
+    for (;;) {
+        ssize_t n = read(x->in[0], x->in_buf, sizeof(x->in_buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        *out = x->in_buf;
+        return n;
+    }
+}
+
+/* Note the directory path (its first len bytes) for its mode and time at the end. */
+static int dir_note(struct ar_extract *x, const char *path, size_t len, mode_t mode,
+                    struct archive_entry *e)
+{
+    if (x->ndirs == x->capdirs) {
+        size_t cap = x->capdirs ? 2 * x->capdirs : 64;
+        struct dir_rec *d = realloc(x->dirs, cap * sizeof(*d));
+        if (!d)
+            return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        x->dirs = d;
+        x->capdirs = cap;
+    }
+    struct dir_rec *r = &x->dirs[x->ndirs];
+    memset(r, 0, sizeof(*r));
+    if (!(r->path = strndup(path, len)))
+        return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    r->mode = mode;
+    r->seq = x->ndirs;
+    for (const char *s = r->path; (s = strchr(s, '/')); s++)
+        r->level++;
+    if (e && L.archive_entry_mtime_is_set(e)) {
+        r->has_mtime = true;
+        r->mtime_s = L.archive_entry_mtime(e);
+        r->mtime_ns = L.archive_entry_mtime_nsec(e);
+    }
+    x->ndirs++;
+    return 0;
+}
+
+/* Open the directory path beneath the temporary directory, one component at a time with
+ * O_NOFOLLOW, making what is missing (each noted with the default mode) when make: an fd,
+ * or -1 with x->err. A symlink or a file where a directory goes refuses the archive. */
+static int open_dir(struct ar_extract *x, const char *path, bool make, const char *entry)
+{
+    int fd = dup(x->tfd);
+    if (fd < 0)
+        return sbxd_fail_errno(&x->err, SBXD_E_INTERNAL, errno, "out of descriptors");
+    char comp[NAME_MAX + 1];
+    const char *s = path;
+    while (*s) {
+        const char *end = strchrnul(s, '/');
+        size_t n = (size_t)(end - s);
+        memcpy(comp, s, n);
+        comp[n] = '\0';
+        int sub = open_sub(fd, comp);
+        if (sub < 0 && errno == ENOENT && make) {
+            if (mkdirat(fd, comp, 0700) < 0 && errno != EEXIST) {
+                int e = errno;
+                close(fd);
+                return sbxd_fail_errno(&x->err, fs_errno_kind(e), e,
+                                       "cannot make a directory for '%.200s'", entry);
+            }
+            x->st.directories++;
+            if (dir_note(x, path, (size_t)(end - path), x->u.dir_mode, NULL) < 0) {
+                close(fd);
+                return -1;
+            }
+            sub = open_sub(fd, comp);
+        }
+        int e = errno;
+        close(fd);
+        if (sub < 0) {
+            if (e == ELOOP || e == ENOTDIR)
+                return sbxd_fail(&x->err, SBXD_E_DENIED, e,
+                                 "'%.200s' goes through '%.200s', which is not a directory of the "
+                                 "archive (a symlink or a file)",
+                                 entry, comp);
+            return sbxd_fail_errno(&x->err, fs_errno_kind(e), e,
+                                   "cannot open a directory of '%.200s'", entry);
+        }
+        fd = sub;
+        s = *end ? end + 1 : end;
+    }
+    return fd;
+}
+
+/* The directory that holds the entry path (its last component into leaf): kept open from the
+ * entry before when it is the same. An fd that is the cache's (not to be closed), or -1. */
+static int parent_of(struct ar_extract *x, const char *path, char *leaf, bool make)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) : 0;
+    snprintf(leaf, NAME_MAX + 1, "%s", slash ? slash + 1 : path);
+    if (x->cache_fd >= 0 && strlen(x->cache_path) == dl && memcmp(x->cache_path, path, dl) == 0)
+        return x->cache_fd;
+    char *dir = strndup(path, dl);
+    if (!dir)
+        return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int fd = open_dir(x, dir, make, path);
+    if (fd < 0) {
+        free(dir);
+        return -1;
+    }
+    if (x->cache_fd >= 0)
+        close(x->cache_fd);
+    free(x->cache_path);
+    x->cache_path = dir;
+    x->cache_fd = fd;
+    return fd;
+}
+
+/* Make room for a new non-directory leaf: what an earlier entry of the same name made goes
+ * (a later entry wins, as tar has it), but not a directory. */
+static int clear_leaf(struct ar_extract *x, int dfd, const char *leaf, const char *path)
+{
+    struct stat st;
+    if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return 0;
+    if (S_ISDIR(st.st_mode))
+        return sbxd_fail(&x->err, SBXD_E_CONFLICT, EISDIR,
+                         "'%.200s' is a directory earlier in the archive", path);
+    if (unlinkat(dfd, leaf, 0) < 0)
+        return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno, "cannot replace '%.200s'",
+                               path);
+    return 0;
+}
+
+static int extract_file(struct ar_extract *x, struct archive *a, struct archive_entry *e,
+                        const char *path, mode_t mode)
+{
+    char leaf[NAME_MAX + 1];
+    int dfd = parent_of(x, path, leaf, true);
+    if (dfd < 0)
+        return -1;
+    if (L.archive_entry_size_is_set(e) &&
+        (uint64_t)L.archive_entry_size(e) > x->lim.max_bytes - x->st.bytes)
+        return sbxd_fail(&x->err, SBXD_E_TOO_LARGE, EFBIG,
+                         "the archive expands past %llu bytes (--max-archive-bytes) at '%.200s'",
+                         (unsigned long long)x->lim.max_bytes, path);
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    autoclose int fd = openat(dfd, leaf, flags, 0600);
+    if (fd < 0 && errno == EEXIST) { /* (an earlier entry of the same name: this one wins) */
+        if (clear_leaf(x, dfd, leaf, path) < 0)
+            return -1;
+        fd = openat(dfd, leaf, flags, 0600);
+    }
+    if (fd < 0)
+        return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno, "cannot make '%.200s'", path);
+    x->st.files++;
+    for (;;) {
+        la_ssize_t n = L.archive_read_data(a, x->buf, sizeof(x->buf));
+        if (n == 0)
+            break;
+        if (n < 0)
+            return sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL,
+                             "the archive is damaged at '%.200s': %s", path, ar_why(a));
+        if ((uint64_t)n > x->lim.max_bytes - x->st.bytes)
+            return sbxd_fail(
+                &x->err, SBXD_E_TOO_LARGE, EFBIG,
+                "the archive expands past %llu bytes (--max-archive-bytes) at '%.200s'",
+                (unsigned long long)x->lim.max_bytes, path);
+        for (la_ssize_t w = 0; w < n;) {
+            ssize_t k = write(fd, x->buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                                       "cannot write '%.200s'", path);
+            w += k;
+        }
+        x->st.bytes += (uint64_t)n;
+    }
+    if (fchmod(fd, mode) < 0)
+        return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                               "cannot set the mode of '%.200s'", path);
+    if (L.archive_entry_mtime_is_set(e)) {
+        struct timespec ts[2] = {{0, UTIME_OMIT},
+                                 {L.archive_entry_mtime(e), L.archive_entry_mtime_nsec(e)}};
+        futimens(fd, ts);
+    }
+    return 0;
+}
+
+static int extract_link(struct ar_extract *x, struct archive_entry *e, const char *path, bool hard)
+{
+    char leaf[NAME_MAX + 1];
+    const char *target = hard ? L.archive_entry_hardlink(e) : L.archive_entry_symlink(e);
+    if (!target || !*target)
+        return sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL, "the link '%.200s' has no target", path);
+    if (!hard) {
+        if (!ar_link_inside(path, target, x->dest_depth))
+            return sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
+                             "the symlink '%.200s' -> '%.200s' leaves the workspace", path, target);
+        int dfd = parent_of(x, path, leaf, true);
+        if (dfd < 0 || clear_leaf(x, dfd, leaf, path) < 0)
+            return -1;
+        if (symlinkat(target, dfd, leaf) < 0)
+            return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno, "cannot make '%.200s'",
+                                   path);
+        x->st.symlinks++;
+        return 0;
+    }
+    /* A hard link names a file this archive made before: resolved in the temporary directory
+     * (never beyond it), and only a regular file. */
+    char *to = malloc(PATH_MAX);
+    if (!to)
+        return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct sbxd_err nerr = {0};
+    if (ar_entry_name(target, to, &nerr) < 0 || !*to) {
+        free(to);
+        return sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
+                         "the hard link '%.200s' -> '%.200s' names nothing the archive made", path,
+                         target);
+    }
+    char tleaf[NAME_MAX + 1];
+    const char *slash = strrchr(to, '/');
+    snprintf(tleaf, sizeof(tleaf), "%s", slash ? slash + 1 : to);
+    if (slash)
+        to[slash - to] = '\0';
+    else
+        to[0] = '\0';
+    autoclose int sfd = open_dir(x, to, false, path);
+    free(to);
+    struct stat st;
+    if (sfd < 0 || fstatat(sfd, tleaf, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode)) {
+        x->err = (struct sbxd_err){0};
+        return sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
+                         "the hard link '%.200s' -> '%.200s' names no file the archive made", path,
+                         target);
+    }
+    int dfd = parent_of(x, path, leaf, true);
+    if (dfd < 0 || clear_leaf(x, dfd, leaf, path) < 0)
+        return -1;
+    if (linkat(sfd, tleaf, dfd, leaf, 0) < 0)
+        return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno, "cannot link '%.200s'", path);
+    x->st.hardlinks++;
+    return 0;
+}
+
+static int extract_entry(struct ar_extract *x, struct archive *a, struct archive_entry *e)
+{
+    char *path = malloc(PATH_MAX);
+    if (!path)
+        return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = ar_entry_name(L.archive_entry_pathname(e), path, &x->err);
+    mode_t mode = L.archive_entry_mode(e);
+    unsigned type = L.archive_entry_filetype(e);
+    bool hard = L.archive_entry_hardlink(e) != NULL;
+    unsigned levels = 0;
+    for (const char *t = path; rc == 0 && (t = strchr(t, '/')); t++)
+        levels++;
+    if (rc == 0 && levels >= SBXD_COPY_MAX_DEPTH)
+        rc = sbxd_fail(&x->err, SBXD_E_TOO_LARGE, E2BIG, "'%.200s' is deeper than %u levels", path,
+                       SBXD_COPY_MAX_DEPTH);
+    else if (rc == 0 && !*path && !(type == AE_IFDIR))
+        rc = sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL,
+                       "an entry that is not a directory has "
+                       "no name");
+    else if (rc == 0 && (mode & (S_ISUID | S_ISGID)))
+        rc =
+            sbxd_fail(&x->err, SBXD_E_DENIED, EPERM, "'%.200s' is setuid or setgid: refused", path);
+    else if (rc == 0 && *path && sbxd_temp(strrchr(path, '/') ? strrchr(path, '/') + 1 : path))
+        rc = sbxd_fail(&x->err, SBXD_E_DENIED, EPERM, "'%.200s' has a name sbxd keeps for itself",
+                       path);
+    else if (rc == 0 && hard)
+        rc = extract_link(x, e, path, true);
+    else if (rc == 0 && type == AE_IFREG)
+        rc = extract_file(x, a, e, path, mode & 0777);
+    else if (rc == 0 && type == AE_IFLNK)
+        rc = extract_link(x, e, path, false);
+    else if (rc == 0 && type == AE_IFDIR) {
+        if (*path) {
+            int fd = open_dir(x, path, true, path);
+            rc = fd < 0 ? -1 : 0;
+            if (fd >= 0)
+                close(fd);
+        }
+        if (rc == 0)
+            rc = dir_note(x, path, strlen(path), mode & 0777, e);
+    } else if (rc == 0)
+        rc = sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
+                       "'%.200s' is a %s: only files, directories and links are extracted", path,
+                       type == AE_IFCHR || type == AE_IFBLK ? "device"
+                       : type == AE_IFIFO                   ? "fifo"
+                       : type == AE_IFSOCK                  ? "socket"
+                                                            : "special file");
+    free(path);
+    return rc;
+}
+
+static int level_desc(const void *a, const void *b)
+{
+    const struct dir_rec *x = a, *y = b;
+    if (x->level != y->level)
+        return x->level < y->level ? 1 : -1;
+    return x->seq < y->seq ? -1 : 1;
+}
+
+/* The directories' modes and times, deepest first (a directory made read-only last). */
+static int apply_dirs(struct ar_extract *x)
+{
+    qsort(x->dirs, x->ndirs, sizeof(*x->dirs), level_desc);
+    for (size_t i = 0; i < x->ndirs; i++) {
+        struct dir_rec *r = &x->dirs[i];
+        int fd = *r->path ? open_dir(x, r->path, false, r->path) : dup(x->tfd);
+        if (fd < 0)
+            return -1;
+        fchmod(fd, r->mode);
+        if (r->has_mtime) {
+            struct timespec ts[2] = {{0, UTIME_OMIT}, {r->mtime_s, r->mtime_ns}};
+            futimens(fd, ts);
+        }
+        close(fd);
+    }
+    return 0;
+}
+
+static void *extract_main(void *arg)
+{
+    struct ar_extract *x = arg;
+    uselocale(utf8_locale);
+    fs_user_enter(&x->u);
+    struct archive *a = L.archive_read_new();
+    struct archive_entry *e;
+    int r = a ? ARCHIVE_OK : ARCHIVE_FATAL;
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_format_tar(a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_format_zip(a);
+    /* Each filter in its library: never an outside program (which _all would allow). */
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_filter_gzip(a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_filter_zstd(a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_filter_xz(a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_support_filter_bzip2(a);
+    if (r == ARCHIVE_OK)
+        r = L.archive_read_open(a, x, NULL, extract_read_cb, NULL);
+    if (r != ARCHIVE_OK) {
+        sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL, "not an archive sbxd reads (tar or zip): %s",
+                  a ? ar_why(a) : "out of memory");
+    } else {
+        for (;;) {
+            r = L.archive_read_next_header(a, &e);
+            if (r == ARCHIVE_EOF)
+                break;
+            if (r < ARCHIVE_WARN) {
+                sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL, "the archive is damaged%s: %s",
+                          x->entries ? "" : " or not an archive sbxd reads (tar or zip)",
+                          ar_why(a));
+                break;
+            }
+            if (++x->entries > x->lim.max_entries) {
+                sbxd_fail(&x->err, SBXD_E_TOO_LARGE, E2BIG,
+                          "the archive holds more than %llu entries (--max-archive-entries)",
+                          (unsigned long long)x->lim.max_entries);
+                break;
+            }
+            if (extract_entry(x, a, e) < 0)
+                break;
+        }
+        if (x->err.kind == SBXD_E_NONE)
+            apply_dirs(x);
+    }
+    if (a)
+        L.archive_read_free(a);
+    /* Whatever was not read is not wanted: the feeder gets EPIPE from now on. */
+    close(x->in[0]);
+    x->in[0] = -1;
+    fs_user_leave(&x->u);
+    return NULL;
+}
+
+struct ar_extract *ar_extract_begin(int rootfd, const char *path, bool replace,
+                                    const struct ar_limits *lim, const struct fs_user *u,
+                                    struct sbxd_err *err)
+{
+    if (ar_load(err) < 0)
+        return NULL;
+    struct ar_extract *x = calloc(1, sizeof(*x));
+    char *norm = malloc(PATH_MAX);
+    if (!x || !norm) {
+        free(x);
+        free(norm);
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    x->rootfd = rootfd;
+    x->u = *u;
+    x->lim = *lim;
+    x->replace = replace;
+    x->pfd = x->tfd = x->cache_fd = -1;
+    x->in[0] = x->in[1] = -1;
+    x->dest = norm;
+    if (ar_entry_name(path, norm, err) < 0)
+        goto fail;
+    for (const char *s = norm; *norm && s; s = strchr(s + 1, '/'))
+        x->dest_depth++;
+    fs_user_enter(u);
+    if (!*norm) {
+        /* The root: extracted beside nothing, merged into it from a temporary directory in
+         * it. */
+        x->pfd = -1;
+        if (replace) {
+            fs_user_leave(u);
+            sbxd_fail(err, SBXD_E_INVALID, EINVAL,
+                      "the workspace root cannot be replaced (POST /reset clears it)");
+            goto fail;
+        }
+    } else {
+        x->pfd = fs_open_parent(rootfd, norm, x->name, true, u, err);
+        struct stat st;
+        if (x->pfd >= 0 && fstatat(x->pfd, x->name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISDIR(st.st_mode)) {
+            sbxd_fail(err, SBXD_E_CONFLICT, ENOTDIR,
+                      "'%.200s' is not a directory (a file or a symlink): an archive extracts "
+                      "into a directory",
+                      norm);
+            fs_user_leave(u);
+            goto fail;
+        }
+    }
+    int base = x->pfd;
+    if (base < 0 && !*norm)
+        base = fs_reopen(rootfd, O_RDONLY | O_DIRECTORY);
+    if (base < 0) {
+        fs_user_leave(u);
+        if (*norm)
+            goto fail;
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+        goto fail;
+    }
+    x->pfd = base;
+    fs_temp_name(x->tmp, "extract");
+    if (mkdirat(x->pfd, x->tmp, 0700) < 0 ||
+        (x->tfd = openat(x->pfd, x->tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        int e = errno;
+        fs_user_leave(u);
+        sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot make a temporary directory for '%.200s'",
+                        norm);
+        goto fail;
+    }
+    fs_user_leave(u);
+    /* The directory itself: the user's default mode, unless the archive has an entry "./". */
+    if (dir_note(x, "", 0, u->dir_mode, NULL) < 0) {
+        *err = x->err;
+        goto fail;
+    }
+    if (pipe2(x->in, O_CLOEXEC) < 0) {
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot make a pipe");
+        goto fail;
+    }
+    fcntl(x->in[1], F_SETPIPE_SZ, 1 << 20); /* (where allowed: fewer wake-ups) */
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    int e = pthread_create(&x->thread, &at, extract_main, x);
+    pthread_attr_destroy(&at);
+    if (e) {
+        sbxd_fail_errno(err, SBXD_E_BUSY, e, "cannot start the extraction");
+        goto fail;
+    }
+    x->started = true;
+    return x;
+fail:
+    ar_extract_end(x, false, NULL, NULL);
+    return NULL;
+}
+
+int ar_extract_feed(struct ar_extract *x, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t k = write(x->in[1], p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1; /* EPIPE: the extraction ended */
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Merge the directory src (the extracted tree) into dst, or only check that it can be
+ * (check): a name in both that is a directory in one and not in the other is a conflict, as
+ * is a directory the user cannot write; a file replaces a file. at: dst's path, for errors. */
+static int merge(struct ar_extract *x, int src, int dst, const char *at, bool check)
+{
+    if (check && faccessat(dst, ".", W_OK | X_OK, AT_EACCESS) < 0)
+        return sbxd_fail(&x->err, SBXD_E_DENIED, errno, "'%.200s' is not writable",
+                         *at ? at : "the workspace");
+    if (!check)
+        fchmod(src, 0700); /* (ours: entries are moved out of it) */
+    /* (a description of its own: a dup would share the offset, read to the end already) */
+    int sfd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = sfd >= 0 ? fdopendir(sfd) : NULL;
+    if (!d) {
+        if (sfd >= 0)
+            close(sfd);
+        return sbxd_fail_errno(&x->err, SBXD_E_INTERNAL, errno, "cannot read the extraction");
+    }
+    autofree char *sub = malloc(PATH_MAX);
+    int rc = sub ? 0 : sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+            continue;
+        snprintf(sub, PATH_MAX, "%s%s%s", at, *at ? "/" : "", n);
+        struct stat ss, ds;
+        if (fstatat(src, n, &ss, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        bool there = fstatat(dst, n, &ds, AT_SYMLINK_NOFOLLOW) == 0;
+        if (there && S_ISDIR(ss.st_mode) && S_ISDIR(ds.st_mode)) {
+            int s2 = open_sub(src, n);
+            int d2 = open_sub(dst, n);
+            if (s2 < 0 || d2 < 0)
+                rc = sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                                     "cannot merge into '%.200s'", sub);
+            else
+                rc = merge(x, s2, d2, sub, check);
+            if (rc == 0 && !check)
+                fchmod(d2, ss.st_mode & 0777); /* the archive's mode, as tar sets it */
+            if (s2 >= 0)
+                close(s2);
+            if (d2 >= 0)
+                close(d2);
+        } else if (there && S_ISDIR(ss.st_mode) != S_ISDIR(ds.st_mode)) {
+            rc = sbxd_fail(&x->err, SBXD_E_CONFLICT, EEXIST,
+                           "'%.200s' is a %s in the workspace and a %s in the archive: add "
+                           "replace=true to replace the whole directory",
+                           sub, S_ISDIR(ds.st_mode) ? "directory" : "file",
+                           S_ISDIR(ss.st_mode) ? "directory" : "file");
+        } else if (!check && renameat(src, n, dst, n) < 0) {
+            rc = sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                                 "cannot put '%.200s' in place", sub);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Put the extracted tree in place of (or into) the destination. */
+static int install(struct ar_extract *x)
+{
+    syncfs(x->tfd);
+    if (!*x->dest) {
+        autoclose int root = fs_reopen(x->rootfd, O_RDONLY | O_DIRECTORY);
+        if (root < 0)
+            return sbxd_fail_errno(&x->err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+        if (merge(x, x->tfd, root, "", true) < 0 || merge(x, x->tfd, root, "", false) < 0)
+            return -1;
+        return 0;
+    }
+    struct stat st;
+    bool there = fstatat(x->pfd, x->name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (there && !S_ISDIR(st.st_mode))
+        return sbxd_fail(&x->err, SBXD_E_CONFLICT, ENOTDIR,
+                         "'%.200s' is not a directory: an archive extracts into one", x->dest);
+    if (!there) {
+        if (fs_rename_noreplace(x->pfd, x->tmp, x->pfd, x->name) < 0)
+            return sbxd_fail_errno(&x->err,
+                                   errno == EEXIST ? SBXD_E_CONFLICT : fs_errno_kind(errno), errno,
+                                   "cannot put '%.200s' in place", x->dest);
+        x->tmp[0] = '\0';
+        fsync(x->pfd);
+        return 0;
+    }
+    if (x->replace) {
+        /* (the swapped-out old tree is what tmp names then, deleted by the caller) */
+        if (fs_swap_dir(x->pfd, x->tmp, x->name) < 0)
+            return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                                   "cannot put '%.200s' in place", x->dest);
+        fsync(x->pfd);
+        return 0;
+    }
+    autoclose int dfd = open_sub(x->pfd, x->name);
+    if (dfd < 0)
+        return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno, "cannot open '%.200s'",
+                               x->dest);
+    if (merge(x, x->tfd, dfd, x->dest, true) < 0 || merge(x, x->tfd, dfd, x->dest, false) < 0)
+        return -1;
+    return 0;
+}
+
+int ar_extract_end(struct ar_extract *x, bool whole, struct ar_stats *st, struct sbxd_err *err)
+{
+    if (x->in[1] >= 0)
+        close(x->in[1]); /* the end of the archive: the reader sees EOF */
+    x->in[1] = -1;
+    if (x->started)
+        pthread_join(x->thread, NULL);
+    if (x->started && !whole && x->err.kind == SBXD_E_NONE)
+        sbxd_fail(&x->err, SBXD_E_INVALID, EPIPE, "the archive was cut short");
+    int rc = -1;
+    if (x->started) {
+        fs_user_enter(&x->u);
+        if (x->err.kind == SBXD_E_NONE)
+            install(x);
+        rc = x->err.kind == SBXD_E_NONE ? 0 : -1;
+        fs_user_leave(&x->u);
+    }
+    if (x->tmp[0] && x->pfd >= 0) {
+        if (x->tfd >= 0)
+            close(x->tfd);
+        x->tfd = -1;
+        fs_user_enter(&x->u);
+        fs_delete_at(x->pfd, x->tmp);
+        fs_user_leave(&x->u);
+    }
+    if (rc == 0 && st)
+        *st = x->st;
+    if (rc < 0 && err && x->started)
+        *err = x->err;
+    for (size_t i = 0; i < x->ndirs; i++)
+        free(x->dirs[i].path);
+    free(x->dirs);
+    free(x->cache_path);
+    int fds[] = {x->in[0], x->in[1], x->tfd, x->cache_fd, x->pfd};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(x->dest);
+    free(x);
+    return rc;
+}

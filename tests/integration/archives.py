@@ -1,0 +1,147 @@
+"""Archives for the archive suite (test_archive.c): python3 archives.py OUTDIR writes each as
+OUTDIR/NAME. The hostile ones must all be refused by PUT ?archive= with nothing written."""
+import io
+import os
+import sys
+import tarfile
+import zipfile
+import zlib
+
+
+def tar_bytes(members, fmt=tarfile.PAX_FORMAT):
+    """members: (TarInfo, bytes or None)"""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for info, data in members:
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def info(name, type_=tarfile.REGTYPE, data=b"", mode=0o644, linkname=""):
+    i = tarfile.TarInfo(name)
+    i.type = type_
+    i.mode = mode
+    i.mtime = 1700000000
+    i.linkname = linkname
+    i.size = len(data) if type_ == tarfile.REGTYPE else 0
+    return i, (data if type_ == tarfile.REGTYPE else None)
+
+
+def bomb_gz(size):
+    """A tar.gz of one file of size zero bytes, made a MiB at a time."""
+    head = tarfile.TarInfo("zeros")
+    head.size = size
+    head.mtime = 1700000000
+    raw = head.tobuf(format=tarfile.PAX_FORMAT)
+    z = zlib.compressobj(1, zlib.DEFLATED, 31)
+    out = [z.compress(raw)]
+    chunk = bytes(1 << 20)
+    left = size
+    while left:
+        n = min(left, len(chunk))
+        out.append(z.compress(chunk[:n]))
+        left -= n
+    out.append(z.compress(bytes((512 - size % 512) % 512 + 1024)))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+class Unseekable(io.RawIOBase):
+    """A file a zip is written to as to a pipe: sizes go in data descriptors, after the
+    bytes, so that a reader of the stream learns them only at the end."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        return self.f.write(b)
+
+
+def bomb_zip(path, size):
+    with open(path, "wb") as f, zipfile.ZipFile(Unseekable(f), "w", zipfile.ZIP_DEFLATED,
+                                                compresslevel=1) as z:
+        with z.open("zeros", "w", force_zip64=True) as w:
+            chunk = bytes(1 << 20)
+            for _ in range(size // len(chunk)):
+                w.write(chunk)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    good = [
+        info("d", tarfile.DIRTYPE, mode=0o750),
+        info("d/x.txt", data=b"x\n", mode=0o600),
+        info("d/s", tarfile.SYMTYPE, linkname="x.txt"),
+        info("d/h", tarfile.LNKTYPE, linkname="d/x.txt"),
+    ]
+    hostile = {
+        "absolute.tar": [info("/etc/sbxd-pwned", data=b"pwned\n")],
+        "dotdot.tar": [info("ok.txt", data=b"1"), info("../sbxd-pwned", data=b"pwned\n")],
+        "dotdot_inner.tar": [info("a/../../sbxd-pwned", data=b"pwned\n")],
+        "symlink_absolute.tar": [info("l", tarfile.SYMTYPE, linkname="/etc")],
+        "symlink_leaves.tar": [info("a/l", tarfile.SYMTYPE, linkname="../../../../etc")],
+        "symlink_then_file.tar": [
+            info("sub", tarfile.DIRTYPE),
+            info("l", tarfile.SYMTYPE, linkname="sub"),
+            info("l/f", data=b"through a link\n"),
+        ],
+        "hardlink_outside.tar": [info("h", tarfile.LNKTYPE, linkname="/etc/passwd")],
+        "hardlink_dotdot.tar": [info("h", tarfile.LNKTYPE, linkname="../outside")],
+        "hardlink_missing.tar": [info("h", tarfile.LNKTYPE, linkname="nothing")],
+        "device.tar": [info("ok.txt", data=b"1"), info("null", tarfile.CHRTYPE)],
+        "fifo.tar": [info("p", tarfile.FIFOTYPE)],
+        "setuid.tar": [info("su", data=b"#!/bin/sh\n", mode=0o4755)],
+        "reserved_name.tar": [info(".sbxd-upload-0000000000000000", data=b"x")],
+    }
+    for name, members in hostile.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(tar_bytes(good + members))
+    # Cut short in the middle of a file's bytes.
+    whole = tar_bytes(good + [info("big", data=bytes(200000))])
+    with open(os.path.join(out, "truncated.tar"), "wb") as f:
+        f.write(whole[: len(whole) - 150000])
+    with open(os.path.join(out, "garbage.tar"), "wb") as f:
+        f.write(b"this is no archive at all\n" * 100)
+    # 1 GiB of zeros in about a MiB.
+    with open(os.path.join(out, "bomb.tar.gz"), "wb") as f:
+        f.write(bomb_gz(1 << 30))
+    bomb_zip(os.path.join(out, "bomb.zip"), 1 << 30)
+    # For the limits of a daemon of their own: 20 entries; two files of 600 KB.
+    with open(os.path.join(out, "many.tar"), "wb") as f:
+        f.write(tar_bytes([info("m%02d" % i, data=b"m") for i in range(20)]))
+    with open(os.path.join(out, "two_big.tar"), "wb") as f:
+        f.write(tar_bytes([info("b1", data=bytes(600000)), info("b2", data=bytes(600000))]))
+    # Merge and replace: files b (new content) and c, directory sub.
+    with open(os.path.join(out, "update.tar"), "wb") as f:
+        f.write(tar_bytes([info("b", data=b"new b\n"), info("c", data=b"c\n"),
+                           info("sub", tarfile.DIRTYPE)]))
+    # The same name twice (the later wins, as tar has it), and a directory then a file of its
+    # name (refused: a directory is never replaced by a file within one archive).
+    with open(os.path.join(out, "dup.tar"), "wb") as f:
+        f.write(tar_bytes([info("a", data=b"1"), info("a", data=b"2"),
+                           info("l", tarfile.SYMTYPE, linkname="a"), info("l", data=b"3")]))
+    with open(os.path.join(out, "dir_then_file.tar"), "wb") as f:
+        f.write(tar_bytes([info("d", tarfile.DIRTYPE), info("d", data=b"x")]))
+    # A file where the workspace has a directory.
+    with open(os.path.join(out, "file_over_dir.tar"), "wb") as f:
+        f.write(tar_bytes([info("c", data=b"c\n"), info("keep", data=b"not a dir\n")]))
+    # The same good tree as a zip.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("zd/", b"")
+        z.writestr("zd/é.txt", "été\n".encode())
+        z.writestr("top.txt", b"top\n")
+    with open(os.path.join(out, "good.zip"), "wb") as f:
+        f.write(buf.getvalue())
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("../zip-pwned", b"pwned\n")
+    with open(os.path.join(out, "zip_dotdot.zip"), "wb") as f:
+        f.write(buf.getvalue())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,409 @@
+/* Whole trees: GET ?archive=tar|zip (compressed as Accept-Encoding offers) and PUT ?archive=
+ * (tar, tar.gz, tar.zst, zip), all or nothing, with hostile archives refused. The archives are
+ * made by archives.py (Python's tarfile and zipfile), once per run. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+static char arch_dir[64];
+
+/* The archives of archives.py: made before the tests (in the runner), removed after. */
+static void archives_make(void)
+{
+    snprintf(arch_dir, sizeof(arch_dir), "/tmp/sbxd-archives-%d", (int)getpid());
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s", ARCHIVES_PY, arch_dir);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+}
+
+static const char *archives(void)
+{
+    return arch_dir;
+}
+
+static void archives_cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", arch_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "archive: cannot remove %s\n", arch_dir);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void sh(const struct daemon *d, const char *command, char *out, size_t outlen)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "command", command);
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cJSON *r = execute(d, body);
+    free(body);
+    ck_assert_msg(jnum(r, "exit_code") == 0, "%s: %s", command, jstr(r, "stderr"));
+    if (out)
+        snprintf(out, outlen, "%s", jstr(r, "stdout"));
+    cJSON_Delete(r);
+}
+
+/* PUT the archive file name (of archives.py) to url: the answer. */
+static void put_archive(const struct daemon *d, const char *name, const char *url,
+                        struct http_resp *r)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", archives(), name);
+    size_t len;
+    char *b = slurp(path, &len);
+    ck_assert_int_eq(http_request(d, "PUT", url, "application/octet-stream", b, len, 120000, r), 0);
+    free(b);
+}
+
+/* Nothing an extraction makes for itself is left in the workspace. */
+static void no_temporaries(const struct daemon *d)
+{
+    char out[4096];
+    sh(d, "find . -name '.sbxd-extract-*' | head -5", out, sizeof(out));
+    ck_assert_msg(!*out, "left behind: %s", out);
+}
+
+/* A tree's description, to compare two: type, mode, size, link target of each entry. */
+static void tree_of(const struct daemon *d, const char *dir, char *out, size_t outlen)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && find . -mindepth 1 -printf '%%P %%y %%m %%s %%l\\n' | sort", dir);
+    sh(d, cmd, out, outlen);
+}
+
+START_TEST(round_trip_keeps_the_tree)
+{
+    sh(&g_sbxd,
+       "mkdir -p rt/src/sub/empty rt/src/deep/a/b/c && printf 'hello\\n' > rt/src/a.txt && "
+       "printf été > rt/src/sub/été.txt && chmod 0600 rt/src/a.txt && chmod 0750 rt/src/sub && "
+       "ln -s ../a.txt rt/src/sub/link && head -c 300000 /dev/urandom > rt/src/deep/a/b/c/bin && "
+       "printf x > 'rt/src/sp ace' && mkfifo rt/src/fifo",
+       NULL, 0);
+    char want[8192], got[8192];
+    tree_of(&g_sbxd, "rt/src", want, sizeof(want));
+    /* The fifo is not stored: what comes back is the rest. */
+    char *fifo = strstr(want, "fifo p");
+    ck_assert_ptr_nonnull(fifo);
+    memmove(fifo, strchr(fifo, '\n') + 1, strlen(strchr(fifo, '\n') + 1) + 1);
+    const char *encodings[] = {NULL, "gzip", "zstd"};
+    for (int i = 0; i < 3; i++) {
+        struct http_resp r;
+        char url[128];
+        snprintf(url, sizeof(url), "/files/rt/src?archive=tar");
+        if (encodings[i]) {
+            /* The compressed bytes, said so; put back as they came: extracted whole. */
+            char ae[64], wantce[64], dest[64];
+            snprintf(ae, sizeof(ae), "Accept-Encoding: %s;q=0.9, identity;q=0.1", encodings[i]);
+            snprintf(wantce, sizeof(wantce), "Content-Encoding: %s", encodings[i]);
+            ck_assert_int_eq(http_request_with(&g_sbxd, "GET", url, ae, NULL, NULL, 0, 0, &r), 0);
+            ck_assert_int_eq(r.status, 200);
+            ck_assert_msg(strstr(r.headers, wantce), "%s", r.headers);
+            ck_assert_msg(strstr(r.headers, "Vary: Accept-Encoding"), "%s", r.headers);
+            snprintf(dest, sizeof(dest), "/files/rt/%s?archive=tar", encodings[i]);
+            struct http_resp pr;
+            ck_assert_int_eq(http_request(&g_sbxd, "PUT", dest, NULL, r.body, r.len, 0, &pr), 0);
+            ck_assert_msg(pr.status == 201, "%ld %s", pr.status, pr.body);
+            http_resp_free(&pr);
+            http_resp_free(&r);
+            snprintf(dest, sizeof(dest), "rt/%s", encodings[i]);
+            tree_of(&g_sbxd, dest, got, sizeof(got));
+            ck_assert_str_eq(got, want);
+            continue;
+        }
+        http_reqf(&g_sbxd, &r, "GET", NULL, "%s", url);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_msg(strstr(r.headers, "Content-Type: application/x-tar"), "%s", r.headers);
+        ck_assert_msg(strstr(r.headers, "filename=\"src.tar\""), "%s", r.headers);
+        /* The archive as tar itself reads it: a symlink stored as a link. */
+        char tmp[] = "/tmp/sbxd-rt-XXXXXX";
+        int fd = mkstemp(tmp);
+        ck_assert_int_eq(write(fd, r.body, r.len), (ssize_t)r.len);
+        close(fd);
+        char cmd[256], listing[4096];
+        snprintf(cmd, sizeof(cmd), "tar tvf %s | grep ' sub/link -> ../a.txt'", tmp);
+        FILE *p = popen(cmd, "r");
+        size_t n = fread(listing, 1, sizeof(listing) - 1, p);
+        listing[n] = '\0';
+        ck_assert_int_eq(pclose(p), 0);
+        unlink(tmp);
+        struct http_resp pr;
+        ck_assert_int_eq(
+            http_request(&g_sbxd, "PUT", "/files/rt/copy?archive=tar", NULL, r.body, r.len, 0, &pr),
+            0);
+        ck_assert_msg(pr.status == 201, "%ld %s", pr.status, pr.body);
+        ck_assert_str_eq(jstr(pr.json, "path"), "rt/copy");
+        ck_assert_int_eq((int)jnum(pr.json, "files"), 4);
+        ck_assert_int_eq((int)jnum(pr.json, "symlinks"), 1);
+        ck_assert_int_eq((int)jnum(pr.json, "bytes"), 300000 + 6 + 5 + 1); /* été: 5 bytes */
+        http_resp_free(&pr);
+        http_resp_free(&r);
+        tree_of(&g_sbxd, "rt/copy", got, sizeof(got));
+        ck_assert_str_eq(got, want);
+    }
+    /* zip: the names as a zip reader sees them (UTF-8 flagged), and extracted back. */
+    char out[4096];
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/rt/src?archive=zip");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.headers, "Content-Type: application/zip"), "%s", r.headers);
+    struct http_resp pr;
+    ck_assert_int_eq(
+        http_request(&g_sbxd, "PUT", "/files/rt/fromzip?archive=zip", NULL, r.body, r.len, 0, &pr),
+        0);
+    ck_assert_msg(pr.status == 201, "%ld %s", pr.status, pr.body);
+    http_resp_free(&pr);
+    http_resp_free(&r);
+    sh(&g_sbxd, "cat rt/fromzip/sub/été.txt && cmp rt/fromzip/deep/a/b/c/bin rt/src/deep/a/b/c/bin",
+       out, sizeof(out));
+    ck_assert_str_eq(out, "été");
+    no_temporaries(&g_sbxd);
+}
+END_TEST
+
+START_TEST(hostile_archives_are_refused_with_nothing_written)
+{
+    static const struct {
+        const char *file;
+        long status;
+        const char *code;
+    } cases[] = {
+        {"absolute.tar", 403, "PERMISSION_DENIED"},
+        {"dotdot.tar", 403, "PERMISSION_DENIED"},
+        {"dotdot_inner.tar", 403, "PERMISSION_DENIED"},
+        {"symlink_absolute.tar", 403, "PERMISSION_DENIED"},
+        {"symlink_leaves.tar", 403, "PERMISSION_DENIED"},
+        {"symlink_then_file.tar", 403, "PERMISSION_DENIED"},
+        {"hardlink_outside.tar", 403, "PERMISSION_DENIED"},
+        {"hardlink_dotdot.tar", 403, "PERMISSION_DENIED"},
+        {"hardlink_missing.tar", 403, "PERMISSION_DENIED"},
+        {"device.tar", 403, "PERMISSION_DENIED"},
+        {"fifo.tar", 403, "PERMISSION_DENIED"},
+        {"setuid.tar", 403, "PERMISSION_DENIED"},
+        {"reserved_name.tar", 403, "PERMISSION_DENIED"},
+        {"truncated.tar", 400, "INVALID_ARGUMENT"},
+        {"garbage.tar", 400, "INVALID_ARGUMENT"},
+        {"zip_dotdot.zip", 403, "PERMISSION_DENIED"},
+    };
+    /* Into a new directory (which must not appear), and into an existing one (which must not
+     * change). */
+    sh(&g_sbxd, "mkdir -p host/existing && printf keep > host/existing/keep", NULL, 0);
+    char before[4096], after[4096];
+    tree_of(&g_sbxd, "host", before, sizeof(before));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *dests[] = {"/files/host/new?archive=tar", "/files/host/existing?archive=tar",
+                               "/v1/files/host/existing?archive=tar&replace=true"};
+        for (int k = 0; k < 3; k++) {
+            struct http_resp r;
+            put_archive(&g_sbxd, cases[i].file, dests[k], &r);
+            ck_assert_msg(r.status == cases[i].status, "%s to %s: %ld %s", cases[i].file, dests[k],
+                          r.status, r.body);
+            assert_error(&r, cases[i].status, cases[i].code);
+            http_resp_free(&r);
+        }
+        tree_of(&g_sbxd, "host", after, sizeof(after));
+        ck_assert_msg(strcmp(before, after) == 0, "%s changed the workspace:\n%s\nwas\n%s",
+                      cases[i].file, after, before);
+    }
+    char out[256];
+    sh(&g_sbxd, "ls /etc/sbxd-pwned ../sbxd-pwned ../zip-pwned 2>/dev/null | wc -l", out,
+       sizeof(out));
+    ck_assert_str_eq(out, "0\n");
+    no_temporaries(&g_sbxd);
+}
+END_TEST
+
+START_TEST(merge_replace_and_conflicts)
+{
+    sh(&g_sbxd, "mkdir -p mg/keep && printf a > mg/a && printf old > mg/b", NULL, 0);
+    struct http_resp r;
+    /* Merged: a kept, b replaced, c and sub added; 200, the directory was there. */
+    put_archive(&g_sbxd, "update.tar", "/files/mg?archive=tar", &r);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    char out[1024];
+    sh(&g_sbxd, "cd mg && ls -p | tr '\\n' ' ' && cat b", out, sizeof(out));
+    ck_assert_str_eq(out, "a b c keep/ sub/ new b\n");
+    /* A file of the archive where the workspace has a directory: 409, nothing moved. */
+    put_archive(&g_sbxd, "file_over_dir.tar", "/files/mg?archive=tar", &r);
+    assert_error(&r, 409, "CONFLICT");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "replace=true"), "%s", r.body);
+    http_resp_free(&r);
+    sh(&g_sbxd, "cd mg && ls -p | tr '\\n' ' ' && cat c", out, sizeof(out));
+    ck_assert_str_eq(out, "a b c keep/ sub/ c\n");
+    /* Replaced: exactly the archive's tree. */
+    put_archive(&g_sbxd, "file_over_dir.tar", "/files/mg?archive=tar&replace=true", &r);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    sh(&g_sbxd, "cd mg && ls -p | tr '\\n' ' '", out, sizeof(out));
+    ck_assert_str_eq(out, "c keep ");
+    /* Into the workspace root: merged. */
+    put_archive(&g_sbxd, "good.zip", "/files/?archive=zip", &r);
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    sh(&g_sbxd, "cat top.txt zd/é.txt && rm -r top.txt zd", out, sizeof(out));
+    ck_assert_str_eq(out, "top\nété\n");
+    put_archive(&g_sbxd, "good.zip", "/files/?archive=zip&replace=true", &r);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    /* The same name twice: the later entry wins; a file over a directory of the same archive:
+     * 409, nothing written. */
+    put_archive(&g_sbxd, "dup.tar", "/files/dup?archive=tar", &r);
+    ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    sh(&g_sbxd, "cd dup && cat a l && test ! -L l", out, sizeof(out));
+    ck_assert_str_eq(out, "23");
+    put_archive(&g_sbxd, "dir_then_file.tar", "/files/dtf?archive=tar", &r);
+    assert_error(&r, 409, "CONFLICT");
+    http_resp_free(&r);
+    /* Onto a file, or a symlink: 409. */
+    sh(&g_sbxd, "ln -s mg mglink", NULL, 0);
+    put_archive(&g_sbxd, "good.zip", "/files/mglink?archive=zip", &r);
+    assert_error(&r, 409, "CONFLICT");
+    http_resp_free(&r);
+    put_archive(&g_sbxd, "good.zip", "/files/mg/c?archive=zip", &r);
+    assert_error(&r, 409, "CONFLICT");
+    http_resp_free(&r);
+    no_temporaries(&g_sbxd);
+}
+END_TEST
+
+START_TEST(bad_requests_get_clear_errors)
+{
+    sh(&g_sbxd, "mkdir -p bad && printf x > bad/f", NULL, 0);
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/bad?archive=rar");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/bad/f?archive=tar");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/files/nothing?archive=tar");
+    assert_error(&r, 404, "NOT_FOUND");
+    http_resp_free(&r);
+    put_archive(&g_sbxd, "good.zip", "/files/bad/z?archive=7z", &r);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    put_archive(&g_sbxd, "good.zip", "/files/bad/z?archive=zip&type=directory", &r);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    put_archive(&g_sbxd, "good.zip", "/files/bad/z?archive=zip&replace=maybe", &r);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    put_archive(&g_sbxd, "good.zip", "/files/../z?archive=zip", &r);
+    ck_assert_msg(r.status == 403 || r.status == 400, "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+    /* An empty body is no archive. */
+    ck_assert_int_eq(http_request(&g_sbxd, "PUT", "/files/bad/e?archive=tar", NULL, "", 0, 0, &r),
+                     0);
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    char out[256];
+    sh(&g_sbxd, "cd bad && ls", out, sizeof(out)); /* (not "ls bad": gVisor's statx fails it) */
+    ck_assert_str_eq(out, "f\n");
+    no_temporaries(&g_sbxd);
+}
+END_TEST
+
+/* A client that goes away in the middle of its archive: nothing of it stays. */
+START_TEST(an_abandoned_upload_leaves_nothing)
+{
+    int fds_before = daemon_fd_count(&g_sbxd);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/two_big.tar", archives());
+    size_t len;
+    char *tar = slurp(path, &len);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_sbxd.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    char head[256];
+    int n = snprintf(
+        head, sizeof(head),
+        "PUT /files/gone?archive=tar HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", len);
+    ck_assert_int_eq(send(s, head, (size_t)n, MSG_NOSIGNAL), n);
+    /* Half the body, then the connection closes. */
+    ck_assert_int_eq(send(s, tar, len / 2, MSG_NOSIGNAL), (ssize_t)(len / 2));
+    usleep(200000);
+    close(s);
+    free(tar);
+    char out[256] = "x";
+    for (int i = 0; i < 100 && *out; i++) {
+        sh(&g_sbxd, "ls -a | grep -e '^gone$' -e '^.sbxd-extract' || true", out, sizeof(out));
+        if (*out)
+            usleep(50000);
+    }
+    ck_assert_msg(!*out, "left: %s", out);
+    for (int i = 0; i < 50 && daemon_fd_count(&g_sbxd) > fds_before; i++)
+        usleep(20000);
+    ck_assert_int_le(daemon_fd_count(&g_sbxd), fds_before);
+}
+END_TEST
+
+START_TEST(limits_refuse_bombs_and_floods)
+{
+    struct daemon d;
+    const char *args[] = {"--max-archive-bytes", "1MiB", "--max-archive-entries", "10", NULL};
+    daemon_start(&d, args, NULL);
+    const char *files[] = {"bomb.tar.gz", "bomb.zip", "two_big.tar", "many.tar"};
+    for (int i = 0; i < 4; i++) {
+        struct http_resp r;
+        double t0 = now_ms();
+        put_archive(&d, files[i], "/files/lim?archive=tar", &r);
+        ck_assert_msg(r.status == 413, "%s: %ld %s", files[i], r.status, r.body);
+        assert_error(&r, 413, "PAYLOAD_TOO_LARGE");
+        ck_assert_msg(now_ms() - t0 < 20000, "%s took %.0f ms", files[i], now_ms() - t0);
+        http_resp_free(&r);
+    }
+    char out[256];
+    sh(&d, "ls -a | grep -v '^\\.\\.\\?$' | wc -l", out, sizeof(out));
+    ck_assert_str_eq(out, "0\n");
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+static void teardown(void)
+{
+    archives_cleanup();
+}
+
+Suite *archive_suite(void)
+{
+    Suite *s = suite_create("archive");
+    TCase *tc = tcase_create("archive");
+    tcase_set_timeout(tc, 180);
+    tcase_add_unchecked_fixture(tc, archives_make, teardown);
+    tcase_add_test(tc, round_trip_keeps_the_tree);
+    tcase_add_test(tc, hostile_archives_are_refused_with_nothing_written);
+    tcase_add_test(tc, merge_replace_and_conflicts);
+    tcase_add_test(tc, bad_requests_get_clear_errors);
+    tcase_add_test(tc, an_abandoned_upload_leaves_nothing);
+    tcase_add_test(tc, limits_refuse_bombs_and_floods);
+    suite_add_tcase(s, tc);
+    return s;
+}
