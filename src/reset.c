@@ -151,15 +151,18 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
      * next is the commands' and the background processes'. */
     rep->contexts = ctx_reset();
     rep->processes = job_kill_all(JOB_KILL_CANCEL);
+    int64_t t_killed = time_mono_ns();
     env->quiesce(env->arg);
     /* Again: a context whose start was under way may have made it into the registry. */
     rep->contexts += ctx_reset();
     rep->background = forget_processes();
     wait_reaped(SBXD_RESET_REAP_MS);
+    int64_t t_ended = time_mono_ns();
     /* What left its tree where no backend follows it (the process group's, a PID namespace
      * of a background process of another), or outlived its job. */
     rep->strays = uid_procs_kill(uids, nuids, SBXD_RESET_STRAYS_MS, &rep->strays_left);
     rep->processes += rep->strays;
+    int64_t t_strays = time_mono_ns();
     int rc = 0;
     if (rep->strays_left) {
         sbxd_fail(err, SBXD_E_INTERNAL, 0,
@@ -169,8 +172,10 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
     }
     if (clear_workspace(env, rep, err) < 0)
         rc = -1;
+    int64_t t_ws = time_mono_ns();
     if (clear_shared(env, uids, nuids, rep, err) < 0)
         rc = -1;
+    int64_t t_tmp = time_mono_ns();
 
     exec_service_open(env->svc);
     ctx_warm_resume();
@@ -182,6 +187,12 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
               LOG_I("directories", (int64_t)(rep->ws.directories + rep->tmp.directories)),
               LOG_I("bytes", (int64_t)(rep->ws.bytes + rep->tmp.bytes)),
               LOG_B("baseline", rep->baseline), LOG_D("duration_ms", rep->duration_ms),
+              /* Where the time went: the kills, the ends, the strays, the workspace, /tmp. */
+              LOG_D("kill_ms", (double)(t_killed - t0) / 1e6),
+              LOG_D("end_ms", (double)(t_ended - t_killed) / 1e6),
+              LOG_D("strays_ms", (double)(t_strays - t_ended) / 1e6),
+              LOG_D("workspace_ms", (double)(t_ws - t_strays) / 1e6),
+              LOG_D("tmp_ms", (double)(t_tmp - t_ws) / 1e6),
               rc == 0 ? LOG_NULL("error") : LOG_S("error", err->msg));
     return rc;
 }
