@@ -53,6 +53,11 @@ static const struct opt opts[] = {
     {"workspace", "DIR", "SBXD_WORKSPACE", "SANDBOX_BASE_DIR", 0, "/workspace", OPT_PATH,
      OFF(workspace), 0, 0,
      "Root of the files commands work on and the default cwd; created if missing."},
+    {"workspace-baseline", "DIR", "SBXD_WORKSPACE_BASELINE", NULL, 0, "", OPT_FILE,
+     OFF(workspace_baseline), 0, 0,
+     "A reset (POST /reset) gives the emptied workspace a copy of this directory's tree "
+     "(reflinks where the file system can), as the command user, who must be able to read it; "
+     "outside the workspace. Empty: a reset leaves the workspace empty."},
     {"timeout-ms", "MS", "SBXD_TIMEOUT_MS", "SANDBOX_EXEC_TIMEOUT_SECONDS", 1000, "60000", OPT_UINT,
      OFF(timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
      "Wall-clock timeout of a command that asks for none. SANDBOX_EXEC_TIMEOUT_SECONDS (in "
@@ -346,9 +351,9 @@ static void print_usage(FILE *out)
     fprintf(out,
             "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH,\n"
             "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
-            "POST /processes/ID/{stdin,signal,resize}, GET/HEAD/PUT/DELETE /v1/files/PATH,\n"
-            "GET /v1/health, GET /v1/metadata, GET /metrics; legacy: POST /upload,\n"
-            "GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
+            "POST /processes/ID/{stdin,signal,resize}, POST /reset,\n"
+            "GET/HEAD/PUT/DELETE /v1/files/PATH, GET /v1/health, GET /v1/metadata, GET /metrics;\n"
+            "legacy: POST /upload, GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
             "gRPC (--grpc-listen): process.v1.ProcessService/{Execute,Start,WriteStdin,\n"
             "SendSignal,ResizeTTY}, grpc.health.v1.Health/{Check,Watch}.\n"
             "See docs/api.md.\n"

@@ -85,6 +85,35 @@ static int give_workspace(int rootfd, const char *workspace, const struct harden
     return 0;
 }
 
+/* Whether path a is b or lies beneath it (both absolute, resolved). */
+static bool path_within(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+    return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/' || (n == 1 && b[0] == '/'));
+}
+
+/* --workspace-baseline: a directory apart from the workspace (a reset empties the one before
+ * it copies the other). Returns its fd, -1 for none, or -2 (logged). */
+static int open_baseline(const char *path, const char *workspace)
+{
+    if (!*path)
+        return -1;
+    char real[PATH_MAX];
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *why = NULL;
+    if (fd < 0 || !realpath(path, real))
+        why = strerror(errno);
+    else if (path_within(real, workspace) || path_within(workspace, real))
+        why = "it and the workspace must not hold one another";
+    if (!why)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    LOG_EVENT("error", "start", LOG_S("message", "unusable --workspace-baseline"),
+              LOG_S("path", path), LOG_S("error", why));
+    return -2;
+}
+
 /* Under memory pressure the kernel should kill a command (1000), never sbxd: lower our own
  * score where allowed (only with CAP_SYS_RESOURCE). Returns the score in force. */
 static int protect_daemon(void)
@@ -340,10 +369,17 @@ int main(int argc, char **argv)
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }
+    int baseline_fd = open_baseline(cfg.workspace_baseline, workspace);
+    if (baseline_fd == -2) {
+        close(rootfd);
+        return 1;
+    }
     static struct isolation iso;
     struct harden_plan harden;
     rc = setup_isolation(&cfg, rootfd, workspace, &iso, &harden);
     if (rc) {
+        if (baseline_fd >= 0)
+            close(baseline_fd);
         close(rootfd);
         return rc;
     }
@@ -363,6 +399,8 @@ int main(int argc, char **argv)
     else
         srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
     if (srv) {
+        server_set_baseline(srv, baseline_fd);
+        baseline_fd = -1;
         struct ctx_config cc = {.max_contexts = (unsigned)cfg.max_contexts,
                                 .idle_ms = cfg.context_idle_s * 1000};
         ctx_init(&cc, server_exec(srv));
@@ -374,6 +412,8 @@ int main(int argc, char **argv)
         srv = NULL;
     }
     if (!srv) {
+        if (baseline_fd >= 0)
+            close(baseline_fd);
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         job_keeper_stop();
         spawn_pool_stop();

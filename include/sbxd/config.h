@@ -24,6 +24,7 @@ struct sbxd_config {
     socklen_t grpc_addr_len;
     bool grpc_off;
     char workspace[PATH_MAX];
+    char workspace_baseline[PATH_MAX]; /* empty: none */
     uint64_t timeout_ms;
     uint64_t max_timeout_ms;
     uint64_t max_output_bytes;

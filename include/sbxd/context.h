@@ -117,6 +117,13 @@ void ctx_sweep(void);
  * take no new executions. */
 void ctx_kill_all(void);
 
+/* A reset (reset.h): the warm kernels are killed and no more are made until
+ * ctx_warm_resume (one that was starting is not handed out either), and every context is
+ * deleted (an execution in progress ends "died"; the next POST /run_code makes a new default
+ * context). Returns how many contexts were deleted. */
+unsigned ctx_reset(void);
+void ctx_warm_resume(void);
+
 /* Forget every context (after the server stopped). */
 void ctx_shutdown(void);
 

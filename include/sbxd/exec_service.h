@@ -37,6 +37,7 @@ struct exec_service {
      * first. Zeroed is empty. */
     struct exec_waiter *wait_head, *wait_tail;
     unsigned waiting;
+    bool closed; /* atomic: a reset is under way: no command starts (exec_service_close) */
 };
 
 /* The bounds a request is parsed under. A background process (MX_BACKGROUND) gets the
@@ -64,6 +65,13 @@ int exec_service_admit(struct exec_service *s, struct exec_admit *a, struct sbxd
 void exec_service_leave(struct exec_service *s);
 /* Wake every waiter to look at its stop flag now (the drain has begun). */
 void exec_service_wake_all(struct exec_service *s);
+/* A reset: from now on every start (a command, a background process, a context's) and
+ * every admission is refused with SBXD_E_UNAVAILABLE, and waiters for a slot are woken to be
+ * refused; returns once no start that began before is still under way (each is bounded by
+ * the spawn deadline), so every command started is a live job that job_kill_all reaches.
+ * exec_service_open takes commands again. */
+void exec_service_close(struct exec_service *s);
+void exec_service_open(struct exec_service *s);
 unsigned exec_service_running(const struct exec_service *s);
 unsigned exec_service_starting(const struct exec_service *s);
 

@@ -189,6 +189,54 @@ struct fs_copy_stats {
 int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const struct fs_user *u,
             struct fs_copy_stats *cs, struct sbxd_err *err);
 
+/* What a clear removed: files (every entry but directories: symlinks, fifos... too) with
+ * the bytes of the regular ones, and directories; what it could not remove is counted in
+ * failed, the first one named with its errno. */
+struct fs_clear_stats {
+    uint64_t files, directories, bytes;
+    uint64_t failed;
+    int first_errno;
+    char first[128];
+};
+
+/*
+ * Empty the directory dfd (taken; the directory itself stays): every entry, each directory's
+ * before it, through fds and never following a link (walk.h). A directory whose owner took
+ * away its own write or search bit (chmod 0500) gets them back first; a tree nested deeper
+ * than the walk goes is moved up and emptied by another pass. With the calling thread's
+ * rights. 0, or -1 when something was left (st says what).
+ */
+int fs_clear_dir(int dfd, struct fs_clear_stats *st);
+
+/* Uids first .. first + count - 1. */
+struct fs_uid_span {
+    uid_t first;
+    unsigned count;
+};
+
+/* A directory to leave alone wherever it is met (the workspace, the baseline). */
+struct fs_keep {
+    dev_t dev;
+    ino_t ino;
+};
+
+/*
+ * Remove from dir (/tmp, say) what a uid of `uids` owns: a file or symlink of theirs, a
+ * directory of theirs whole (whoever owns what it holds); another directory is looked into
+ * only when anybody may write into it, the only place a command could have put something.
+ * What keep names stays, with all it holds. A missing dir is nothing to do. 0, or -1 when
+ * something could not be removed (st says what).
+ */
+int fs_clear_owned(const char *dir, const struct fs_uid_span *uids, unsigned nuids,
+                   const struct fs_keep *keep, unsigned nkeep, struct fs_clear_stats *st);
+
+/* Copy everything the directory src holds (taken) into the directory dst (which stays, and is
+ * expected empty: a name already there fails the copy), as fs_copy copies a tree: symlinks as
+ * links, a reflink per file where the file system can, made with the calling thread's rights. With
+ * share, the group gets the owner's permission bits (uid isolation's commands work through
+ * the group). */
+int fs_copy_into(int src, int dst, bool share, struct fs_copy_stats *cs, struct sbxd_err *err);
+
 /* Delete path: a file, a symlink (not what it points to) or an empty directory; a whole
  * tree when recursive. The root itself is refused. */
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err);

@@ -40,7 +40,17 @@ struct server {
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
     bool draining;      /* atomic */
-    size_t token_len;   /* of cfg->token; 0: no token is required */
+    /* Resets (route_reset.c): one at a time (reset_lock); while one runs, `resetting` is
+     * set and requests of gated routes are refused. Those under way hold work_lock shared
+     * (their route's begin and end), and the reset takes it to know they are over. reset_gen
+     * counts the resets done: a request whose head came before one is refused after it. */
+    bool resetting;     /* atomic */
+    uint64_t reset_gen; /* atomic */
+    uint64_t resets;    /* atomic: resets done (/metrics) */
+    pthread_mutex_t reset_lock;
+    pthread_rwlock_t work_lock;
+    int baseline_fd;  /* --workspace-baseline, or -1 */
+    size_t token_len; /* of cfg->token; 0: no token is required */
     /* guard.c: the open connections, their caps and deadlines */
     pthread_mutex_t guard_lock;
     struct conn *conns;
@@ -74,6 +84,7 @@ struct req_ctx {
     size_t discarded; /* bytes dropped so far */
     char client[64];
     bool holds_running; /* holds an exec_service_admit slot until the request completes */
+    uint64_t reset_gen; /* srv->reset_gen when its head came */
     char method[8];
     char *url; /* as sent: percent-escapes are the route's to decode */
     /* A route that streams its body keeps its state here; freed with whether the request
@@ -110,6 +121,9 @@ struct route {
     route_body_fn body;
     const char *label;    /* its name in /metrics */
     enum files_face face; /* a file route's face (FACE_NONE for the others) */
+    /* Served while a reset is under way (health, metrics, the reset itself); every other
+     * route is then answered 503, and one under way holds srv->work_lock shared. */
+    bool ungated;
 };
 
 /* The route serving url (as sent, escapes kept), or NULL. */
@@ -268,6 +282,12 @@ void reply_time_field(struct jsonw *w, const char *key, int64_t real_ns);
 cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
                         enum MHD_Result *ret);
 
+/* Whether a reset is under way (route_reset.c). */
+static inline bool server_resetting(struct server *srv)
+{
+    return __atomic_load_n(&srv->resetting, __ATOMIC_SEQ_CST);
+}
+
 /* Every counter of metrics.h, with the routes' labels (server.c). */
 void server_render_route_metrics(struct jsonw *w);
 
@@ -283,6 +303,7 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
 enum MHD_Result route_contexts(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_run_code(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,

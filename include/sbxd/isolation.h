@@ -133,4 +133,14 @@ void uid_slot_signal(uid_t uid, int sig);
  * file. Returns the number of entries changed. */
 unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid);
 
+/*
+ * Kill every live process (a zombie is dead already) whose real, effective or saved uid lies
+ * in one of the n spans, sbxd itself never: found in /proc and killed one by one (through a
+ * pidfd where the kernel has one, the uids checked again on it, so a pid reused meanwhile is
+ * never hit), pass after pass until one finds none (what forked meanwhile is found by the
+ * next), for at most ms. Returns how many were killed; *left: how many the last pass found.
+ */
+struct fs_uid_span;
+unsigned uid_procs_kill(const struct fs_uid_span *spans, unsigned n, int ms, unsigned *left);
+
 #endif

@@ -101,8 +101,10 @@ int job_resize(struct job *job, unsigned cols, unsigned rows, struct sbxd_err *e
 int job_keeper_start(void);
 void job_keeper_stop(void);
 
-/* Kill every live job (shutdown). */
-void job_kill_all(enum job_kill_reason why);
+/* Kill every live job (shutdown, a reset); returns how many were live. */
+unsigned job_kill_all(enum job_kill_reason why);
+/* Jobs whose process has not been reaped yet. */
+unsigned job_live(void);
 
 const struct job_result *job_result(const struct job *job);
 const char *job_id(const struct job *job);

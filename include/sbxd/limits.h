@@ -92,6 +92,17 @@
 #define SBXD_SWEEP_MAX_DEPTH   64
 #define SBXD_REOWN_MAX_ENTRIES 1000000u
 #define SBXD_REOWN_MAX_DEPTH   64
+/* A reset's clear of the workspace (fs_clear_dir) removes what it visits, so it counts no
+ * entries; a subtree deeper than SBXD_DELETE_MAX_DEPTH is moved up and emptied by another
+ * pass, at most this many passes. In /tmp, /var/tmp and /dev/shm (fs_clear_owned), shared
+ * with others, it visits at most so many entries, so many levels deep. */
+#define SBXD_CLEAR_MAX_PASSES         64
+#define SBXD_CLEAR_SHARED_MAX_ENTRIES 1000000u
+#define SBXD_CLEAR_SHARED_MAX_DEPTH   64
+/* A reset waits at most this long for the killed jobs' processes to be reaped, then keeps
+ * killing what still runs as the command users for at most this long. */
+#define SBXD_RESET_REAP_MS   5000
+#define SBXD_RESET_STRAYS_MS 2000
 
 /* Body bytes read and dropped past --max-body-bytes (when no Content-Length announced the
  * size) before the connection is closed instead of answered with 413. */

@@ -28,6 +28,9 @@ uint16_t server_port(const struct server *srv);
 struct exec_service *server_exec(struct server *srv);
 const bool *server_drain_flag(const struct server *srv);
 
+/* The directory a reset gives the workspace the tree of (--workspace-baseline; taken). */
+void server_set_baseline(struct server *srv, int fd);
+
 /* Stop taking work: /healthz answers 503 draining and work routes 503. */
 void server_set_draining(struct server *srv);
 

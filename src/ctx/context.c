@@ -773,6 +773,8 @@ static struct {
     struct ctx *ready[SBXD_WARM_MAX]; /* started, idle, not in the registry */
     unsigned have;
     bool stop, running;
+    bool paused;  /* a reset is under way: make none (ctx_reset, ctx_warm_resume) */
+    unsigned gen; /* bumped by each reset: a kernel started before it is not handed out */
     pthread_t thread;
 } warm = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
@@ -807,10 +809,11 @@ static void *warm_main(void *arg)
     (void)arg;
     pthread_mutex_lock(&warm.lock);
     while (!warm.stop) {
-        if (warm.have >= warm.want) {
+        if (warm.have >= warm.want || warm.paused) {
             pthread_cond_wait(&warm.cond, &warm.lock);
             continue;
         }
+        unsigned gen = warm.gen;
         pthread_mutex_unlock(&warm.lock);
         struct sbxd_err err = {0};
         struct ctx *c = ctx_alloc(warm_request, strlen(warm_request), &err);
@@ -828,12 +831,17 @@ static void *warm_main(void *arg)
         }
         c->refs = 1; /* the pool's, then the registry's */
         pthread_mutex_lock(&warm.lock);
-        if (warm.stop) {
+        if (warm.stop || warm.gen != gen) {
+            /* Shutdown; or a reset began while it started: it may have seen what the reset
+             * removed, so it goes, and another is made once the reset is over. */
+            bool stop = warm.stop;
             pthread_mutex_unlock(&warm.lock);
-            kill_shell(c, "sbxd is shutting down", false);
+            kill_shell(c, stop ? "sbxd is shutting down" : "the sandbox was reset", false);
             ctx_put(c);
             pthread_mutex_lock(&warm.lock);
-            break;
+            if (stop)
+                break;
+            continue;
         }
         warm.ready[warm.have++] = c;
     }
@@ -902,6 +910,45 @@ static void warm_stop(bool wait)
         pthread_join(warm.thread, NULL);
         warm.running = false;
     }
+}
+
+/* The warm kernels, taken out of the pool and killed (waiting for their ends); the maker
+ * makes none until ctx_warm_resume. */
+static void warm_discard(void)
+{
+    pthread_mutex_lock(&warm.lock);
+    warm.paused = true;
+    warm.gen++;
+    struct ctx *v[SBXD_WARM_MAX];
+    unsigned n = warm.have;
+    memcpy(v, warm.ready, n * sizeof(v[0]));
+    warm.have = 0;
+    pthread_mutex_unlock(&warm.lock);
+    for (unsigned i = 0; i < n; i++) {
+        kill_shell(v[i], "the sandbox was reset", false);
+        ctx_put(v[i]);
+    }
+}
+
+void ctx_warm_resume(void)
+{
+    pthread_mutex_lock(&warm.lock);
+    warm.paused = false;
+    pthread_cond_broadcast(&warm.cond); /* (also ends a wait to retry a failed start) */
+    pthread_mutex_unlock(&warm.lock);
+}
+
+unsigned ctx_reset(void)
+{
+    warm_discard();
+    struct ctx **v;
+    size_t n = ctx_list(&v);
+    for (size_t i = 0; v && i < n; i++) {
+        ctx_delete(v[i]);
+        ctx_put(v[i]);
+    }
+    free(v);
+    return (unsigned)n;
 }
 
 struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)

@@ -54,6 +54,23 @@ static void kill_live(struct reap_target *t, void *arg)
     }
 }
 
+struct kill_all {
+    enum job_kill_reason why;
+    unsigned n;
+};
+
+static void kill_each(struct reap_target *t, void *arg)
+{
+    struct kill_all *k = arg;
+    k->n += !t->reaped;
+    kill_live(t, (void *)(intptr_t)k->why);
+}
+
+static void count_live(struct reap_target *t, void *arg)
+{
+    *(unsigned *)arg += !t->reaped;
+}
+
 /* From any thread: under the reaper's lock, and only while the job's process is not reaped.
  * What is left after that dies with the job's end anyway. */
 void job_kill(struct job *job, enum job_kill_reason why)
@@ -61,9 +78,18 @@ void job_kill(struct job *job, enum job_kill_reason why)
     reaper_call(&job->rt, kill_live, (void *)(intptr_t)why);
 }
 
-void job_kill_all(enum job_kill_reason why)
+unsigned job_kill_all(enum job_kill_reason why)
 {
-    reaper_foreach(kill_live, (void *)(intptr_t)why);
+    struct kill_all k = {.why = why};
+    reaper_foreach(kill_each, &k);
+    return k.n;
+}
+
+unsigned job_live(void)
+{
+    unsigned n = 0;
+    reaper_foreach(count_live, &n);
+    return n;
 }
 
 struct signal_req {

@@ -98,6 +98,9 @@ void exec_service_audit(enum metrics_mode mode, const char *id, const struct exe
  * flag is also looked at every ADMIT_TICK_MS.
  */
 
+/* Why a command is refused while a reset is under way. */
+#define RESETTING_MSG "sbxd is resetting the sandbox; retry in a moment"
+
 /* One lock for every service's queue (a daemon has one service): held for a few list
  * operations at a time, never across a wait. */
 static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -183,7 +186,8 @@ static int queue_wait(struct exec_service *s, struct exec_waiter *w, struct exec
         }
         bool gone = ready > 0 && client < n && pfd[client].revents &&
                     client_gone(a->client_fd, pfd[client].revents, &peek);
-        bool stop = a->stop && __atomic_load_n(a->stop, __ATOMIC_ACQUIRE);
+        bool closed = __atomic_load_n(&s->closed, __ATOMIC_SEQ_CST);
+        bool stop = closed || (a->stop && __atomic_load_n(a->stop, __ATOMIC_ACQUIRE));
 
         pthread_mutex_lock(&admit_lock);
         if (w->granted) {
@@ -204,6 +208,8 @@ static int queue_wait(struct exec_service *s, struct exec_waiter *w, struct exec
             a->gone = true;
             return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "the client hung up while it waited");
         }
+        if (stop && closed)
+            return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, RESETTING_MSG);
         if (stop)
             return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0,
                              "sbxd is shutting down and takes no new commands");
@@ -220,6 +226,8 @@ int exec_service_admit(struct exec_service *s, struct exec_admit *a, struct sbxd
 {
     a->queued_ms = 0;
     a->gone = false;
+    if (__atomic_load_n(&s->closed, __ATOMIC_SEQ_CST))
+        return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, RESETTING_MSG);
     int64_t t0 = time_mono_ns();
     pthread_mutex_lock(&admit_lock);
     if (!s->wait_head && __atomic_load_n(&s->running, __ATOMIC_RELAXED) < s->cfg->max_running) {
@@ -300,11 +308,41 @@ unsigned exec_service_starting(const struct exec_service *s)
     return __atomic_load_n(&s->starting, __ATOMIC_ACQUIRE);
 }
 
+/*
+ * A start begins: counted in `starting`, then the gate looked at. The reset closes the gate,
+ * then waits for `starting` to be 0 (exec_service_close); with both sides sequentially
+ * consistent, either the start sees the gate closed, or the reset sees the start and waits
+ * for its job to exist. false with err (the count given back) when closed.
+ */
+static bool start_begin(struct exec_service *s, struct sbxd_err *err)
+{
+    __atomic_add_fetch(&s->starting, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&s->closed, __ATOMIC_SEQ_CST))
+        return true;
+    __atomic_sub_fetch(&s->starting, 1, __ATOMIC_SEQ_CST);
+    sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, RESETTING_MSG);
+    return false;
+}
+
+void exec_service_close(struct exec_service *s)
+{
+    __atomic_store_n(&s->closed, true, __ATOMIC_SEQ_CST);
+    exec_service_wake_all(s);
+    while (__atomic_load_n(&s->starting, __ATOMIC_SEQ_CST) > 0)
+        usleep(1000);
+}
+
+void exec_service_open(struct exec_service *s)
+{
+    __atomic_store_n(&s->closed, false, __ATOMIC_SEQ_CST);
+}
+
 struct job *exec_service_start(struct exec_service *s, enum metrics_mode mode,
                                const struct exec_request *req, int cancel_fd, struct sbxd_err *err)
 {
     struct job_env env = exec_service_env(s, mode, cancel_fd);
-    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    if (!start_begin(s, err))
+        return NULL;
     struct job *job = job_start(req, &env, err);
     __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     if (!job)
@@ -317,7 +355,10 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
 {
     struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
     enum exec_front front = req->front; /* req is bg_start's from here */
-    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    if (!start_begin(s, err)) {
+        exec_request_free(req);
+        return NULL;
+    }
     struct bg_proc *p = bg_start(req, &env, err);
     __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     /* --max-processes is the one refusal without a system error behind it. */
@@ -334,7 +375,10 @@ struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_req
     struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
     env.stdin_file = stdin_file;
     enum exec_front front = req->front;
-    __atomic_add_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
+    if (!start_begin(s, err)) {
+        exec_request_free(req);
+        return NULL;
+    }
     struct bg_proc *p = bg_start_owned(req, &env, err);
     __atomic_sub_fetch(&s->starting, 1, __ATOMIC_ACQ_REL);
     if (!p)

@@ -279,17 +279,25 @@ int fs_swap_dir(int dfd, char tmp[40], const char *name)
     return 0;
 }
 
+/* The permission bits a copy gets: the source's, without set-id bits; with share, the group
+ * gets the owner's. */
+static mode_t copy_mode(mode_t m, bool share)
+{
+    m &= 0777;
+    return share ? (m & ~(mode_t)070) | ((m & 0700) >> 3) : m;
+}
+
 /* Copy the regular file in (open) to name in dfd, made new with mode. */
-static int copy_file_to(int in, const struct stat *st, int dfd, const char *name,
+static int copy_file_to(int in, const struct stat *st, int dfd, const char *name, bool share,
                         struct fs_copy_stats *cs)
 {
-    int out =
-        openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, st->st_mode & 0777);
+    mode_t mode = copy_mode(st->st_mode, share);
+    int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (out < 0)
         return -1;
     int rc = copy_data(in, out, (uint64_t)st->st_size, &cs->bytes);
     int e = errno;
-    if (rc == 0 && fchmod(out, st->st_mode & 0777) < 0)
+    if (rc == 0 && fchmod(out, mode) < 0)
         rc = -1, e = errno;
     close(out);
     errno = e;
@@ -301,6 +309,7 @@ static int copy_file_to(int in, const struct stat *st, int dfd, const char *name
 struct tree_copy {
     int dst[SBXD_COPY_MAX_DEPTH + 2]; /* the directory made for each depth's entries */
     struct fs_copy_stats *cs;
+    bool share; /* copy_mode's */
     int err_no;
     char what[64];
 };
@@ -337,7 +346,8 @@ static int copy_pre(struct walk_entry *e, void *ctx)
         return WALK_NEXT;
     }
     if (S_ISREG(e->st.st_mode)) {
-        if (walk_open(e, O_RDONLY) < 0 || copy_file_to(e->fd, &e->st, dfd, e->name, t->cs) < 0)
+        if (walk_open(e, O_RDONLY) < 0 ||
+            copy_file_to(e->fd, &e->st, dfd, e->name, t->share, t->cs) < 0)
             goto fail;
         return WALK_NEXT;
     }
@@ -355,7 +365,7 @@ static int copy_post(struct walk_entry *e, void *ctx)
     struct tree_copy *t = ctx;
     int sub = t->dst[e->depth + 1];
     t->dst[e->depth + 1] = -1;
-    int rc = fchmod(sub, e->st.st_mode & 0777);
+    int rc = fchmod(sub, copy_mode(e->st.st_mode, t->share));
     close(sub);
     return rc;
 }
@@ -385,7 +395,7 @@ int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const 
     temp_name(tmp);
     int rc;
     if (!S_ISDIR(st.st_mode)) {
-        rc = copy_file_to(in, &st, dfd, tmp, cs);
+        rc = copy_file_to(in, &st, dfd, tmp, false, cs);
     } else {
         /* Into a temporary directory beside the destination, renamed in place at the end:
          * the destination is the old tree or the whole new one, never a part. */
@@ -443,4 +453,32 @@ int fs_copy(int rootfd, const char *src, const char *dst, bool overwrite, const 
     }
     fsync(dfd);
     return 0;
+}
+
+int fs_copy_into(int src, int dst, bool share, struct fs_copy_stats *cs, struct sbxd_err *err)
+{
+    memset(cs, 0, sizeof(*cs));
+    struct tree_copy t = {.cs = cs, .share = share};
+    for (size_t i = 0; i < sizeof(t.dst) / sizeof(t.dst[0]); i++)
+        t.dst[i] = -1;
+    t.dst[0] = dst;
+    struct walk w = {.max_entries = SBXD_COPY_MAX_ENTRIES,
+                     .max_depth = SBXD_COPY_MAX_DEPTH,
+                     .strict = true,
+                     .pre = copy_pre,
+                     .post = copy_post,
+                     .ctx = &t};
+    int rc = walk_tree(src, &w);
+    for (size_t i = 1; i < sizeof(t.dst) / sizeof(t.dst[0]); i++)
+        if (t.dst[i] >= 0)
+            close(t.dst[i]);
+    if (rc == 0)
+        return 0;
+    if (w.cut & (WALK_CUT_ENTRIES | WALK_CUT_DEPTH))
+        return sbxd_fail(err, SBXD_E_TOO_LARGE, E2BIG,
+                         "the tree holds more than %u entries or is deeper than %u levels",
+                         SBXD_COPY_MAX_ENTRIES, SBXD_COPY_MAX_DEPTH);
+    int e = t.err_no ? t.err_no : w.sys_errno ? w.sys_errno : EIO;
+    return sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot copy '%.64s'",
+                           t.what[0] ? t.what : ".");
 }

@@ -108,13 +108,15 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
 {
     (void)rc;
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    /* A reset makes the sandbox unfit for work until it is over: not ready, for a while. */
+    bool resetting = !draining && server_resetting(srv);
     char why[256];
-    bool degraded = !draining && isolation_degraded(srv->iso, why, sizeof(why));
+    bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 1024);
     jw_obj_begin(&w);
     jw_key(&w, "status");
-    jw_str(&w, draining ? "draining" : degraded ? "degraded" : "ok");
+    jw_str(&w, draining ? "draining" : resetting ? "resetting" : degraded ? "degraded" : "ok");
     if (degraded) {
         jw_key(&w, "reason");
         jw_str(&w, why);
@@ -133,7 +135,8 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, srv->cfg->max_processes);
     write_isolation(&w, srv);
     jw_obj_end(&w);
-    return reply_jsonw(c, draining || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+    return reply_jsonw(
+        c, draining || resetting || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }
 
 /* The legacy python-runtime readiness probe. */
@@ -141,23 +144,26 @@ enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct 
 {
     (void)rc;
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    bool resetting = !draining && server_resetting(srv);
     char why[256];
-    bool degraded = !draining && isolation_degraded(srv->iso, why, sizeof(why));
+    bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 128);
     jw_obj_begin(&w);
     jw_key(&w, "status");
-    jw_str(&w, draining ? "draining" : degraded ? "degraded" : "ok");
+    jw_str(&w, draining ? "draining" : resetting ? "resetting" : degraded ? "degraded" : "ok");
     jw_key(&w, "message");
-    jw_str(&w, draining   ? "sbxd is shutting down"
-               : degraded ? "sbxd is degraded (see reason)"
-                          : "sbxd is running");
+    jw_str(&w, draining    ? "sbxd is shutting down"
+               : resetting ? "sbxd is resetting the sandbox"
+               : degraded  ? "sbxd is degraded (see reason)"
+                           : "sbxd is running");
     if (degraded) {
         jw_key(&w, "reason");
         jw_str(&w, why);
     }
     jw_obj_end(&w);
-    return reply_jsonw(c, draining || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
+    return reply_jsonw(
+        c, draining || resetting || degraded ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &w);
 }
 
 /* GET /v1/health: the standardized API's probe (HealthResponse, or Error when not ready). */
@@ -168,6 +174,19 @@ enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, st
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
     struct jsonw w;
+    if (server_resetting(srv)) {
+        /* The contract's Error, with /healthz's status beside it. */
+        jw_init(&w, 128);
+        jw_obj_begin(&w);
+        jw_key(&w, "code");
+        jw_str(&w, "UNAVAILABLE");
+        jw_key(&w, "message");
+        jw_str(&w, "sbxd is resetting the sandbox");
+        jw_key(&w, "status");
+        jw_str(&w, "resetting");
+        jw_obj_end(&w);
+        return reply_jsonw(c, MHD_HTTP_SERVICE_UNAVAILABLE, &w);
+    }
     if (isolation_degraded(srv->iso, why, sizeof(why))) {
         /* The contract's Error, with /healthz's status and reason beside it. */
         jw_init(&w, 128 + strlen(why));
@@ -285,6 +304,11 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_line(&w, "sbxd_uptime_seconds", NULL, (double)(time_mono_ns() - srv->start_ns) / 1e9);
     metrics_head(&w, "sbxd_draining", "gauge", "1 once sbxd is shutting down.");
     metrics_line(&w, "sbxd_draining", NULL, __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE));
+    metrics_head(&w, "sbxd_resetting", "gauge", "1 while a reset (POST /reset) runs.");
+    metrics_line(&w, "sbxd_resetting", NULL, server_resetting(srv));
+    metrics_head(&w, "sbxd_resets_total", "counter", "Resets done (POST /reset).");
+    metrics_line(&w, "sbxd_resets_total", NULL,
+                 (double)__atomic_load_n(&srv->resets, __ATOMIC_RELAXED));
     metrics_head(&w, "sbxd_commands_running", "gauge",
                  "Commands of /execute running now (their answer not yet sent).");
     metrics_line(&w, "sbxd_commands_running", NULL, exec_service_running(&srv->exec));

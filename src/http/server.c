@@ -18,38 +18,42 @@
 
 static const struct route routes[] = {
     {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz",
-     FACE_NONE},
-    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/", FACE_NONE},
-    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute", FACE_NONE},
+     FACE_NONE, true},
+    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/", FACE_NONE, true},
+    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute", FACE_NONE, false},
     {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL, "/processes",
-     FACE_NONE},
+     FACE_NONE, false},
     {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL,
-     "/processes/{id}", FACE_NONE},
+     "/processes/{id}", FACE_NONE, false},
     {"/contexts", HTTP_GET | HTTP_POST, true, route_contexts, false, NULL, NULL, "/contexts",
-     FACE_NONE},
+     FACE_NONE, false},
     {"/contexts", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_context, true, NULL, NULL,
-     "/contexts/{id}", FACE_NONE},
-    {"/run_code", HTTP_POST, true, route_run_code, false, NULL, NULL, "/run_code", FACE_NONE},
-    {"/kernels", HTTP_GET, true, route_kernels, false, NULL, NULL, "/kernels", FACE_NONE},
+     "/contexts/{id}", FACE_NONE, false},
+    {"/run_code", HTTP_POST, true, route_run_code, false, NULL, NULL, "/run_code", FACE_NONE,
+     false},
+    /* Clean (reset.h): served while the others wait for it. */
+    {"/reset", HTTP_POST, true, route_reset, false, NULL, NULL, "/reset", FACE_NONE, true},
+    {"/kernels", HTTP_GET, true, route_kernels, false, NULL, NULL, "/kernels", FACE_NONE, false},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body, "/files/{path}", FACE_FILES},
+     route_files_begin, route_files_body, "/files/{path}", FACE_FILES, false},
     /* The standardized REST file API (KEP-539.2): the same implementation, another face. */
     {"/v1/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE, false, route_files,
-     true, route_files_begin, route_files_body, "/v1/files/{path}", FACE_V1},
+     true, route_files_begin, route_files_body, "/v1/files/{path}", FACE_V1, false},
     {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL, "/v1/health",
-     FACE_NONE},
+     FACE_NONE, true},
     {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL,
-     "/v1/metadata", FACE_NONE},
+     "/v1/metadata", FACE_NONE, true},
     {"/metrics", HTTP_GET | HTTP_HEAD, false, route_metrics, false, NULL, NULL, "/metrics",
-     FACE_NONE},
+     FACE_NONE, true},
     /* The legacy python-runtime file routes (GET / and POST /execute are above). */
     {"/upload", HTTP_POST, false, route_legacy_upload, false, route_legacy_upload_begin,
-     route_files_body, "/upload", FACE_LEGACY},
+     route_files_body, "/upload", FACE_LEGACY, false},
     {"/download", HTTP_GET | HTTP_HEAD, false, route_legacy_download, true, NULL, NULL,
-     "/download/{path}", FACE_LEGACY},
-    {"/list", HTTP_GET, false, route_legacy_list, true, NULL, NULL, "/list/{path}", FACE_LEGACY},
+     "/download/{path}", FACE_LEGACY, false},
+    {"/list", HTTP_GET, false, route_legacy_list, true, NULL, NULL, "/list/{path}", FACE_LEGACY,
+     false},
     {"/exists", HTTP_GET, false, route_legacy_exists, true, NULL, NULL, "/exists/{path}",
-     FACE_LEGACY},
+     FACE_LEGACY, false},
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
@@ -271,6 +275,43 @@ bool http_body_too_large(struct MHD_Connection *c, uint64_t max)
     return errno || *end || n > max;
 }
 
+/* While a reset runs, gated routes are refused: 503 with Retry-After (reply.c adds it). */
+static enum MHD_Result reply_resetting(struct MHD_Connection *c, const struct req_ctx *rc)
+{
+    if (rc->route && rc->route->face == FACE_LEGACY)
+        return reply_message(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                             "sbxd is resetting the sandbox; retry in a moment");
+    return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
+                       "sbxd is resetting the sandbox; retry in a moment");
+}
+
+/*
+ * A gated route's work begins (its begin hook, or its handler): false when a reset runs, or
+ * one ran since the request's head came (its body may have been meant for what the reset
+ * removed). Otherwise work_lock is held shared until work_leave, so the reset (which takes
+ * it after setting `resetting`) knows when no request is in the middle of its work: the
+ * flag is looked at only once the lock is held, so a request either sees it or is waited for.
+ */
+static bool work_enter(struct server *srv, const struct req_ctx *rc)
+{
+    if (rc->route->ungated)
+        return true;
+    if (pthread_rwlock_tryrdlock(&srv->work_lock) != 0)
+        return false;
+    if (server_resetting(srv) ||
+        __atomic_load_n(&srv->reset_gen, __ATOMIC_SEQ_CST) != rc->reset_gen) {
+        pthread_rwlock_unlock(&srv->work_lock);
+        return false;
+    }
+    return true;
+}
+
+static void work_leave(struct server *srv, const struct req_ctx *rc)
+{
+    if (!rc->route->ungated)
+        pthread_rwlock_unlock(&srv->work_lock);
+}
+
 /* Checks made as soon as the headers are in, before any body byte is read. */
 static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *c,
                                      struct req_ctx *rc, const char *method)
@@ -287,8 +328,15 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new writes");
     }
-    if (rt->begin)
-        return rt->begin(srv, c, rc, rc->url, method);
+    if (rt->begin) {
+        if (!work_enter(srv, rc)) {
+            rc->replied = true;
+            return reply_resetting(c, rc);
+        }
+        enum MHD_Result ret = rt->begin(srv, c, rc, rc->url, method);
+        work_leave(srv, rc);
+        return ret;
+    }
     if (!rt->json_body)
         return MHD_YES;
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
@@ -372,6 +420,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no route for %.200s %.200s",
                                method, url);
         }
+        rc->reset_gen = __atomic_load_n(&srv->reset_gen, __ATOMIC_SEQ_CST);
+        if (!rc->route->ungated && server_resetting(srv)) {
+            rc->replied = true;
+            return reply_resetting(c, rc);
+        }
         /* A check that fails queues its error at once; MHD sends it and, if a body was
          * coming, closes the connection instead of reading it. */
         ret = check_headers(srv, c, rc, method);
@@ -411,7 +464,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                                "the body is not valid UTF-8: byte 0x%02X at offset %zu", bad, at);
     }
-    return rc->route->fn(srv, c, rc);
+    if (!work_enter(srv, rc))
+        return reply_resetting(c, rc);
+    enum MHD_Result ret = rc->route->fn(srv, c, rc);
+    work_leave(srv, rc);
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -490,6 +547,9 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->exec = (struct exec_service){
         .cfg = cfg, .rootfd = rootfd, .workspace = srv->workspace, .harden = harden, .iso = iso};
     srv->start_ns = time_mono_ns();
+    srv->baseline_fd = -1;
+    pthread_mutex_init(&srv->reset_lock, NULL);
+    pthread_rwlock_init(&srv->work_lock, NULL);
     srv->metadata = metadata_snapshot(cfg->metadata_prefix);
     srv->token_len = cfg->token ? strlen(cfg->token) : 0;
     route_labels_init();
@@ -522,6 +582,11 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         return NULL;
     }
     return srv;
+}
+
+void server_set_baseline(struct server *srv, int fd)
+{
+    srv->baseline_fd = fd;
 }
 
 uint16_t server_port(const struct server *srv)
@@ -570,5 +635,9 @@ void server_stop(struct server *srv)
     front_free(srv);
     free_strv(srv->metadata);
     guard_destroy(srv);
+    if (srv->baseline_fd >= 0)
+        close(srv->baseline_fd);
+    pthread_rwlock_destroy(&srv->work_lock);
+    pthread_mutex_destroy(&srv->reset_lock);
     free(srv);
 }

@@ -386,3 +386,71 @@ int cmd_health(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **
         return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
     return ok ? SBX_OK : SBX_UNHEALTHY;
 }
+
+/* A count of the reset's answer (0 when absent). */
+static unsigned long long reset_count(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (unsigned long long)v->valuedouble : 0;
+}
+
+/* The summary of POST /reset's answer (a failed one's too: what it did before it failed). */
+static void reset_summary(const cJSON *o)
+{
+    printf("%-11s %llu killed (%llu stray)\n", "processes", reset_count(o, "processes"),
+           reset_count(o, "strays"));
+    printf("%-11s %llu deleted\n", "contexts", reset_count(o, "contexts"));
+    printf("%-11s %llu removed (%llu bytes), and %llu directories\n", "files",
+           reset_count(o, "files"), reset_count(o, "bytes"), reset_count(o, "directories"));
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "restored");
+    if (cJSON_IsObject(r))
+        printf("%-11s %llu files, %llu directories, %llu symlinks restored (%llu bytes)\n",
+               "baseline", reset_count(r, "files"), reset_count(r, "directories"),
+               reset_count(r, "symlinks"), reset_count(r, "bytes"));
+    else
+        printf("%-11s none (the workspace is empty)\n", "baseline");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "duration_ms");
+    printf("%-11s %.1f ms\n", "duration", cJSON_IsNumber(d) ? d->valuedouble : 0.0);
+}
+
+int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    bool json = false;
+    int c;
+    opt_reset();
+    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
+        if (c == 'h')
+            return cmd_print_help(cmd);
+        if (c != 'j')
+            return SBX_USAGE;
+        json = true;
+    }
+    if (optind < argc)
+        return usage_error(cmd->name, "reset takes no arguments");
+    struct request req = {.method = "POST", .path = "/reset", .json = "{}"};
+    struct response resp;
+    if (http_perform(s, cmd->name, &req, &resp) < 0) {
+        response_free(&resp);
+        return SBX_FAIL;
+    }
+    const cJSON *o = resp.json;
+    bool reported = cJSON_IsObject(o) && cJSON_GetObjectItemCaseSensitive(o, "processes");
+    int r = SBX_OK;
+    if (resp.status != 200 || !reported) {
+        /* A failed reset says what it did before it failed: shown first, then why. */
+        if (reported && !json)
+            reset_summary(o);
+        r = reported || resp.status != 200 ? http_report(cmd->name, &resp)
+                                           : fail(cmd->name, "sbxd's reset answer is malformed");
+    } else if (json) {
+        fwrite(resp.body.p, 1, resp.body.len, stdout);
+    } else {
+        reset_summary(o);
+    }
+    response_free(&resp);
+    if (fflush(stdout) != 0)
+        return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
+    return r;
+}

@@ -258,6 +258,21 @@ static const struct sbx_cmd commands[] = {
      "  sbx health\n"
      "  until sbx health >/dev/null 2>&1; do sleep 0.2; done\n",
      cmd_health},
+    {"reset", "[--json]", "Clean the sandbox for the next task",
+     "POST /reset: every command, background process and context is ended (kernels and\n"
+     "shells start empty next time), the workspace is emptied (or given sbxd's\n"
+     "--workspace-baseline tree again), what the command user left in /tmp, /var/tmp and\n"
+     "/dev/shm is removed, and what still ran as the command user is killed. Prints what was\n"
+     "removed and how long it took. Requests that come meanwhile get 503 (retry).\n"
+     "\n"
+     "Options:\n"
+     "  -j, --json  print sbxd's answer as it is (one JSON object)\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx reset\n"
+     "  sbx reset --json | jq .duration_ms\n",
+     cmd_reset},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -2740,6 +2740,88 @@ out:
     return rc;
 }
 
+/* POST /reset of a workspace of RESET_FILES small files (made by one command), on an sbxd of
+ * its own whose command user is nobody else's (a reset removes that user's files from /tmp
+ * and kills its processes): the best of `rounds`, as the client sees it and as sbxd says. */
+#define RESET_FILES 10000
+typedef struct {
+    bool ok;
+    double ms, sbxd_ms; /* the fastest round's */
+    unsigned long long files;
+} reset_result;
+
+static unsigned long long json_uint(const char *body, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = body ? strstr(body, k) : NULL;
+    return p ? strtoull(p + strlen(k), NULL, 10) : 0;
+}
+
+static void measure_reset(const char *sbxd, const char *ws, int rounds, reset_result *res,
+                          char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    pid_t outer = g_sbxd_pid; /* the bench's long-running sbxd, stopped on an interrupt */
+    char user[32];
+    unsigned uid = 49000 + (unsigned)(getpid() % 1000);
+    snprintf(user, sizeof user, "%u:%u", uid, uid);
+    const char *const flags[] = {"--user", user, NULL};
+    int port, status = 0;
+    double rms;
+    if (mkdir(ws, 0755) != 0 && errno != EEXIST) {
+        setmsg(err, errlen, "mkdir %s: %s", ws, strerror(errno));
+        return;
+    }
+    pid_t pid = start_ready(sbxd, ws, flags, &port, &rms, NULL);
+    if (pid < 0) {
+        setmsg(err, errlen, "sbxd --user %s did not start", user);
+        goto out;
+    }
+    target tg;
+    target_local(&tg, port);
+    conn c;
+    conn_init(&c, &tg, IO_TIMEOUT_S * 2);
+    char make[160];
+    snprintf(make, sizeof make,
+             "{\"command\":\"mkdir -p d/e && seq 1 %d | xargs touch && cd d/e && seq 1 %d | "
+             "xargs touch\"}",
+             RESET_FILES / 2, RESET_FILES - RESET_FILES / 2);
+    for (int i = 0; i < rounds && !g_interrupted; i++) {
+        if (http_do(&c, "POST", "/execute", make, &status) != 0 || status != 200 ||
+            !strstr(c.body, "\"exit_code\":0")) {
+            setmsg(err, errlen, "POST /execute (the files): %d %s", status, c.err);
+            break;
+        }
+        double t0 = now_ms();
+        if (http_do(&c, "POST", "/reset", "{}", &status) != 0 || status != 200) {
+            setmsg(err, errlen, "POST /reset: %d %s", status, c.err);
+            break;
+        }
+        double ms = now_ms() - t0;
+        unsigned long long files = json_uint(c.body, "files");
+        if (files < RESET_FILES) {
+            setmsg(err, errlen, "POST /reset removed %llu files, not %d", files, RESET_FILES);
+            break;
+        }
+        const char *d = strstr(c.body, "\"duration_ms\":");
+        double sbxd_ms = d ? strtod(d + 14, NULL) : 0;
+        if (!res->ok || ms < res->ms) {
+            res->ms = ms;
+            res->sbxd_ms = sbxd_ms;
+            res->files = files;
+        }
+        res->ok = true;
+    }
+    if (err[0])
+        res->ok = false;
+    conn_free(&c);
+    stop_sbxd(pid, NULL);
+out:
+    g_sbxd_pid = outer;
+    rmdir(ws);
+}
+
 /*
  * Python contexts, on sbxds of their own, with ws as their workspace (theirs alone: the
  * kernels working there are theirs and the jupyter_client script's):
@@ -3460,6 +3542,18 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    reset_result rst = {0};
+    if ((phases & PH_WORKSPACE) && !crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: workspace: POST /reset of %d files, x%d ...\n", RESET_FILES,
+                quick ? 1 : 3);
+        char rerr[256] = "", reset_ws[96];
+        snprintf(reset_ws, sizeof reset_ws, "%s.reset", ws);
+        measure_reset(sbxd_abs, reset_ws, quick ? 1 : 3, &rst, rerr, sizeof rerr);
+        if (!rst.ok) {
+            warnx_("reset: %s", rerr);
+            total_errors++;
+        }
+    }
     /* Python kernels: on sbxds of their own (with and without a warm kernel), this one idle. */
     py_result py = {0};
     bool py_ran = false;
@@ -3637,6 +3731,11 @@ int main(int argc, char **argv)
     }
     samples_free(&wsr.watch);
     samples_free(&wsr.stat);
+    if (rst.ok) {
+        char lbl[96];
+        snprintf(lbl, sizeof lbl, "POST /reset, %llu files (sbxd's own figure)", rst.files);
+        add_row(lbl, "< 1 s", yesno(rst.ms < 1000), "%.1f ms (%.1f ms)", rst.ms, rst.sbxd_ms);
+    }
     if (py_ran && py.why[0])
         add_row("context: python", "", "", "n/a: %.55s", py.why);
     if (py.ok) {

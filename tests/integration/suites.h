@@ -17,6 +17,7 @@ Suite *sbx_suite(void);
 Suite *faults_suite(void);
 Suite *hardening_suite(void);
 Suite *attacks_suite(void);
+Suite *reset_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

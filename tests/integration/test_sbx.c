@@ -1412,14 +1412,63 @@ START_TEST(usage_errors_exit_125)
 }
 END_TEST
 
+/* sbx reset: the sandbox cleaned (a daemon of its own, whose command user is nobody else's:
+ * a reset removes that user's files from /tmp), and a summary of what went. */
+START_TEST(reset_cleans_and_summarises)
+{
+    struct daemon d;
+    char user[32];
+    unsigned uid = 48000 + (unsigned)(getpid() % 1000);
+    snprintf(user, sizeof(user), "%u:%u", uid, uid);
+    const char *args[] = {"--user", user, NULL};
+    daemon_start(&d, args, NULL);
+    cJSON *o = execute(&d, "{\"command\":\"mkdir -p a/b && echo 12345 > a/b/f && touch g\"}");
+    ck_assert_int_eq((int)jnum(o, "exit_code"), 0);
+    cJSON_Delete(o);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    struct child c;
+    child_start(&c, (const char *const[]){"--url", url, "reset", NULL}, false, -1, -1, NULL);
+    struct run r;
+    child_wait(&c, &r, 60000);
+    ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
+    ck_assert_uint_eq(r.err_len, 0);
+    ck_assert_msg(strstr(r.out, "processes   0 killed") &&
+                      strstr(r.out, "files       2 removed (6 bytes), and 2 directories") &&
+                      strstr(r.out, "contexts    0 deleted") && strstr(r.out, "duration ") &&
+                      strstr(r.out, "baseline    none"),
+                  "%s", r.out);
+    run_free(&r);
+    o = execute(&d, "{\"command\":\"ls -A | wc -l\"}");
+    ck_assert_str_eq(jstr(o, "stdout"), "0\n");
+    cJSON_Delete(o);
+    /* --json: sbxd's answer as it is. */
+    child_start(&c, (const char *const[]){"--url", url, "reset", "--json", NULL}, false, -1, -1,
+                NULL);
+    child_wait(&c, &r, 60000);
+    ck_assert_int_eq(r.code, 0);
+    cJSON *j = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsObject(j) && jnum(j, "files") == 0, "%s", r.out);
+    cJSON_Delete(j);
+    run_free(&r);
+    /* A refusal is one line with sbxd's message, and 125. */
+    child_start(&c, (const char *const[]){"--url", url, "reset", "extra", NULL}, false, -1, -1,
+                NULL);
+    child_wait(&c, &r, 60000);
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+    ck_assert(daemon_stop_clean(&d, 15000));
+}
+END_TEST
+
 START_TEST(help_names_every_command_and_option)
 {
     struct run r;
     SBX(&r, "--help");
     ck_assert_int_eq(r.code, 0);
     ck_assert_uint_eq(r.err_len, 0);
-    const char *cmds[] = {"exec", "run",  "put",  "get",    "ls",   "rm",      "mkdir",
-                          "ps",   "logs", "kill", "health", "code", "contexts"};
+    const char *cmds[] = {"exec", "run",  "put",  "get",    "ls",   "rm",       "mkdir",
+                          "ps",   "logs", "kill", "health", "code", "contexts", "reset"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1448,6 +1497,7 @@ START_TEST(help_names_every_command_and_option)
         {"health", {"tree_kill", NULL}},
         {"code", {"--language", "--context", "--timeout", NULL}},
         {"contexts", {"rm ID", NULL}},
+        {"reset", {"--json", "--workspace-baseline", NULL}},
     };
     for (size_t i = 0; i < sizeof(per) / sizeof(per[0]); i++) {
         SBX(&r, per[i].cmd, "--help");
@@ -1507,6 +1557,7 @@ Suite *sbx_suite(void)
     tcase_add_test(procs, code_in_python_prints_results_and_saves_images);
     TCase *cli = tcase_create("cli");
     tcase_add_test(cli, health_summarises_healthz);
+    tcase_add_test(cli, reset_cleans_and_summarises);
     tcase_add_test(cli, an_unreachable_sbxd_is_one_clear_line);
     tcase_add_test(cli, the_url_comes_from_sbx_url_or_url);
     tcase_add_test(cli, usage_errors_exit_125);

@@ -94,6 +94,27 @@ START_TEST(workspace_env_order)
 }
 END_TEST
 
+/* --workspace-baseline: none by default; the flag over SBXD_WORKSPACE_BASELINE. */
+START_TEST(workspace_baseline)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *none[] = {NULL};
+    ck_assert_int_eq(parse(argv, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.workspace_baseline, "");
+    char *env[] = {"SBXD_WORKSPACE_BASELINE=/srv/template", NULL};
+    ck_assert_int_eq(parse(argv, env), CONFIG_RUN);
+    ck_assert_str_eq(cfg.workspace_baseline, "/srv/template");
+    char *flag[] = {"sbxd", "--workspace-baseline", "/opt/base", NULL};
+    ck_assert_int_eq(parse(flag, env), CONFIG_RUN);
+    ck_assert_str_eq(cfg.workspace_baseline, "/opt/base");
+    char *help[] = {"sbxd", "--help", NULL};
+    ck_assert_int_eq(parse(help, none), CONFIG_EXIT_0);
+    ck_assert_ptr_nonnull(strstr(outbuf, "--workspace-baseline DIR"));
+    ck_assert_ptr_nonnull(strstr(outbuf, "SBXD_WORKSPACE_BASELINE"));
+    ck_assert_ptr_nonnull(strstr(outbuf, "POST /reset"));
+}
+END_TEST
+
 START_TEST(legacy_timeout_seconds)
 {
     char *argv[] = {"sbxd", NULL};
@@ -238,6 +259,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, sizes);
     tcase_add_test(tc, listen_forms);
     tcase_add_test(tc, grpc_listen_forms);
+    tcase_add_test(tc, workspace_baseline);
     suite_add_tcase(s, tc);
     return s;
 }

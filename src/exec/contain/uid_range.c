@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sbxd/files.h"
 #include "sbxd/isolation.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -333,4 +334,97 @@ unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid)
         LOG_EVENT("warn", "reown", LOG_S("message", "workspace too large: walk cut short"),
                   LOG_I("entries", w.visited));
     return r.changed;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Strays: what still runs as the command users after a reset's kills                  */
+
+static bool in_spans(unsigned long u, const struct fs_uid_span *spans, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (u >= spans[i].first && u - spans[i].first < spans[i].count)
+            return true;
+    return false;
+}
+
+/* Whether the live process pid (a zombie is dead already) has a real, effective or saved
+ * uid in the spans (the file-system uid is left out: it grants no signal, and sbxd's own
+ * threads take the command user's for file access). */
+static bool runs_as(pid_t pid, const struct fs_uid_span *spans, unsigned n)
+{
+    char path[64], line[256], state = '?';
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool match = false;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "State: %c", &state) == 1)
+            continue;
+        unsigned long u[3];
+        if (sscanf(line, "Uid: %lu %lu %lu", &u[0], &u[1], &u[2]) != 3)
+            continue;
+        match = state != 'Z' && state != 'X' &&
+                (in_spans(u[0], spans, n) || in_spans(u[1], spans, n) || in_spans(u[2], spans, n));
+        break;
+    }
+    fclose(f);
+    return match;
+}
+
+/* SIGKILL to pid, which runs_as said is one of them: through a pidfd, on which the uids are
+ * checked again, so that a pid reused since the look is never hit; without pidfd (gVisor)
+ * by pid. Whether it was sent. */
+static bool kill_stray(pid_t pid, const struct fs_uid_span *spans, unsigned n)
+{
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0)
+        return (errno == ENOSYS || errno == EPERM) && kill(pid, SIGKILL) == 0;
+    bool sent =
+        runs_as(pid, spans, n) && syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) == 0;
+    close(pfd);
+    return sent;
+}
+
+unsigned uid_procs_kill(const struct fs_uid_span *spans, unsigned n, int ms, unsigned *left)
+{
+    pid_t self = getpid();
+    pid_t seen[256]; /* killed already (a killed process stays a while before it is a zombie) */
+    unsigned nseen = 0, killed = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *left = 0;
+    if (!n)
+        return 0;
+    for (;;) {
+        unsigned found = 0;
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (e->d_name[0] < '1' || e->d_name[0] > '9')
+                continue;
+            pid_t pid = (pid_t)atoi(e->d_name);
+            if (pid == self || !runs_as(pid, spans, n))
+                continue;
+            found++;
+            if (!kill_stray(pid, spans, n))
+                continue;
+            bool again = false;
+            for (unsigned k = 0; k < nseen && !again; k++)
+                again = seen[k] == pid;
+            if (!again) {
+                killed++;
+                if (nseen < sizeof(seen) / sizeof(seen[0]))
+                    seen[nseen++] = pid;
+            }
+        }
+        if (d)
+            closedir(d);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!found ||
+            (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
+            *left = found;
+            return killed;
+        }
+        usleep(2000); /* the kernel completes the kills; then another look */
+    }
 }

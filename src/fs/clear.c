@@ -1,0 +1,266 @@
+/*
+ * clear.c - a directory emptied (fs_clear_dir: the workspace at a reset) and what some users
+ * own removed from shared directories (fs_clear_owned: /tmp, /var/tmp, /dev/shm), both through
+ * the one walk (walk.h): each entry looked at and removed relative to its parent's fd, never
+ * following a link, so nothing outside the tree walked is ever reached.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/files.h"
+#include "sbxd/limits.h"
+#include "sbxd/walk.h"
+
+static void note_failure(struct fs_clear_stats *st, const char *name, int e)
+{
+    if (!st->failed++) {
+        st->first_errno = e;
+        snprintf(st->first, sizeof(st->first), "%.120s", name);
+    }
+}
+
+/* A directory is emptied by its owner or by root: its owner may lack the write or search
+ * bit it needs (a command's `chmod 0500 dir`), and gets it here. The fd is the very
+ * directory that was opened (walk_open), whatever its name points to now. */
+static void make_removable(int fd, const struct stat *st)
+{
+    if ((st->st_mode & 0700) != 0700)
+        (void)fchmod(fd, (st->st_mode & 07777) | 0700);
+}
+
+/* Open e, a directory, to be emptied: with the rights to read it even when its owner took
+ * them away (chmod 000: the owner may give them back, by the name's fd-relative change
+ * without following a link). */
+static int open_to_empty(struct walk_entry *e)
+{
+    if (walk_open(e, O_RDONLY | O_DIRECTORY) == 0)
+        return 0;
+    if (errno != EACCES)
+        return -1;
+    if (fchmodat(e->parent, e->name, 0700, AT_SYMLINK_NOFOLLOW) < 0)
+        return -1;
+    return walk_open(e, O_RDONLY | O_DIRECTORY);
+}
+
+/* Remove the non-directory e (walk_stat'd): counted, or the failure noted. */
+static void remove_file(struct walk_entry *e, struct fs_clear_stats *st)
+{
+    if (unlinkat(e->parent, e->name, 0) == 0) {
+        st->files++;
+        if (S_ISREG(e->st.st_mode))
+            st->bytes += (uint64_t)e->st.st_size;
+    } else if (errno != ENOENT) {
+        note_failure(st, e->name, errno);
+    }
+}
+
+static void remove_dir(struct walk_entry *e, struct fs_clear_stats *st, bool quiet_nonempty)
+{
+    if (unlinkat(e->parent, e->name, AT_REMOVEDIR) == 0)
+        st->directories++;
+    else if (errno != ENOENT && !(quiet_nonempty && (errno == ENOTEMPTY || errno == EEXIST)))
+        note_failure(st, e->name, errno);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The workspace                                                                        */
+
+struct clear {
+    struct fs_clear_stats *st;
+    int top;        /* the directory emptied: where a too-deep subtree is moved up to */
+    unsigned moved; /* subtrees moved up in this pass */
+};
+
+/* A temporary name at the top for a subtree moved up: ".sbxd-clear-" and 16 hex digits. */
+static void moved_name(char out[40])
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+        r = (uint64_t)(uintptr_t)out ^ (uint64_t)getpid();
+    snprintf(out, 40, ".sbxd-clear-%016" PRIx64, r);
+}
+
+static int clear_pre(struct walk_entry *e, void *ctx)
+{
+    struct clear *c = ctx;
+    if (walk_stat(e) < 0) {
+        if (errno != ENOENT)
+            note_failure(c->st, e->name, errno);
+        return WALK_NEXT;
+    }
+    if (!S_ISDIR(e->st.st_mode)) {
+        remove_file(e, c->st);
+        return WALK_NEXT;
+    }
+    if (!e->may_enter) {
+        /* Deeper than the walk goes (a `mkdir -p` thousands of levels deep): moved up to the
+         * top, by fds, to be emptied by the next pass from there. */
+        char name[40];
+        moved_name(name);
+        if (renameat(e->parent, e->name, c->top, name) == 0)
+            c->moved++;
+        else
+            note_failure(c->st, e->name, errno);
+        return WALK_NEXT;
+    }
+    if (open_to_empty(e) < 0) {
+        note_failure(c->st, e->name, errno);
+        return WALK_NEXT;
+    }
+    make_removable(e->fd, &e->st);
+    return WALK_ENTER;
+}
+
+static int clear_post(struct walk_entry *e, void *ctx)
+{
+    struct clear *c = ctx;
+    remove_dir(e, c->st, false);
+    return 0;
+}
+
+int fs_clear_dir(int dfd, struct fs_clear_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    struct stat top;
+    if (fstat(dfd, &top) < 0 || !S_ISDIR(top.st_mode)) {
+        note_failure(st, ".", errno ? errno : ENOTDIR);
+        close(dfd);
+        return -1;
+    }
+    make_removable(dfd, &top);
+    struct clear c = {.st = st, .top = dfd};
+    /* Each pass empties what lies within SBXD_DELETE_MAX_DEPTH levels and moves deeper
+     * subtrees up; the passes end when none was moved (each one takes that many levels off
+     * the deepest, so a tree ends in depth / SBXD_DELETE_MAX_DEPTH passes). */
+    for (unsigned pass = 0; pass < SBXD_CLEAR_MAX_PASSES; pass++) {
+        c.moved = 0;
+        struct walk w = {.max_entries = UINT64_MAX, /* it ends: what it visits, it removes */
+                         .max_depth = SBXD_DELETE_MAX_DEPTH,
+                         .pre = clear_pre,
+                         .post = clear_post,
+                         .ctx = &c};
+        int sub = dup(dfd);
+        if (sub < 0) {
+            note_failure(st, ".", errno);
+            break;
+        }
+        walk_tree(sub, &w);
+        if (w.cut & WALK_UNREADABLE)
+            note_failure(st, "a directory", w.sys_errno);
+        if (!c.moved)
+            break;
+    }
+    close(dfd);
+    return st->failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Shared directories                                                                   */
+
+struct owned {
+    const struct fs_uid_span *uids;
+    unsigned nuids;
+    const struct fs_keep *keep;
+    unsigned nkeep;
+    struct fs_clear_stats *st;
+    int doomed_at; /* depth of the owned directory being removed whole (-1: none) */
+};
+
+static bool owned_by(const struct owned *o, uid_t uid)
+{
+    for (unsigned i = 0; i < o->nuids; i++)
+        if (uid >= o->uids[i].first && uid - o->uids[i].first < o->uids[i].count)
+            return true;
+    return false;
+}
+
+static bool kept(const struct owned *o, const struct stat *st)
+{
+    for (unsigned i = 0; i < o->nkeep; i++)
+        if (o->keep[i].dev == st->st_dev && o->keep[i].ino == st->st_ino)
+            return true;
+    return false;
+}
+
+static int owned_pre(struct walk_entry *e, void *ctx)
+{
+    struct owned *o = ctx;
+    /* Back at or above the depth of a directory removed whole: its walk is over (also when
+     * it was cut short, and its post never came). */
+    if (o->doomed_at >= 0 && (int)e->depth <= o->doomed_at)
+        o->doomed_at = -1;
+    if (walk_stat(e) < 0)
+        return WALK_NEXT;
+    /* The workspace (in /tmp, say) and the baseline stay, with all they hold. */
+    if (kept(o, &e->st))
+        return WALK_NEXT;
+    bool doomed = o->doomed_at >= 0 && (int)e->depth > o->doomed_at;
+    bool mine = doomed || owned_by(o, e->st.st_uid);
+    if (!S_ISDIR(e->st.st_mode)) {
+        if (mine)
+            remove_file(e, o->st);
+        return WALK_NEXT;
+    }
+    /* A directory of the users' is removed whole; another is looked into only when anybody
+     * may write into it (/tmp's own kind, sticky or not): nowhere else could a command have
+     * put anything. */
+    if (!mine && !(e->st.st_mode & S_IWOTH))
+        return WALK_NEXT;
+    if (!e->may_enter) {
+        if (mine)
+            note_failure(o->st, e->name, ELOOP);
+        return WALK_NEXT;
+    }
+    if ((mine ? open_to_empty(e) : walk_open(e, O_RDONLY | O_DIRECTORY)) < 0) {
+        if (mine)
+            note_failure(o->st, e->name, errno);
+        return WALK_NEXT;
+    }
+    if (!S_ISDIR(e->st.st_mode) || kept(o, &e->st))
+        return WALK_NEXT; /* swapped since the stat */
+    if (mine && !doomed) {
+        make_removable(e->fd, &e->st);
+        o->doomed_at = (int)e->depth;
+    } else if (mine) {
+        make_removable(e->fd, &e->st);
+    }
+    return WALK_ENTER;
+}
+
+static int owned_post(struct walk_entry *e, void *ctx)
+{
+    struct owned *o = ctx;
+    if (o->doomed_at < 0 || (int)e->depth < o->doomed_at)
+        return 0; /* a shared directory looked into */
+    /* Not empty: it holds something kept (the workspace). */
+    remove_dir(e, o->st, true);
+    if ((int)e->depth == o->doomed_at)
+        o->doomed_at = -1;
+    return 0;
+}
+
+int fs_clear_owned(const char *dir, const struct fs_uid_span *uids, unsigned nuids,
+                   const struct fs_keep *keep, unsigned nkeep, struct fs_clear_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -1; /* (no /dev/shm here) */
+    struct owned o = {
+        .uids = uids, .nuids = nuids, .keep = keep, .nkeep = nkeep, .st = st, .doomed_at = -1};
+    struct walk w = {.max_entries = SBXD_CLEAR_SHARED_MAX_ENTRIES,
+                     .max_depth = SBXD_CLEAR_SHARED_MAX_DEPTH,
+                     .pre = owned_pre,
+                     .post = owned_post,
+                     .ctx = &o};
+    walk_tree(dfd, &w);
+    if (w.cut & WALK_CUT_ENTRIES)
+        note_failure(st, dir, E2BIG);
+    return st->failed ? -1 : 0;
+}

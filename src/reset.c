@@ -1,0 +1,198 @@
+/* Clean: the sandbox made as a fresh one (reset.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sbxd/background.h"
+#include "sbxd/context.h"
+#include "sbxd/job.h"
+#include "sbxd/limits.h"
+#include "sbxd/log.h"
+#include "sbxd/reset.h"
+#include "sbxd/timeutil.h"
+
+/* Where commands may leave files outside the workspace: every user may write there. */
+static const char *const shared_dirs[] = {"/tmp", "/var/tmp", "/dev/shm"};
+
+/* The uids commands run as: the command user, and under uid isolation the range (but its
+ * last, the kill helper's). None when sbxd is not root: commands then run as sbxd's own
+ * uid, which is no sign of a command's (sbxd's other files and processes have it too), and
+ * root is never one. */
+static unsigned command_uids(const struct reset_env *env, struct fs_uid_span *v)
+{
+    unsigned n = 0;
+    if (!env->harden->switch_user)
+        return 0;
+    if (env->harden->uid != 0)
+        v[n++] = (struct fs_uid_span){env->harden->uid, 1};
+    if (env->iso->tree_kill == ISO_KILL_UID && env->cfg->uid_count > 1)
+        v[n++] = (struct fs_uid_span){env->cfg->uid_first, env->cfg->uid_count - 1};
+    return n;
+}
+
+/* Every background process (running or ended) forgotten, its tree killed and its end waited
+ * for (bg_remove). */
+static unsigned forget_processes(void)
+{
+    struct bg_proc **v;
+    size_t n = bg_list(&v);
+    for (size_t i = 0; v && i < n; i++) {
+        struct bg_info in;
+        bg_remove(v[i], &in);
+        bg_put(v[i]);
+    }
+    free(v);
+    return (unsigned)n;
+}
+
+/* Wait (at most ms) until every killed job's process is reaped: their trees are gone, and a
+ * namespace slot or a uid emptied, before the look for strays. */
+static void wait_reaped(int ms)
+{
+    int64_t end = time_mono_ns() + (int64_t)ms * 1000000;
+    while (job_live() > 0 && time_mono_ns() < end)
+        usleep(2000);
+}
+
+static void fail_clear(struct sbxd_err *err, const char *where, const struct fs_clear_stats *st)
+{
+    if (err->kind != SBXD_E_NONE)
+        return;
+    sbxd_fail(err, SBXD_E_INTERNAL, st->first_errno,
+              "%llu entries could not be removed from %s; the first, '%.100s': %s",
+              (unsigned long long)st->failed, where, st->first, strerror(st->first_errno));
+}
+
+/* The workspace emptied, then given the baseline's tree (as the command user, who owns what
+ * the workspace holds). */
+static int clear_workspace(const struct reset_env *env, struct reset_report *rep,
+                           struct sbxd_err *err)
+{
+    int dfd = openat(env->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+    int rc = 0;
+    if (fs_clear_dir(dfd, &rep->ws) < 0) {
+        fail_clear(err, "the workspace", &rep->ws);
+        rc = -1;
+    }
+    if (env->baseline_fd < 0 || rc < 0)
+        return rc;
+    /* A description of its own (a dup would share the read position with the last reset). */
+    int src = openat(env->baseline_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dst = openat(env->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (src < 0 || dst < 0) {
+        int e = errno;
+        if (src >= 0)
+            close(src);
+        if (dst >= 0)
+            close(dst);
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open the workspace baseline");
+    }
+    struct fs_user u = {
+        .switch_ids = env->harden->switch_user, .uid = env->harden->uid, .gid = env->harden->gid};
+    fs_user_enter(&u);
+    rc = fs_copy_into(src, dst, env->harden->group_share, &rep->restored, err);
+    fs_user_leave(&u);
+    close(dst);
+    rep->baseline = rc == 0;
+    return rc;
+}
+
+/* What the command users left in the shared directories; the workspace and the baseline stay
+ * wherever they are (a workspace in /tmp belongs to the command user too). */
+static int clear_shared(const struct reset_env *env, const struct fs_uid_span *uids, unsigned nuids,
+                        struct reset_report *rep, struct sbxd_err *err)
+{
+    if (!nuids)
+        return 0;
+    struct fs_keep keep[2];
+    unsigned nkeep = 0;
+    struct stat st;
+    if (fstat(env->rootfd, &st) == 0)
+        keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
+    if (env->baseline_fd >= 0 && fstat(env->baseline_fd, &st) == 0)
+        keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(shared_dirs) / sizeof(shared_dirs[0]); i++) {
+        struct fs_clear_stats s;
+        if (fs_clear_owned(shared_dirs[i], uids, nuids, keep, nkeep, &s) < 0) {
+            if (!s.failed) {
+                s.failed = 1;
+                s.first_errno = errno;
+                snprintf(s.first, sizeof(s.first), "%s", shared_dirs[i]);
+            }
+            fail_clear(err, shared_dirs[i], &s);
+            rc = -1;
+        }
+        rep->tmp.files += s.files;
+        rep->tmp.directories += s.directories;
+        rep->tmp.bytes += s.bytes;
+        rep->tmp.failed += s.failed;
+    }
+    return rc;
+}
+
+int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd_err *err)
+{
+    int64_t t0 = time_mono_ns();
+    memset(rep, 0, sizeof(*rep));
+    memset(err, 0, sizeof(*err));
+    struct fs_uid_span uids[2];
+    unsigned nuids = command_uids(env, uids);
+
+    /* Nothing starts from here on; what was starting exists now, as a job. */
+    exec_service_close(env->svc);
+    /* Contexts first, their interpreters and the warm kernels with them: what is killed
+     * next is the commands' and the background processes'. */
+    rep->contexts = ctx_reset();
+    rep->processes = job_kill_all(JOB_KILL_CANCEL);
+    int64_t t_killed = time_mono_ns();
+    env->quiesce(env->arg);
+    /* Again: a context whose start was under way may have made it into the registry. */
+    rep->contexts += ctx_reset();
+    rep->background = forget_processes();
+    wait_reaped(SBXD_RESET_REAP_MS);
+    int64_t t_ended = time_mono_ns();
+    /* What left its tree where no backend follows it (the process group's, a PID namespace
+     * of a background process of another), or outlived its job. */
+    rep->strays = uid_procs_kill(uids, nuids, SBXD_RESET_STRAYS_MS, &rep->strays_left);
+    rep->processes += rep->strays;
+    int64_t t_strays = time_mono_ns();
+    int rc = 0;
+    if (rep->strays_left) {
+        sbxd_fail(err, SBXD_E_INTERNAL, 0,
+                  "%u processes of the command user were still running after %d ms of kills",
+                  rep->strays_left, SBXD_RESET_STRAYS_MS);
+        rc = -1;
+    }
+    if (clear_workspace(env, rep, err) < 0)
+        rc = -1;
+    int64_t t_ws = time_mono_ns();
+    if (clear_shared(env, uids, nuids, rep, err) < 0)
+        rc = -1;
+    int64_t t_tmp = time_mono_ns();
+
+    exec_service_open(env->svc);
+    ctx_warm_resume();
+    rep->duration_ms = (double)(time_mono_ns() - t0) / 1e6;
+    LOG_EVENT(rc == 0 ? "info" : "warn", "reset", LOG_I("processes", rep->processes),
+              LOG_I("strays", rep->strays), LOG_I("contexts", rep->contexts),
+              LOG_I("background", rep->background),
+              LOG_I("files", (int64_t)(rep->ws.files + rep->tmp.files)),
+              LOG_I("directories", (int64_t)(rep->ws.directories + rep->tmp.directories)),
+              LOG_I("bytes", (int64_t)(rep->ws.bytes + rep->tmp.bytes)),
+              LOG_B("baseline", rep->baseline), LOG_D("duration_ms", rep->duration_ms),
+              /* Where the time went: the kills, the ends, the strays, the workspace, /tmp. */
+              LOG_D("kill_ms", (double)(t_killed - t0) / 1e6),
+              LOG_D("end_ms", (double)(t_ended - t_killed) / 1e6),
+              LOG_D("strays_ms", (double)(t_strays - t_ended) / 1e6),
+              LOG_D("workspace_ms", (double)(t_ws - t_strays) / 1e6),
+              LOG_D("tmp_ms", (double)(t_tmp - t_ws) / 1e6),
+              rc == 0 ? LOG_NULL("error") : LOG_S("error", err->msg));
+    return rc;
+}
