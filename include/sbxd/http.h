@@ -201,6 +201,8 @@ enum MHD_Result reply_message(struct MHD_Connection *c, unsigned status, const c
     __attribute__((format(printf, 3, 4)));
 /* The HTTP status of an error kind. */
 unsigned err_status(enum sbxd_errkind kind);
+/* Its code ("INVALID_ARGUMENT", …). */
+const char *err_code(enum sbxd_errkind kind);
 enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allowed);
 
 /* Streamed answers (events.c): NDJSON, or SSE with the type as the event name, picked by the

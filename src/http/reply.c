@@ -142,6 +142,11 @@ unsigned err_status(enum sbxd_errkind kind)
     return err_map(kind)->status;
 }
 
+const char *err_code(enum sbxd_errkind kind)
+{
+    return err_map(kind)->code;
+}
+
 enum MHD_Result reply_err(struct MHD_Connection *c, const struct sbxd_err *err)
 {
     const struct errmap *m = err_map(err->kind);

@@ -1,12 +1,19 @@
 /*
- * route_reset.c - POST /reset: Clean (reset.h). The body is optional ({} or none). While it
- * runs every route but the health checks, /metrics and /v1/metadata answers 503 with
- * Retry-After (server.c); a second reset meanwhile is one of those.
+ * route_reset.c - POST /reset: Clean (reset.h), and Setup: {"from": "PATH"} names an archive
+ * in the workspace (tar or zip) that the clean workspace then receives. The body is optional
+ * ({} or none). While it runs every route but the health checks, /metrics and /v1/metadata
+ * answers 503 with Retry-After (server.c); a second reset meanwhile is one of those.
  */
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "sbxd/archive.h"
+#include "sbxd/cleanup.h"
 #include "sbxd/http.h"
+#include "sbxd/http_files.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/log.h"
 #include "sbxd/reset.h"
@@ -85,22 +92,93 @@ static void write_report(struct jsonw *w, const struct reset_report *r)
     }
 }
 
+/* Setup: the archive open as fd extracted into the clean workspace (merged over the
+ * baseline's tree, when there is one). 0 with st, or -1 with err. */
+static int setup_from(struct server *srv, int fd, struct ar_stats *st, struct sbxd_err *err)
+{
+    struct fs_user u;
+    files_user(srv, &u);
+    struct ar_limits lim = {.max_entries = srv->cfg->max_archive_entries,
+                            .max_bytes = srv->cfg->max_archive_bytes};
+    struct ar_extract *x = ar_extract_begin(srv->rootfd, "", false, &lim, &u, err);
+    if (!x)
+        return -1;
+    char *buf = malloc(65536);
+    bool whole = buf != NULL;
+    for (;;) {
+        ssize_t n = buf ? read(fd, buf, 65536) : -1;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            whole = whole && n == 0;
+            break;
+        }
+        if (ar_extract_feed(x, buf, (size_t)n) < 0)
+            break; /* (ar_extract_end says why) */
+    }
+    free(buf);
+    int rc = ar_extract_end(x, whole, st, err);
+    if (rc < 0 && err->kind == SBXD_E_NONE)
+        sbxd_fail(err, SBXD_E_INTERNAL, EIO, "cannot read the archive");
+    return rc;
+}
+
+/* {"from": PATH}: the archive opened (as the command user) before anything is removed, so
+ * that the reset cannot take it away. The fd, or -1 after answering. */
+static int open_from(struct server *srv, struct MHD_Connection *c, const char *from,
+                     enum MHD_Result *ret)
+{
+    struct sbxd_err err = {0};
+    size_t lead = strspn(from, "/");
+    struct fs_user u;
+    files_user(srv, &u);
+    struct stat st;
+    fs_user_enter(&u);
+    int fd = fs_open_read(srv->rootfd, from + lead, &st, &err);
+    fs_user_leave(&u);
+    if (fd >= 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        fd = -1;
+        sbxd_fail(&err, SBXD_E_INVALID, EISDIR, "from: '%.200s' is a directory, not an archive",
+                  from);
+    }
+    if (fd < 0)
+        *ret = reply_err(c, &err);
+    return fd;
+}
+
 enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     enum MHD_Result ret;
-    /* No field is taken yet: {} or no body at all; anything else is a typo to refuse. */
+    autoclose int from_fd = -1;
+    autofree char *from = NULL;
+    /* {} or no body at all, or {"from": PATH}; anything else is a typo to refuse. */
     if (rc->body_len) {
-        static const char *const keys[] = {NULL};
+        static const char *const keys[] = {"from", NULL};
         cJSON *o = http_json_object(c, rc, keys, &ret);
         if (!o)
             return ret;
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "from");
+        if (f && (!cJSON_IsString(f) || !f->valuestring[0])) {
+            cJSON_Delete(o);
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                               "from must be the path of an archive in the workspace (tar or "
+                               "zip)");
+        }
+        from = f ? strdup(f->valuestring) : NULL;
         cJSON_Delete(o);
+        if (f && !from)
+            return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     }
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
     if (pthread_mutex_trylock(&srv->reset_lock) != 0)
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is resetting the sandbox already; retry in a moment");
+    if (from && (from_fd = open_from(srv, c, from, &ret)) < 0) {
+        pthread_mutex_unlock(&srv->reset_lock);
+        return ret;
+    }
     __atomic_store_n(&srv->resetting, true, __ATOMIC_SEQ_CST);
     struct quiesce q = {.srv = srv};
     struct reset_env env = {.svc = &srv->exec,
@@ -112,8 +190,12 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
                             .quiesce = quiesce,
                             .arg = &q};
     struct reset_report rep;
-    struct sbxd_err err = {0};
+    struct sbxd_err err = {0}, serr = {0};
+    struct ar_stats setup = {0};
     int rc_reset = reset_run(&env, &rep, &err);
+    /* Setup, while every other request still gets 503: the first command sees the whole
+     * tree. */
+    int rc_setup = from_fd >= 0 && rc_reset == 0 ? setup_from(srv, from_fd, &setup, &serr) : 0;
     /* Requests whose head came before this point are refused from now on (work_enter). */
     __atomic_add_fetch(&srv->reset_gen, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&srv->resets, 1, __ATOMIC_RELAXED);
@@ -125,14 +207,43 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
     struct jsonw w;
     jw_init(&w, 768);
     jw_obj_begin(&w);
+    unsigned status = MHD_HTTP_OK;
     if (rc_reset < 0) {
         /* The error's shape, with what was done beside it. */
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
         jw_key(&w, "code");
         jw_str(&w, "INTERNAL");
         jw_key(&w, "message");
         jw_str(&w, err.msg);
+    } else if (rc_setup < 0) {
+        /* The sandbox is clean; the archive was refused (nothing of it was extracted). */
+        status = err_status(serr.kind);
+        jw_key(&w, "code");
+        jw_str(&w, err_code(serr.kind));
+        jw_key(&w, "message");
+        char msg[sizeof(serr.msg) + 96];
+        snprintf(msg, sizeof(msg), "the sandbox was reset, but from was not extracted: %s",
+                 serr.msg);
+        jw_str(&w, msg);
     }
     write_report(&w, &rep);
+    if (from && rc_reset == 0 && rc_setup == 0) {
+        jw_key(&w, "setup");
+        jw_obj_begin(&w);
+        jw_key(&w, "from");
+        jw_str(&w, from);
+        jw_key(&w, "files");
+        jw_uint(&w, setup.files);
+        jw_key(&w, "directories");
+        jw_uint(&w, setup.directories);
+        jw_key(&w, "symlinks");
+        jw_uint(&w, setup.symlinks);
+        jw_key(&w, "hardlinks");
+        jw_uint(&w, setup.hardlinks);
+        jw_key(&w, "bytes");
+        jw_uint(&w, setup.bytes);
+        jw_obj_end(&w);
+    }
     jw_obj_end(&w);
-    return reply_jsonw(c, rc_reset < 0 ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_OK, &w);
+    return reply_jsonw(c, status, &w);
 }

@@ -408,31 +408,58 @@ static void reset_summary(const cJSON *o)
                "baseline", reset_count(r, "files"), reset_count(r, "directories"),
                reset_count(r, "symlinks"), reset_count(r, "bytes"));
     else
-        printf("%-11s none (the workspace is empty)\n", "baseline");
+        printf("%-11s none\n", "baseline");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "setup");
+    if (cJSON_IsObject(st))
+        printf("%-11s %llu files, %llu directories, %llu symlinks from %s (%llu bytes)\n", "setup",
+               reset_count(st, "files"), reset_count(st, "directories"),
+               reset_count(st, "symlinks"),
+               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(st, "from"))
+                   ? cJSON_GetObjectItemCaseSensitive(st, "from")->valuestring
+                   : "?",
+               reset_count(st, "bytes"));
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "duration_ms");
     printf("%-11s %.1f ms\n", "duration", cJSON_IsNumber(d) ? d->valuedouble : 0.0);
 }
 
 int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"json", no_argument, NULL, 'j'},
+                                          {"from", required_argument, NULL, 'f'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     bool json = false;
+    const char *from = NULL;
     int c;
     opt_reset();
-    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
+    while ((c = opt_next(cmd->name, argc, argv, "jhf:", longs)) != -1) {
         if (c == 'h')
             return cmd_print_help(cmd);
+        if (c == 'f') {
+            from = optarg;
+            continue;
+        }
         if (c != 'j')
             return SBX_USAGE;
         json = true;
     }
     if (optind < argc)
-        return usage_error(cmd->name, "reset takes no arguments");
-    struct request req = {.method = "POST", .path = "/reset", .json = "{}"};
+        return usage_error(cmd->name, "reset takes no arguments (--from PATH for an archive)");
+    char *body = NULL;
+    if (from) {
+        cJSON *o = cJSON_CreateObject();
+        if (o)
+            cJSON_AddStringToObject(o, "from", from);
+        body = o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (!body)
+            return fail(cmd->name, "out of memory");
+    }
+    struct request req = {.method = "POST", .path = "/reset", .json = body ? body : "{}"};
     struct response resp;
     if (http_perform(s, cmd->name, &req, &resp) < 0) {
         response_free(&resp);
+        free(body);
         return SBX_FAIL;
     }
     const cJSON *o = resp.json;
@@ -450,6 +477,7 @@ int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **a
         reset_summary(o);
     }
     response_free(&resp);
+    free(body);
     if (fflush(stdout) != 0)
         return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
     return r;

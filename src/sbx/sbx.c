@@ -258,19 +258,23 @@ static const struct sbx_cmd commands[] = {
      "  sbx health\n"
      "  until sbx health >/dev/null 2>&1; do sleep 0.2; done\n",
      cmd_health},
-    {"reset", "[--json]", "Clean the sandbox for the next task",
+    {"reset", "[--from ARCHIVE] [--json]", "Clean the sandbox for the next task",
      "POST /reset: every command, background process and context is ended (kernels and\n"
      "shells start empty next time), the workspace is emptied (or given sbxd's\n"
      "--workspace-baseline tree again), what the command user left in /tmp, /var/tmp and\n"
      "/dev/shm is removed, and what still ran as the command user is killed. Prints what was\n"
-     "removed and how long it took. Requests that come meanwhile get 503 (retry).\n"
+     "removed and how long it took. Requests that come meanwhile get 503 (retry). With\n"
+     "--from, the clean workspace then receives the tree of ARCHIVE, a tar or zip already in\n"
+     "the workspace (sbx put it first), extracted all or nothing.\n"
      "\n"
      "Options:\n"
-     "  -j, --json  print sbxd's answer as it is (one JSON object)\n"
-     "  -h, --help  show this help\n"
+     "  -f, --from ARCHIVE  set the workspace up from ARCHIVE (a path in the workspace)\n"
+     "  -j, --json          print sbxd's answer as it is (one JSON object)\n"
+     "  -h, --help          show this help\n"
      "\n" EXIT_STATUS_HELP "\n"
      "Examples:\n"
      "  sbx reset\n"
+     "  sbx put task.tar.gz task.tar.gz && sbx reset --from task.tar.gz\n"
      "  sbx reset --json | jq .duration_ms\n",
      cmd_reset},
 };

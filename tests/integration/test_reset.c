@@ -436,6 +436,16 @@ START_TEST(bad_reset_requests_are_refused)
     ck_assert_ptr_nonnull(strstr(jstr(r.json, "message"), "unknown field 'archive'"));
     http_resp_free(&r);
     http_reqf(&d, &r, "POST", "{\"from\":\"a.tar\"}", "/reset");
+    assert_error(&r, 404, "NOT_FOUND");
+    http_resp_free(&r);
+    http_reqf(&d, &r, "POST", "{\"from\":1}", "/reset");
+    assert_error(&r, 400, "INVALID_ARGUMENT");
+    http_resp_free(&r);
+    http_reqf(&d, &r, "POST", "{\"from\":\"../etc/passwd\"}", "/reset");
+    assert_error(&r, 403, "PERMISSION_DENIED");
+    http_resp_free(&r);
+    sh_ok(&d, "mkdir -p adir");
+    http_reqf(&d, &r, "POST", "{\"from\":\"adir\"}", "/reset");
     assert_error(&r, 400, "INVALID_ARGUMENT");
     http_resp_free(&r);
     http_reqf(&d, &r, "POST", "{\"oops\"", "/reset");
@@ -459,6 +469,42 @@ START_TEST(bad_reset_requests_are_refused)
     char *k = sh_out(&d, "cat kept");
     ck_assert_str_eq(k, "kept\n");
     free(k);
+    ck_assert(daemon_stop_clean(&d, 15000));
+}
+END_TEST
+
+/* Setup: {"from": an archive in the workspace}: the clean workspace receives its tree, and
+ * only it; a hostile archive leaves the workspace clean, and the answer says so. */
+START_TEST(reset_from_an_archive_sets_up_the_workspace)
+{
+    struct daemon d;
+    start_own(&d, NULL);
+    sh_ok(&d, "mkdir -p t/src && echo hi > t/src/a && ln -s src/a t/l && chmod 0750 t/src && "
+              "tar -cf setup.tar -C t . && mkdir -p bad && ln -s /etc bad/etc && "
+              "tar -cf bad/bad.tar -C bad etc && echo junk > junk");
+    cJSON *rep = reset_ok(&d, "{\"from\":\"setup.tar\"}");
+    cJSON *setup = cJSON_GetObjectItemCaseSensitive(rep, "setup");
+    ck_assert_msg(cJSON_IsObject(setup), "no setup in the answer");
+    ck_assert_str_eq(jstr(setup, "from"), "setup.tar");
+    ck_assert_int_eq((int)jnum(setup, "files"), 1);
+    ck_assert_int_eq((int)jnum(setup, "symlinks"), 1);
+    cJSON_Delete(rep);
+    char *got = sh_out(&d, "find . -mindepth 1 -printf '%P %y %m\n' | LC_ALL=C sort; cat l");
+    ck_assert_str_eq(got, "l l 777\nsrc d 750\nsrc/a f 644\nhi\n");
+    free(got);
+    /* A link out of the workspace: the reset happens, the archive is refused (403). */
+    sh_ok(&d, "mkdir -p bad && ln -s /etc bad/etc && tar -cf bad.tar -C bad etc && echo x > y");
+    struct http_resp r;
+    http_reqf(&d, &r, "POST", "{\"from\":\"bad.tar\"}", "/reset");
+    /* (the error's shape, with the report beside it) */
+    ck_assert_msg(r.status == 403, "%ld %s", r.status, r.body);
+    ck_assert_str_eq(jstr(r.json, "code"), "PERMISSION_DENIED");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "the sandbox was reset"), "%s", r.body);
+    ck_assert_msg(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r.json, "files")), "%s", r.body);
+    http_resp_free(&r);
+    got = sh_out(&d, "find . -mindepth 1 | wc -l");
+    ck_assert_str_eq(got, "0\n");
+    free(got);
     ck_assert(daemon_stop_clean(&d, 15000));
 }
 END_TEST
@@ -492,6 +538,7 @@ Suite *reset_suite(void)
     tcase_add_test(tc, requests_during_a_reset_get_503);
     tcase_add_test(tc, reset_of_10000_files_is_fast);
     tcase_add_test(tc, bad_reset_requests_are_refused);
+    tcase_add_test(tc, reset_from_an_archive_sets_up_the_workspace);
     tcase_add_test(tc, reset_needs_the_token);
     suite_add_tcase(s, tc);
     return s;

@@ -1451,11 +1451,31 @@ START_TEST(reset_cleans_and_summarises)
     ck_assert_msg(cJSON_IsObject(j) && jnum(j, "files") == 0, "%s", r.out);
     cJSON_Delete(j);
     run_free(&r);
+    /* --from: the clean workspace gets the archive's tree. */
+    o = execute(&d, "{\"command\":\"mkdir t && echo s > t/seed && tar -cf s.tar -C t .\"}");
+    ck_assert_int_eq((int)jnum(o, "exit_code"), 0);
+    cJSON_Delete(o);
+    child_start(&c, (const char *const[]){"--url", url, "reset", "--from", "s.tar", NULL}, false,
+                -1, -1, NULL);
+    child_wait(&c, &r, 60000);
+    ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "setup       1 files, 0 directories, 0 symlinks from s.tar"), "%s",
+                  r.out);
+    run_free(&r);
+    o = execute(&d, "{\"command\":\"ls -A\"}");
+    ck_assert_str_eq(jstr(o, "stdout"), "seed\n");
+    cJSON_Delete(o);
     /* A refusal is one line with sbxd's message, and 125. */
     child_start(&c, (const char *const[]){"--url", url, "reset", "extra", NULL}, false, -1, -1,
                 NULL);
     child_wait(&c, &r, 60000);
     ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+    child_start(&c, (const char *const[]){"--url", url, "reset", "--from", "nothing.tar", NULL},
+                false, -1, -1, NULL);
+    child_wait(&c, &r, 60000);
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(strstr(r.err, "nothing.tar") && strstr(r.err, "(HTTP 404)"), "%s", r.err);
     run_free(&r);
     ck_assert(daemon_stop_clean(&d, 15000));
 }

@@ -115,6 +115,26 @@ START_TEST(workspace_baseline)
 }
 END_TEST
 
+START_TEST(archive_limits)
+{
+    char *argv[] = {"sbxd", NULL};
+    char *none[] = {NULL};
+    ck_assert_int_eq(parse(argv, none), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.max_archive_bytes, 1ULL << 30);
+    ck_assert_uint_eq(cfg.max_archive_entries, 100000);
+    char *env[] = {"SBXD_MAX_ARCHIVE_BYTES=64MiB", "SBXD_MAX_ARCHIVE_ENTRIES=50", NULL};
+    ck_assert_int_eq(parse(argv, env), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.max_archive_bytes, 64ULL << 20);
+    ck_assert_uint_eq(cfg.max_archive_entries, 50);
+    char *flag[] = {"sbxd", "--max-archive-entries", "7", NULL};
+    ck_assert_int_eq(parse(flag, env), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.max_archive_entries, 7);
+    char *zero[] = {"sbxd", "--max-archive-entries", "0", NULL};
+    ck_assert_int_eq(parse(zero, none), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--max-archive-entries"));
+}
+END_TEST
+
 START_TEST(legacy_timeout_seconds)
 {
     char *argv[] = {"sbxd", NULL};
@@ -260,6 +280,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, listen_forms);
     tcase_add_test(tc, grpc_listen_forms);
     tcase_add_test(tc, workspace_baseline);
+    tcase_add_test(tc, archive_limits);
     suite_add_tcase(s, tc);
     return s;
 }
