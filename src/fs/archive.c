@@ -179,8 +179,6 @@ static la_ssize_t pack_write_cb(struct archive *a, void *cls, const void *data, 
 {
     (void)a;
     struct ar_pack *p = cls;
-    if (p->off == p->len)
-        p->off = p->len = 0;
     if (p->len + n > p->cap) {
         size_t cap = p->cap ? p->cap : 65536;
         while (cap < p->len + n)
@@ -403,9 +401,16 @@ static int pack_step(struct ar_pack *p)
 
 ssize_t ar_pack_read(struct ar_pack *p, char *out, size_t max, struct sbxd_err *err)
 {
+    if (p->off) { /* (what is left of the last block to the front: the buffer stays small) */
+        memmove(p->buf, p->buf + p->off, p->len - p->off);
+        p->len -= p->off;
+        p->off = 0;
+    }
     locale_t was = uselocale(utf8_locale);
     fs_user_enter(&p->u);
-    while (p->off == p->len && !p->closed && !p->fail[0])
+    /* Up to max at once: libarchive hands out a block (10 KiB) at a time, and a chunk per
+     * block would be a send and a chunk header each. */
+    while (p->len - p->off < max && !p->closed && !p->fail[0])
         pack_step(p);
     fs_user_leave(&p->u);
     uselocale(was);
