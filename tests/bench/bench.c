@@ -1472,7 +1472,8 @@ out:
 /* Whole trees: a directory of TREE_FILES small files as one tar, through GET and PUT
  * ?archive=tar, against what a client does without them: tar in a command, then the archive
  * moved as a file through /files (and the reverse). */
-#define TREE_FILES 10000
+#define TREE_FILES  10000
+#define TREE_ROUNDS 3
 
 typedef struct {
     bool ok;
@@ -1534,49 +1535,66 @@ static void measure_trees(const target *tg, const char *ws, tree_result *out, ch
         goto out;
     uint64_t bytes = 0;
     double secs = 0;
-    /* Down: one GET ?archive=tar, against tar in a command and a GET of its file. */
-    double t0 = now_ms();
-    int st = xfer_download(tg, "/files/bench-tree?archive=tar", &bytes, &secs, err, errlen);
-    out->down_ms = now_ms() - t0;
-    if (st != 200) {
-        setmsg(err, errlen, "GET ?archive=tar: %d", st);
-        goto out;
-    }
-    t0 = now_ms();
-    if (!bench_sh(&c, "tar -C bench-tree -cf bench-tree.tar .", err, errlen))
-        goto out;
-    st = xfer_download(tg, "/files/bench-tree.tar", &out->tar_bytes, &secs, err, errlen);
-    out->down_base_ms = now_ms() - t0;
-    if (st != 200)
-        goto out;
-    /* Up: the same tar, by PUT ?archive=tar, against a PUT of the file and tar in a
-     * command. */
+    /* Down: a GET ?archive=tar, against tar in a command and a GET of its file; up: that tar
+     * by PUT ?archive=tar, against a PUT of the file and tar in a command. TREE_ROUNDS of
+     * each in turns (after one of each untimed: libarchive loaded, the tree in the page
+     * cache), the fastest of each. */
+    out->down_ms = out->down_base_ms = out->up_ms = out->up_base_ms = 1e30;
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/bench-tree.tar", ws);
-    FILE *f = fopen(path, "rb");
-    tar = f ? malloc(out->tar_bytes) : NULL;
-    if (!f || !tar || fread(tar, 1, out->tar_bytes, f) != out->tar_bytes) {
-        setmsg(err, errlen, "cannot read %s", path);
-        if (f)
+    for (int round = 0; round <= TREE_ROUNDS && !g_interrupted; round++) {
+        double t0 = now_ms();
+        int st = xfer_download(tg, "/files/bench-tree?archive=tar", &bytes, &secs, err, errlen);
+        double ms = now_ms() - t0;
+        if (st != 200) {
+            setmsg(err, errlen, "GET ?archive=tar: %d", st);
+            goto out;
+        }
+        if (round && ms < out->down_ms)
+            out->down_ms = ms;
+        t0 = now_ms();
+        if (!bench_sh(&c, "rm -f bench-tree.tar && tar -C bench-tree -cf bench-tree.tar .", err,
+                      errlen))
+            goto out;
+        st = xfer_download(tg, "/files/bench-tree.tar", &out->tar_bytes, &secs, err, errlen);
+        ms = now_ms() - t0;
+        if (st != 200)
+            goto out;
+        if (round && ms < out->down_base_ms)
+            out->down_base_ms = ms;
+        if (!tar) {
+            FILE *f = fopen(path, "rb");
+            tar = f ? malloc(out->tar_bytes) : NULL;
+            if (!f || !tar || fread(tar, 1, out->tar_bytes, f) != out->tar_bytes) {
+                setmsg(err, errlen, "cannot read %s", path);
+                if (f)
+                    fclose(f);
+                goto out;
+            }
             fclose(f);
-        goto out;
+        }
+        if (!bench_sh(&c, "rm -rf bench-up bench-up2 bench-up2.tar", err, errlen))
+            goto out;
+        t0 = now_ms();
+        st = xfer_send(tg, "PUT", "/files/bench-up?archive=tar", tar, out->tar_bytes, err, errlen);
+        ms = now_ms() - t0;
+        if (st != 201) {
+            if (!err[0])
+                setmsg(err, errlen, "PUT ?archive=tar: %d", st);
+            goto out;
+        }
+        if (round && ms < out->up_ms)
+            out->up_ms = ms;
+        t0 = now_ms();
+        st = xfer_send(tg, "PUT", "/files/bench-up2.tar", tar, out->tar_bytes, err, errlen);
+        if (st != 201 ||
+            !bench_sh(&c, "mkdir bench-up2 && tar -C bench-up2 -xf bench-up2.tar", err, errlen))
+            goto out;
+        ms = now_ms() - t0;
+        if (round && ms < out->up_base_ms)
+            out->up_base_ms = ms;
     }
-    fclose(f);
-    t0 = now_ms();
-    st = xfer_send(tg, "PUT", "/files/bench-up?archive=tar", tar, out->tar_bytes, err, errlen);
-    out->up_ms = now_ms() - t0;
-    if (st != 201) {
-        if (!err[0])
-            setmsg(err, errlen, "PUT ?archive=tar: %d", st);
-        goto out;
-    }
-    t0 = now_ms();
-    st = xfer_send(tg, "PUT", "/files/bench-up2.tar", tar, out->tar_bytes, err, errlen);
-    if (st != 201 ||
-        !bench_sh(&c, "mkdir bench-up2 && tar -C bench-up2 -xf bench-up2.tar", err, errlen))
-        goto out;
-    out->up_base_ms = now_ms() - t0;
-    out->ok = true;
+    out->ok = !g_interrupted;
 out:
     free(tar);
     bench_sh(&c, "rm -rf bench-tree bench-tree.tar bench-up bench-up2 bench-up2.tar", err,
