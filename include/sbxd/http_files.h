@@ -94,6 +94,11 @@ int files_put_finish_multipart(struct files_put *p);
  * counted in /metrics), or -1 with err (the target intact). */
 int files_put_commit(struct files_put *p, struct stat *st, struct sbxd_err *err);
 
+/* "files", "directories", "symlinks" and "bytes" of a tree copied or extracted, into an open
+ * object (route_files.c). */
+void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, uint64_t symlinks,
+                        uint64_t bytes);
+
 /* ---- archives (files_archive.c) ---- */
 
 /* ?archive= as a format: 0, or -1 for a value that is not tar or zip. */

@@ -184,16 +184,9 @@ enum MHD_Result files_archive_end(struct MHD_Connection *c, struct files_put *p)
     jw_str(&w, p->path);
     jw_key(&w, "type");
     jw_str(&w, "directory");
-    jw_key(&w, "files");
-    jw_uint(&w, st.files);
-    jw_key(&w, "directories");
-    jw_uint(&w, st.directories);
-    jw_key(&w, "symlinks");
-    jw_uint(&w, st.symlinks);
+    files_write_counts(&w, st.files, st.directories, st.symlinks, st.bytes);
     jw_key(&w, "hardlinks");
     jw_uint(&w, st.hardlinks);
-    jw_key(&w, "bytes");
-    jw_uint(&w, st.bytes);
     jw_key(&w, "duration_ms");
     jw_double(&w, ((double)time_mono_ns() - p->t0) / 1e6, 3);
     jw_obj_end(&w);

@@ -439,6 +439,19 @@ static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c
     return r < 0 ? reply_err(c, &err) : reply_no_content(c);
 }
 
+void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, uint64_t symlinks,
+                        uint64_t bytes)
+{
+    jw_key(w, "files");
+    jw_uint(w, files);
+    jw_key(w, "directories");
+    jw_uint(w, directories);
+    jw_key(w, "symlinks");
+    jw_uint(w, symlinks);
+    jw_key(w, "bytes");
+    jw_uint(w, bytes);
+}
+
 /* POST ?move_to=DEST or ?copy_to=DEST (with overwrite=true to replace what is there). */
 static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
@@ -485,14 +498,7 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     jw_key(&w, "type");
     jw_str(&w, sr == 0 ? fs_type_name(in->st.st_mode) : "file");
     if (copy) {
-        jw_key(&w, "files");
-        jw_uint(&w, cs.files);
-        jw_key(&w, "directories");
-        jw_uint(&w, cs.directories);
-        jw_key(&w, "symlinks");
-        jw_uint(&w, cs.symlinks);
-        jw_key(&w, "bytes");
-        jw_uint(&w, cs.bytes);
+        files_write_counts(&w, cs.files, cs.directories, cs.symlinks, cs.bytes);
         jw_key(&w, "skipped");
         jw_uint(&w, cs.skipped);
     }

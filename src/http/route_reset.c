@@ -232,16 +232,9 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
         jw_obj_begin(&w);
         jw_key(&w, "from");
         jw_str(&w, from);
-        jw_key(&w, "files");
-        jw_uint(&w, setup.files);
-        jw_key(&w, "directories");
-        jw_uint(&w, setup.directories);
-        jw_key(&w, "symlinks");
-        jw_uint(&w, setup.symlinks);
+        files_write_counts(&w, setup.files, setup.directories, setup.symlinks, setup.bytes);
         jw_key(&w, "hardlinks");
         jw_uint(&w, setup.hardlinks);
-        jw_key(&w, "bytes");
-        jw_uint(&w, setup.bytes);
         jw_obj_end(&w);
     }
     jw_obj_end(&w);

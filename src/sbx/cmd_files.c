@@ -67,6 +67,21 @@ static char *files_path(const char *path, const char *query)
 
 /* ------------------------------------------------------------------ trees */
 
+/* Where a download's body goes (get, and get -r's tar). */
+struct get_sink {
+    int fd;
+    const char *what; /* for errors: the local file, or "stdout", or tar */
+};
+
+static int get_write(const char *p, size_t n, void *ud, char *err, size_t errlen)
+{
+    struct get_sink *g = ud;
+    if (write_all(g->fd, p, n) == 0)
+        return 0;
+    snprintf(err, errlen, "cannot write '%s': %s", g->what, strerror(errno));
+    return -1;
+}
+
 extern char **environ;
 
 /* Start the local tar with argv, its stdin (to_tar) or its stdout (from tar) a pipe whose
@@ -146,19 +161,6 @@ static int put_tree(const struct sbx *s, const struct sbx_cmd *cmd, const char *
     return r;
 }
 
-struct tar_sink {
-    int fd;
-};
-
-static int tar_write(const char *p, size_t n, void *ud, char *err, size_t errlen)
-{
-    struct tar_sink *t = ud;
-    if (write_all(t->fd, p, n) == 0)
-        return 0;
-    snprintf(err, errlen, "tar stopped reading: %s", strerror(errno));
-    return -1;
-}
-
 /* get -r: REMOTE's tree as a tar stream, extracted by the local tar into dir (made). */
 static int get_tree(const struct sbx *s, const struct sbx_cmd *cmd, const char *remote,
                     const char *dir)
@@ -171,14 +173,14 @@ static int get_tree(const struct sbx *s, const struct sbx_cmd *cmd, const char *
     if (pid < 0)
         return SBX_FAIL;
     char *path = files_path(remote, "?archive=tar");
-    struct tar_sink t = {.fd = fd};
+    struct get_sink t = {.fd = fd, .what = "the local tar's input"};
     int r = SBX_FAIL;
     if (!path) {
         fail(cmd->name, "out of memory");
     } else {
         struct request req = {.method = "GET",
                               .path = path,
-                              .sink = tar_write,
+                              .sink = get_write,
                               .sink_ud = &t,
                               .sink_type = "application/x-tar",
                               .progress = true,
@@ -447,20 +449,6 @@ static int tmp_commit(const char *cmd, struct tmpout *t, const char *dest_path)
     tmp_armed = 0;
     t->name[0] = '\0';
     return SBX_OK;
-}
-
-struct get_sink {
-    int fd;
-    const char *what; /* for errors: the local file, or "stdout" */
-};
-
-static int get_write(const char *p, size_t n, void *ud, char *err, size_t errlen)
-{
-    struct get_sink *g = ud;
-    if (write_all(g->fd, p, n) == 0)
-        return 0;
-    snprintf(err, errlen, "cannot write '%s': %s", g->what, strerror(errno));
-    return -1;
 }
 
 /* GET /files/REMOTE into fd; SBX_OK or an exit status. */
