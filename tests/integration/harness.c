@@ -378,14 +378,25 @@ int daemon_stop(struct daemon *d, int timeout_ms)
 
 struct buf {
     char *p;
-    size_t len;
+    size_t len, cap;
 };
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     struct buf *b = ud;
     size_t n = size * nmemb;
-    b->p = realloc(b->p, b->len + n + 1);
+    if (b->len + n + 1 > b->cap) {
+        /* (doubling: a realloc to the exact size copies the whole body each time under ASan,
+         * whose allocator never grows a block in place: quadratic in a large answer) */
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np)
+            return 0;
+        b->p = np;
+        b->cap = cap;
+    }
     memcpy(b->p + b->len, ptr, n);
     b->len += n;
     b->p[b->len] = '\0';
@@ -441,6 +452,9 @@ int http_request_with(const struct daemon *d, const char *method, const char *pa
     r->len = b.len;
     r->headers = h.p ? h.p : strdup("");
     r->json = cJSON_ParseWithLength(r->body, r->len);
+    if (rc != CURLE_OK) /* (why, for the assertion that follows) */
+        fprintf(stderr, "http_request: %s %s: %s after %.1f s, %zu bytes\n", method, path,
+                curl_easy_strerror(rc), r->seconds, r->len);
     return rc == CURLE_OK ? 0 : -1;
 }
 

@@ -451,12 +451,13 @@ START_TEST(watch_resumes_from_an_offset_and_reports_overflow)
     ck_assert_ptr_null(strstr(st->buf, "overflow"));
     close(st->s);
     /* More than the ring holds while away: one overflow event says how many were missed. */
-    sh("cd wr && for i in $(seq 1 2500); do : > f$i; rm f$i; done");
+    /* (one rm for all: a command per file is seconds under gVisor's ptrace platform) */
+    sh("cd wr && for i in $(seq 1 2500); do : > f$i; done && rm -f f*");
     stream_open(st, &g_sbxd, path);
     at = stream_wait(st, NULL, "{\"type\":\"overflow\"", 5000);
     ck_assert_msg(at, "%.2000s", st->buf);
     ck_assert_msg(strstr(at, "\"missed\":") && !strstr(at, "\"missed\":null"), "%.300s", at);
-    ck_assert_ptr_nonnull(stream_wait(st, at, "\"path\":\"wr/f2500\"", 5000));
+    ck_assert_ptr_nonnull(stream_wait(st, at, "\"type\":\"remove\"", 5000));
     close(st->s);
     /* An offset from before this hub began: the overflow cannot say how many. */
     stream_open(st, &g_sbxd, "/files/wr?watch=true&since=1");

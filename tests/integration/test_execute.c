@@ -810,13 +810,14 @@ START_TEST(client_gone_leaves_the_queue)
 END_TEST
 
 /* A command moves and links files from one directory to another with rename(2) and link(2)
- * (under Landlock from ABI 2 both failed with EXDEV: mv fell back to copying, ln failed). */
+ * (under Landlock from ABI 2 both failed with EXDEV: mv fell back to copying, ln failed).
+ * (find and cd, not stat and ls DIR: gVisor's statx fails those on some hosts.) */
 START_TEST(rename_and_link_across_directories)
 {
     cJSON *r = execute(&g_sbxd, "{\"command\":\"mkdir -p xd/a xd/b && echo x > xd/a/f && "
                                 "python3 -c \\\"import os; os.rename('xd/a/f', 'xd/b/f'); "
                                 "os.link('xd/b/f', 'xd/a/g'); os.rename('xd/a', 'xd/b/a')\\\" && "
-                                "stat -c %h xd/b/f && ls xd/b/a\"}");
+                                "find xd/b/f -printf '%n\\\\n' && cd xd/b/a && ls\"}");
     ck_assert_msg(jnum(r, "exit_code") == 0, "%s", jstr(r, "stderr"));
     ck_assert_str_eq(jstr(r, "stdout"), "2\ng\n");
     cJSON_Delete(r);

