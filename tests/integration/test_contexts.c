@@ -823,7 +823,11 @@ START_TEST(warm_kernel_answers_at_once)
     char a[64], b[64];
     py_new(&d, "{\"language\":\"python\"}", a, sizeof(a));
     double warm_ms = now_ms() - t0;
-    ck_assert_msg(warm_ms < 200 * SLOW, "a warm POST /contexts took %.0f ms", warm_ms);
+    /* Under gVisor's ptrace platform the request's own connection thread can take a few
+     * hundred ms to come (the slowloris test sees the same): the bound there is still far
+     * below a cold start, which takes seconds. */
+    double warm_bound = under_gvisor() ? 1500 : 200 * SLOW;
+    ck_assert_msg(warm_ms < warm_bound, "a warm POST /contexts took %.0f ms", warm_ms);
     cJSON *o = run_text(&d, a, "import os\nos.getcwd()", 0);
     ck_assert_ptr_nonnull(strstr(jstr(result_at(o, 0), "text/plain"), d.ws));
     cJSON_Delete(o);
