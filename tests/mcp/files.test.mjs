@@ -1,0 +1,217 @@
+// The file tools: write_file, read_file, list_files, move_file, stat_file, delete_file,
+// each checked against what is on disk, and paths that leave the workspace.
+
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { call, closeClient, daemonFor, textOf } from './lib.mjs';
+
+// A mode as sbxd writes it ("0644") or as a number, as its permission bits.
+function modeBits(m) {
+  return (typeof m === 'string' ? parseInt(m, 8) : m) & 0o7777;
+}
+
+function assertError(r, what) {
+  assert.equal(r.isError, true, `${what}: a tool error, got ${JSON.stringify(r)}`);
+  assert.ok(textOf(r).length > 0, `${what}: the error says why`);
+}
+
+function assertOk(r, what) {
+  assert.ok(!r.isError, `${what}: ${JSON.stringify(r)}`);
+  assert.ok(r.structuredContent, `${what}: structuredContent`);
+  return r.structuredContent;
+}
+
+describe('file tools', () => {
+  const d = daemonFor({ before, after });
+  let c;
+  const ws = (...p) => path.join(d.ws, ...p);
+  before(async () => {
+    c = await d.client();
+  });
+  after(async () => {
+    await closeClient(c);
+  });
+
+  it('write_file then read_file: UTF-8 text round trip, on disk as written', async () => {
+    const text = 'héllo, wörld ✓\nsecond line\n';
+    const w = assertOk(await call(c, 'write_file', { path: 'hello.txt', content: text }), 'write');
+    assert.equal(w.path, 'hello.txt');
+    assert.equal(w.size, Buffer.byteLength(text));
+    assert.equal(fs.readFileSync(ws('hello.txt'), 'utf8'), text);
+
+    const r = await call(c, 'read_file', { path: 'hello.txt' });
+    const s = assertOk(r, 'read');
+    assert.equal(r.content[0].type, 'text');
+    assert.equal(r.content[0].text, text);
+    assert.equal(s.path, 'hello.txt');
+    assert.equal(s.size, Buffer.byteLength(text));
+    assert.equal(s.offset, 0);
+    assert.equal(s.length, Buffer.byteLength(text));
+    assert.equal(s.encoding, 'utf8');
+    assert.equal(s.eof, true);
+  });
+
+  it('read_file with offset and length: that slice, eof false before the end', async () => {
+    fs.writeFileSync(ws('abc.txt'), 'abcdefghij');
+    const r = await call(c, 'read_file', { path: 'abc.txt', offset: 2, length: 4 });
+    const s = assertOk(r, 'read slice');
+    assert.equal(textOf(r), 'cdef');
+    assert.equal(s.offset, 2);
+    assert.equal(s.length, 4);
+    assert.equal(s.size, 10);
+    assert.equal(s.eof, false);
+    const tail = await call(c, 'read_file', { path: 'abc.txt', offset: 7 });
+    assert.equal(textOf(tail), 'hij');
+    assert.equal(tail.structuredContent.eof, true);
+  });
+
+  it('binary with NUL bytes: written from base64, read back as an embedded blob', async () => {
+    const bytes = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x00, 0xff, 0xfe, 0x41, 0x00, 0x0a, 0xc3]);
+    const w = assertOk(await call(c, 'write_file', {
+      path: 'blob.bin', content: bytes.toString('base64'), encoding: 'base64',
+    }), 'write base64');
+    assert.equal(w.size, bytes.length);
+    assert.deepEqual(fs.readFileSync(ws('blob.bin')), bytes);
+
+    const r = await call(c, 'read_file', { path: 'blob.bin' });
+    const s = assertOk(r, 'read binary');
+    assert.equal(s.encoding, 'base64');
+    assert.equal(s.size, bytes.length);
+    const res = r.content.find((x) => x.type === 'resource');
+    assert.ok(res, `an embedded resource in ${JSON.stringify(r.content)}`);
+    assert.equal(typeof res.resource.blob, 'string');
+    assert.deepEqual(Buffer.from(res.resource.blob, 'base64'), bytes);
+    assert.match(res.resource.uri, /blob\.bin$/);
+  });
+
+  it('write_file with a mode, over an existing file', async () => {
+    assertOk(await call(c, 'write_file', { path: 'run.sh', content: '#!/bin/sh\necho ran\n', mode: '0755' }),
+      'write 0755');
+    assert.equal(fs.statSync(ws('run.sh')).mode & 0o777, 0o755);
+    const st = assertOk(await call(c, 'stat_file', { path: 'run.sh' }), 'stat');
+    assert.equal(modeBits(st.mode), 0o755);
+    const r = await call(c, 'run_command', { command: './run.sh' });
+    assert.equal(r.structuredContent?.stdout, 'ran\n', JSON.stringify(r));
+    assertOk(await call(c, 'write_file', { path: 'run.sh', content: 'short' }), 'overwrite');
+    assert.equal(fs.readFileSync(ws('run.sh'), 'utf8'), 'short');
+  });
+
+  it('a file the test made as root (0644) is read as it is', async () => {
+    fs.writeFileSync(ws('rootfile.txt'), 'made by root\n', { mode: 0o644 });
+    const r = await call(c, 'read_file', { path: 'rootfile.txt' });
+    assert.equal(textOf(r), 'made by root\n', JSON.stringify(r));
+    const st = assertOk(await call(c, 'stat_file', { path: 'rootfile.txt' }), 'stat');
+    assert.equal(st.uid, fs.statSync(ws('rootfile.txt')).uid);
+  });
+
+  it('list_files: entries with type, size, mode and time; depth', async () => {
+    fs.mkdirSync(ws('tree', 'deeper'), { recursive: true });
+    fs.writeFileSync(ws('tree', 'top.txt'), '12345');
+    fs.writeFileSync(ws('tree', 'deeper', 'leaf.txt'), 'leaf');
+    for (const p of ['tree', 'tree/deeper', 'tree/top.txt', 'tree/deeper/leaf.txt']) {
+      fs.chownSync(ws(p), 1000, 1000);
+    }
+    const s = assertOk(await call(c, 'list_files', {}), 'list .');
+    assert.ok(Array.isArray(s.entries));
+    assert.equal(s.truncated, false);
+    const top = (e) => path.basename(e.path);
+    const hello = s.entries.find((e) => top(e) === 'hello.txt');
+    assert.ok(hello, `hello.txt in ${JSON.stringify(s.entries)}`);
+    assert.equal(hello.type, 'file');
+    assert.equal(hello.size, fs.statSync(ws('hello.txt')).size);
+    assert.equal(modeBits(hello.mode), fs.statSync(ws('hello.txt')).mode & 0o777);
+    assert.ok(!Number.isNaN(Date.parse(hello.modified_at)), `modified_at ${hello.modified_at}`);
+    assert.equal(s.entries.find((e) => top(e) === 'tree')?.type, 'directory');
+    assert.ok(!s.entries.some((e) => top(e) === 'top.txt'), 'depth 1 does not descend');
+
+    const one = assertOk(await call(c, 'list_files', { path: 'tree' }), 'list tree');
+    const names = one.entries.map(top).sort();
+    assert.deepEqual(names, ['deeper', 'top.txt']);
+    assert.equal(one.entries.find((e) => top(e) === 'top.txt').size, 5);
+
+    const deep = assertOk(await call(c, 'list_files', { path: 'tree', depth: 3 }), 'list tree depth 3');
+    const leaf = deep.entries.find((e) => top(e) === 'leaf.txt');
+    assert.ok(leaf, `leaf.txt at depth 3 in ${JSON.stringify(deep.entries)}`);
+    assert.match(leaf.path, /deeper\/leaf\.txt$/);
+  });
+
+  it('move_file: renamed on disk; overwrite only when asked', async () => {
+    fs.writeFileSync(ws('from.txt'), 'payload');
+    fs.writeFileSync(ws('target.txt'), 'old');
+    fs.chownSync(ws('from.txt'), 1000, 1000);
+    fs.chownSync(ws('target.txt'), 1000, 1000);
+    assertOk(await call(c, 'move_file', { from: 'from.txt', to: 'moved.txt' }), 'move');
+    assert.ok(!fs.existsSync(ws('from.txt')));
+    assert.equal(fs.readFileSync(ws('moved.txt'), 'utf8'), 'payload');
+
+    assertError(await call(c, 'move_file', { from: 'moved.txt', to: 'target.txt' }), 'move over');
+    assert.equal(fs.readFileSync(ws('target.txt'), 'utf8'), 'old');
+    assert.ok(fs.existsSync(ws('moved.txt')));
+    assertOk(await call(c, 'move_file', { from: 'moved.txt', to: 'target.txt', overwrite: true }),
+      'move over with overwrite');
+    assert.equal(fs.readFileSync(ws('target.txt'), 'utf8'), 'payload');
+    assert.ok(!fs.existsSync(ws('moved.txt')));
+  });
+
+  it('stat_file: a file, a directory, a symlink followed and not', async () => {
+    const f = assertOk(await call(c, 'stat_file', { path: 'target.txt' }), 'stat file');
+    assert.equal(f.path, 'target.txt');
+    assert.equal(f.name, 'target.txt');
+    assert.equal(f.type, 'file');
+    assert.equal(f.size, 7);
+    assert.equal(f.uid, 1000);
+    assert.equal(f.gid, 1000);
+    assert.ok(!Number.isNaN(Date.parse(f.modified_at)));
+    assert.equal(assertOk(await call(c, 'stat_file', { path: 'tree' }), 'stat dir').type, 'directory');
+
+    fs.symlinkSync('target.txt', ws('link'));
+    const l = assertOk(await call(c, 'stat_file', { path: 'link', follow: false }), 'stat link');
+    assert.equal(l.type, 'symlink');
+    assert.equal(l.symlink_target, 'target.txt');
+    const lf = assertOk(await call(c, 'stat_file', { path: 'link', follow: true }), 'stat link followed');
+    assert.equal(lf.type, 'file');
+    assert.equal(lf.size, 7);
+
+    assertError(await call(c, 'stat_file', { path: 'no-such-file' }), 'stat missing');
+  });
+
+  it('delete_file: a file; a non-empty directory only with recursive', async () => {
+    assertOk(await call(c, 'delete_file', { path: 'target.txt' }), 'delete file');
+    assert.ok(!fs.existsSync(ws('target.txt')));
+    assertError(await call(c, 'delete_file', { path: 'tree' }), 'delete non-empty dir');
+    assert.ok(fs.existsSync(ws('tree', 'deeper', 'leaf.txt')));
+    assertOk(await call(c, 'delete_file', { path: 'tree', recursive: true }), 'delete -r');
+    assert.ok(!fs.existsSync(ws('tree')));
+    assertError(await call(c, 'delete_file', { path: 'tree' }), 'delete missing');
+  });
+
+  it('paths that leave the workspace: tool errors, nothing read or written', async () => {
+    // <tmp>/sbxd.log is one level above the workspace.
+    const outside = path.join(path.dirname(d.ws), 'outside.txt');
+    fs.writeFileSync(outside, 'secret outside\n', { mode: 0o644 });
+    fs.symlinkSync('..', ws('up'));
+    for (const p of ['../outside.txt', 'up/outside.txt', outside, '/etc/passwd',
+      'sub/../../outside.txt']) {
+      const r = await call(c, 'read_file', { path: p });
+      assertError(r, `read_file ${p}`);
+      assert.ok(!JSON.stringify(r).includes('secret outside'), `read_file ${p} leaked`);
+      assert.ok(!JSON.stringify(r).includes('root:x:0:0'), `read_file ${p} leaked`);
+    }
+    for (const p of ['../escaped.txt', 'up/escaped.txt', path.join(path.dirname(d.ws), 'escaped.txt')]) {
+      assertError(await call(c, 'write_file', { path: p, content: 'x' }), `write_file ${p}`);
+    }
+    assert.ok(!fs.existsSync(path.join(path.dirname(d.ws), 'escaped.txt')), 'nothing written outside');
+    assertError(await call(c, 'delete_file', { path: '../outside.txt' }), 'delete_file ..');
+    assertError(await call(c, 'move_file', { from: 'hello.txt', to: '../moved-out.txt' }), 'move_file out');
+    assertError(await call(c, 'move_file', { from: '../outside.txt', to: 'in.txt' }), 'move_file in');
+    assertError(await call(c, 'stat_file', { path: '../outside.txt' }), 'stat_file ..');
+    assertError(await call(c, 'list_files', { path: '..' }), 'list_files ..');
+    assertError(await call(c, 'list_files', { path: 'up' }), 'list_files through a symlink out');
+    assert.equal(fs.readFileSync(outside, 'utf8'), 'secret outside\n');
+    assert.ok(fs.existsSync(ws('hello.txt')));
+    assert.ok(!fs.existsSync(ws('in.txt')));
+  });
+});

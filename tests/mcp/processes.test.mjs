@@ -1,0 +1,115 @@
+// The background process tools: start_process, send_input, process_output, kill_process.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { call, closeClient, daemonFor, hostProcs, waitFor, wrapWords } from './lib.mjs';
+
+function ok(r, what) {
+  assert.ok(!r.isError, `${what}: ${JSON.stringify(r)}`);
+  assert.ok(r.structuredContent, `${what}: structuredContent`);
+  return r.structuredContent;
+}
+
+// process_output until the process has ended (wait_ms long-polls), all output gathered.
+async function untilEnded(c, id, ms = 10000) {
+  const deadline = Date.now() + ms;
+  let offset = 0;
+  let output = '';
+  for (;;) {
+    const s = ok(await call(c, 'process_output', { id, offset, wait_ms: 1000 }), 'process_output');
+    assert.equal(s.id, id);
+    output += s.output;
+    assert.ok(s.next_offset >= offset, `next_offset ${s.next_offset} after ${offset}`);
+    offset = s.next_offset;
+    if (!s.running) return { ...s, output };
+    assert.ok(Date.now() < deadline, `process ${id} still running after ${ms} ms: ${output}`);
+  }
+}
+
+describe('process tools', () => {
+  const d = daemonFor({ before, after });
+  let c;
+  before(async () => {
+    c = await d.client();
+  });
+  after(async () => {
+    await closeClient(c);
+  });
+
+  it('cat: send_input "hi\\n" with eof, its output, then it ends with 0', async () => {
+    const st = ok(await call(c, 'start_process', { command: 'cat' }), 'start_process');
+    assert.ok(st.id !== undefined && st.id !== '', `an id: ${JSON.stringify(st)}`);
+    assert.ok(Number.isInteger(st.pid) && st.pid > 0, `a pid: ${JSON.stringify(st)}`);
+    const before = ok(await call(c, 'process_output', { id: st.id }), 'process_output');
+    assert.equal(before.running, true, 'cat waits for its input');
+    ok(await call(c, 'send_input', { id: st.id, data: 'hi\n', eof: true }), 'send_input');
+    const end = await untilEnded(c, st.id);
+    assert.equal(end.output, 'hi\n');
+    assert.equal(end.status, 'exited');
+    assert.equal(end.exit_code, 0);
+  });
+
+  it('process_output from next_offset gives only what came after', async () => {
+    const st = ok(await call(c, 'start_process', {
+      argv: ['sh', '-c', 'echo one; sleep 0.5; echo two'],
+    }), 'start_process');
+    const first = await waitFor(async () => {
+      const s = ok(await call(c, 'process_output', { id: st.id, wait_ms: 1000 }), 'output');
+      return s.output.includes('one') ? s : null;
+    }, 3000);
+    assert.ok(first, 'the first line came');
+    assert.equal(first.output, 'one\n');
+    const rest = await untilEnded(c, st.id);
+    assert.equal(rest.output, 'one\ntwo\n', 'the whole output from offset 0 ... ');
+    const tail = ok(await call(c, 'process_output', { id: st.id, offset: first.next_offset }), 'tail');
+    assert.equal(tail.output, 'two\n');
+    assert.equal(tail.running, false);
+  });
+
+  it('cwd and env of a started process', async () => {
+    const st = ok(await call(c, 'start_process', {
+      command: 'pwd; echo "$GREETING"', cwd: '.', env: { GREETING: 'hello there' },
+    }), 'start');
+    const end = await untilEnded(c, st.id);
+    assert.equal(end.output.split('\n')[1], 'hello there');
+    assert.equal(end.output.split('\n')[0], d.ws.replace(/\/$/, ''));
+  });
+
+  it('kill_process: a sleep 100 is gone, status signaled', async () => {
+    const arg = `100.${process.pid % 1000}${Math.floor(Math.random() * 1000)}`;
+    const st = ok(await call(c, 'start_process', { argv: ['sleep', arg] }), 'start sleep');
+    const onHost = wrapWords().length === 0;
+    if (onHost) {
+      assert.ok(await waitFor(() => hostProcs(['sleep', arg]).length > 0, 3000), 'sleep runs');
+    }
+    const running = ok(await call(c, 'process_output', { id: st.id }), 'output');
+    assert.equal(running.running, true);
+    ok(await call(c, 'kill_process', { id: st.id, signal: 'KILL' }), 'kill_process');
+    const end = await untilEnded(c, st.id, 5000);
+    assert.ok(['signaled', 'killed'].includes(end.status), `status ${end.status}`);
+    if (onHost) {
+      assert.ok(await waitFor(() => hostProcs(['sleep', arg]).length === 0, 2000), 'no sleep left');
+    }
+  });
+
+  it('kill_process with TERM (the default signal or named)', async () => {
+    const st = ok(await call(c, 'start_process', { command: 'sleep 100' }), 'start');
+    ok(await call(c, 'kill_process', { id: st.id, signal: 'TERM' }), 'kill TERM');
+    const end = await untilEnded(c, st.id, 5000);
+    assert.ok(['signaled', 'killed'].includes(end.status), `status ${end.status}`);
+  });
+
+  it('timeout_ms of a started process ends it', async () => {
+    const st = ok(await call(c, 'start_process', { command: 'sleep 30', timeout_ms: 300 }), 'start');
+    const end = await untilEnded(c, st.id, 5000);
+    assert.equal(end.status, 'timeout');
+  });
+
+  it('an unknown process id: tool errors', async () => {
+    for (const [tool, args] of [['process_output', {}], ['send_input', { data: 'x' }], ['kill_process', {}]]) {
+      const r = await call(c, tool, { id: 'no-such-process', ...args });
+      assert.equal(r.isError, true, `${tool}: ${JSON.stringify(r)}`);
+    }
+  });
+});

@@ -1,0 +1,126 @@
+// Resources: the workspace's files as file:// URIs, listed page by page, read, and
+// subscribed to (notifications/resources/updated on the session's GET stream).
+
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { pathToFileURL } from 'node:url';
+
+import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+
+import { closeClient, daemonFor, sh, sleep, waitFor } from './lib.mjs';
+
+const MANY = 150; // files, enough for more than one page of any sensible page size
+
+describe('resources', () => {
+  const d = daemonFor({ before, after });
+  let c;
+  const ws = (...p) => path.join(d.ws, ...p);
+  const uriOf = (...p) => pathToFileURL(ws(...p)).href;
+  before(async () => {
+    fs.writeFileSync(ws('a.txt'), 'alpha\n');
+    fs.mkdirSync(ws('many'));
+    for (let i = 0; i < MANY; i++) fs.writeFileSync(ws('many', `f${String(i).padStart(3, '0')}.txt`), `${i}\n`);
+    fs.writeFileSync(ws('bin.dat'), Buffer.from([0, 1, 2, 0xff, 0]));
+    for (const p of ['a.txt', 'many', 'bin.dat']) fs.chownSync(ws(p), 1000, 1000);
+    c = await d.client();
+  });
+  after(async () => {
+    await closeClient(c);
+  });
+
+  it('resources/list: every file as a file:// URI, across the pages', async () => {
+    const uris = [];
+    let cursor;
+    let pages = 0;
+    do {
+      const r = await c.listResources(cursor ? { cursor } : {});
+      pages++;
+      for (const res of r.resources) {
+        assert.match(res.uri, /^file:\/\/\//);
+        assert.equal(typeof res.name, 'string');
+        uris.push(res.uri);
+      }
+      assert.ok(!cursor || r.nextCursor !== cursor, 'the cursor moves on');
+      cursor = r.nextCursor;
+    } while (cursor && pages < 1000);
+    assert.equal(new Set(uris).size, uris.length, 'no resource twice');
+    assert.ok(uris.includes(uriOf('a.txt')), `${uriOf('a.txt')} in ${uris.slice(0, 5)}...`);
+    for (let i = 0; i < MANY; i++) {
+      const u = uriOf('many', `f${String(i).padStart(3, '0')}.txt`);
+      assert.ok(uris.includes(u), `${u} listed (${uris.length} URIs in ${pages} pages)`);
+    }
+  });
+
+  it('resources/read: a text file, and a binary one as a blob', async () => {
+    const r = await c.readResource({ uri: uriOf('a.txt') });
+    assert.equal(r.contents.length, 1);
+    assert.equal(r.contents[0].uri, uriOf('a.txt'));
+    assert.equal(r.contents[0].text, 'alpha\n');
+    const b = await c.readResource({ uri: uriOf('bin.dat') });
+    assert.deepEqual(Buffer.from(b.contents[0].blob, 'base64'), Buffer.from([0, 1, 2, 0xff, 0]));
+  });
+
+  it('resources/read outside the workspace or of no file: a JSON-RPC error', async () => {
+    fs.writeFileSync(path.join(path.dirname(d.ws), 'outside.txt'), 'secret outside\n');
+    for (const uri of [pathToFileURL(path.join(path.dirname(d.ws), 'outside.txt')).href,
+      'file:///etc/passwd', uriOf('no-such-file'), 'http://127.0.0.1/a.txt']) {
+      await assert.rejects(c.readResource({ uri }), (e) => {
+        assert.ok(Number.isInteger(e.code), `${uri}: ${e}`);
+        assert.ok(!String(e.message).includes('secret outside'));
+        return true;
+      }, uri);
+    }
+  });
+
+  it('resources/subscribe: a change made by a command is notified within 5 s', async () => {
+    const updates = [];
+    c.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+      updates.push({ at: Date.now(), uri: n.params.uri });
+    });
+    const uri = uriOf('a.txt');
+    assert.deepEqual(await c.subscribeResource({ uri }), {});
+    // The SDK opens the GET stream once initialized; let it settle.
+    await sleep(300);
+    const t0 = Date.now();
+    await sh(c, 'echo changed >> a.txt');
+    const got = await waitFor(() => updates.find((u) => u.uri === uri), 5000);
+    assert.ok(got, `notifications/resources/updated for ${uri} within 5 s; got ${JSON.stringify(updates)}`);
+    assert.ok(got.at - t0 < 5000);
+    const r = await c.readResource({ uri });
+    assert.equal(r.contents[0].text, 'alpha\nchanged\n');
+
+    // A file nobody subscribed to: no notification for it.
+    await sh(c, 'echo x >> bin.dat');
+    await sleep(1000);
+    assert.ok(!updates.some((u) => u.uri === uriOf('bin.dat')), JSON.stringify(updates));
+
+    // Unsubscribed: no more notifications for it.
+    assert.deepEqual(await c.unsubscribeResource({ uri }), {});
+    await sleep(200);
+    const n = updates.length;
+    await sh(c, 'echo again >> a.txt');
+    await sleep(1500);
+    assert.equal(updates.length, n, `no notification after unsubscribe: ${JSON.stringify(updates.slice(n))}`);
+  });
+
+  it('a subscription of one session is not notified to another', async () => {
+    const other = await d.client({ name: 'other' });
+    try {
+      const seen = [];
+      other.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => seen.push(n.params.uri));
+      const mine = [];
+      c.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => mine.push(n.params.uri));
+      const uri = uriOf('many', 'f000.txt');
+      await c.subscribeResource({ uri });
+      await sleep(300);
+      await sh(other, 'echo y >> many/f000.txt');
+      assert.ok(await waitFor(() => mine.includes(uri), 5000), 'the subscriber is notified');
+      await sleep(300);
+      assert.deepEqual(seen, [], 'the other session is not');
+    } finally {
+      await closeClient(other);
+    }
+  });
+});
