@@ -12,6 +12,7 @@ import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 import { closeClient, daemonFor, sh, sleep, waitFor } from './lib.mjs';
 
 const MANY = 150; // files, enough for more than one page of any sensible page size
+const name = (i) => `f${String(i).padStart(3, '0')}.txt`;
 
 describe('resources', () => {
   const d = daemonFor({ before, after });
@@ -20,10 +21,12 @@ describe('resources', () => {
   const uriOf = (...p) => pathToFileURL(ws(...p)).href;
   before(async () => {
     fs.writeFileSync(ws('a.txt'), 'alpha\n');
-    fs.mkdirSync(ws('many'));
-    for (let i = 0; i < MANY; i++) fs.writeFileSync(ws('many', `f${String(i).padStart(3, '0')}.txt`), `${i}\n`);
+    for (let i = 0; i < MANY; i++) {
+      fs.writeFileSync(ws(name(i)), `${i}\n`);
+      fs.chownSync(ws(name(i)), 1000, 1000);
+    }
     fs.writeFileSync(ws('bin.dat'), Buffer.from([0, 1, 2, 0xff, 0]));
-    for (const p of ['a.txt', 'many', 'bin.dat']) fs.chownSync(ws(p), 1000, 1000);
+    for (const p of ['a.txt', 'bin.dat']) fs.chownSync(ws(p), 1000, 1000);
     c = await d.client();
   });
   after(async () => {
@@ -48,7 +51,7 @@ describe('resources', () => {
     assert.equal(new Set(uris).size, uris.length, 'no resource twice');
     assert.ok(uris.includes(uriOf('a.txt')), `${uriOf('a.txt')} in ${uris.slice(0, 5)}...`);
     for (let i = 0; i < MANY; i++) {
-      const u = uriOf('many', `f${String(i).padStart(3, '0')}.txt`);
+      const u = uriOf(name(i));
       assert.ok(uris.includes(u), `${u} listed (${uris.length} URIs in ${pages} pages)`);
     }
   });
@@ -112,10 +115,10 @@ describe('resources', () => {
       other.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => seen.push(n.params.uri));
       const mine = [];
       c.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => mine.push(n.params.uri));
-      const uri = uriOf('many', 'f000.txt');
+      const uri = uriOf(name(0));
       await c.subscribeResource({ uri });
       await sleep(300);
-      await sh(other, 'echo y >> many/f000.txt');
+      await sh(other, `echo y >> ${name(0)}`);
       assert.ok(await waitFor(() => mine.includes(uri), 5000), 'the subscriber is notified');
       await sleep(300);
       assert.deepEqual(seen, [], 'the other session is not');

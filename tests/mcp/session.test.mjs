@@ -109,6 +109,7 @@ describe('session', () => {
   it('GET /mcp opens the event stream of a session', async () => {
     const s = await rawSession(d);
     const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(new Error('no answer to GET /mcp within 5 s')), 5000);
     const res = await fetch(d.url, {
       headers: { Accept: 'text/event-stream', ...sessionHeaders(s), ...d.authHeaders() },
       signal: ac.signal,
@@ -117,6 +118,7 @@ describe('session', () => {
       assert.equal(res.status, 200);
       assert.match(res.headers.get('content-type') || '', /^text\/event-stream/);
     } finally {
+      clearTimeout(timer);
       ac.abort();
       await res.body?.cancel().catch(() => {});
     }
