@@ -116,6 +116,20 @@ static const struct opt opts[] = {
     {"context-idle-s", "S", "SBXD_CONTEXT_IDLE_S", NULL, 0, "1800", OPT_UINT, OFF(context_idle_s),
      0, 7 * 24 * 3600,
      "A context not used for this long is shut down (its processes killed). 0: never."},
+    {"mcp-max-sessions", "N", "SBXD_MCP_MAX_SESSIONS", NULL, 0, "32", OPT_UINT,
+     OFF(mcp_max_sessions), 0, 4096,
+     "MCP sessions (POST /mcp initialize) alive at once; one more ends the longest idle when "
+     "that is idle past a minute, else it is refused. 0: no MCP endpoint (404)."},
+    {"mcp-session-idle-s", "S", "SBXD_MCP_SESSION_IDLE_S", NULL, 0, "1800", OPT_UINT,
+     OFF(mcp_session_idle_s), 10, 7 * 24 * 3600,
+     "An MCP session not used for this long is ended (its id then answers 404)."},
+    {"mcp-max-calls", "N", "SBXD_MCP_MAX_CALLS", NULL, 0, "8", OPT_UINT, OFF(mcp_max_calls), 1,
+     1024, "Tool calls one MCP session may have running at once; more get a JSON-RPC error."},
+    {"mcp-allow-origin", "LIST", "SBXD_MCP_ALLOW_ORIGIN", NULL, 0, "", OPT_LIST,
+     OFF(mcp_allow_origin), 0, 0,
+     "Origins (scheme://host[:port], comma-separated, or *) whose browser requests /mcp "
+     "takes besides localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
+     "is refused with 403 (DNS rebinding). Requests without an Origin are not browsers'."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
      "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429."},
     {"watch-max-dirs", "N", "SBXD_WATCH_MAX_DIRS", NULL, 0, "8192", OPT_UINT, OFF(watch_max_dirs),

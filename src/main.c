@@ -32,6 +32,7 @@
 #include "sbxd/job.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
+#include "sbxd/mcp.h"
 #include "sbxd/reaper.h"
 #include "sbxd/resolve.h"
 #include "sbxd/server.h"
@@ -453,6 +454,7 @@ int main(int argc, char **argv)
     if (grpc)
         grpc_front_stop(grpc);
     server_stop(srv);
+    mcp_shutdown();
     ctx_shutdown();
     bg_shutdown();
     job_keeper_stop();

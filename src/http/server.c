@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sbxd/http.h"
+#include "sbxd/mcp.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
@@ -33,6 +34,8 @@ static const struct route routes[] = {
      false},
     /* Clean (reset.h): served while the others wait for it. */
     {"/reset", HTTP_POST, true, route_reset, false, NULL, NULL, "/reset", FACE_NONE, true},
+    {"/mcp", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_mcp, false, NULL, NULL, "/mcp",
+     FACE_NONE, false},
     {"/kernels", HTTP_GET, true, route_kernels, false, NULL, NULL, "/kernels", FACE_NONE, false},
     {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE, false, route_files, true,
      route_files_begin, route_files_body, "/files/{path}", FACE_FILES, false},
@@ -448,6 +451,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     rc->replied = true;
     rc->body_in = true;
     guard_wait_over(rc); /* the request is in: what follows is sbxd's time, not the client's */
+    if (rc->too_large && rc->route->fn == route_mcp)
+        return mcp_reply_too_large(c, srv->cfg->max_body_bytes);
     if (rc->too_large)
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",

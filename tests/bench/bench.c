@@ -198,6 +198,7 @@ typedef struct {
     char *req; /* request scratch */
     size_t req_cap;
     char err[200];
+    char mcp_session[64]; /* an Mcp-Session-Id answered on it, sent on every later request */
 } conn;
 
 static void conn_init(conn *c, const target *t, int io_timeout_s)
@@ -426,6 +427,10 @@ static int read_response(conn *c, bool head_request, int *status, bool *got_any)
                 len--;
             const char *v;
             size_t vlen;
+            if (header_is(line, len, "Mcp-Session-Id", &v, &vlen) && vlen < sizeof c->mcp_session) {
+                memcpy(c->mcp_session, v, vlen);
+                c->mcp_session[vlen] = '\0';
+            }
             if (header_is(line, len, "Content-Length", &v, &vlen)) {
                 char tmp[32];
                 if (vlen == 0 || vlen >= sizeof tmp) {
@@ -544,11 +549,14 @@ static int http_do(conn *c, const char *method, const char *path, const char *bo
         c->req_cap = need;
     }
     int hl;
+    char extra[96] = "";
+    if (c->mcp_session[0])
+        snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\n", c->mcp_session);
     if (body)
         hl = snprintf(c->req, c->req_cap,
                       "%s %s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sbxd-bench\r\nAccept: */*\r\n"
-                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                      method, c->t->prefix, path, c->t->hostport, blen);
+                      "%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                      method, c->t->prefix, path, c->t->hostport, extra, blen);
     else
         hl = snprintf(
             c->req, c->req_cap,
@@ -1079,6 +1087,18 @@ typedef struct {
 
 static const reqspec REQ_EXEC = {"POST", "/execute", "{\"command\":\"echo hi\"}", "hi"};
 static const reqspec REQ_HEALTH = {"GET", "/healthz", NULL, NULL};
+/* The same command as a tool of the MCP endpoint, on a session initialized before. */
+static const reqspec REQ_MCP_INIT = {
+    "POST", "/mcp",
+    "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+    "\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"sbxd-bench\",\"version\":"
+    "\"1\"}}}",
+    "\"protocolVersion\""};
+static const reqspec REQ_MCP_CALL = {
+    "POST", "/mcp",
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+    "\"run_command\",\"arguments\":{\"command\":\"echo hi\"}}}",
+    "\"stdout\":\"hi\\n\""};
 static const reqspec REQ_ROOT = {"GET", "/", NULL, NULL};
 
 /* Error tally of one phase. */
@@ -1895,6 +1915,67 @@ static void measure_grpc_vs_rest(const target *tg, const target *gt, int rounds,
     }
     gclient_close(g);
     conn_free(&c);
+}
+
+/* `echo hi` by /execute and by MCP's tools/call run_command (each on a kept-alive connection
+ * of its own, the MCP one with its session), in turns as measure_grpc_vs_rest: the MCP
+ * series fills the gRPC fields of res. */
+static void measure_mcp_vs_rest(const target *tg, int rounds, int warm, int iters,
+                                grpc_vs_rest *res, tally *rest_t, tally *mcp_t)
+{
+    memset(res, 0, sizeof *res);
+    conn c, m;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    conn_init(&m, tg, IO_TIMEOUT_S);
+    if (!do_checked(&m, &REQ_MCP_INIT, mcp_t) || !m.mcp_session[0]) {
+        if (!m.mcp_session[0])
+            tally_error(mcp_t, "initialize answered no Mcp-Session-Id");
+        conn_free(&c);
+        conn_free(&m);
+        return;
+    }
+    mcp_t->ok--;
+    tally warm_r = {0}, warm_m = {0};
+    for (int i = 0; i < warm && !g_interrupted; i++) {
+        do_checked(&c, &REQ_EXEC, &warm_r);
+        do_checked(&m, &REQ_MCP_CALL, &warm_m);
+    }
+    tally_merge(rest_t, &warm_r);
+    rest_t->ok -= warm_r.ok;
+    tally_merge(mcp_t, &warm_m);
+    mcp_t->ok -= warm_m.ok;
+    if (rounds > GVR_MAX_ROUNDS)
+        rounds = GVR_MAX_ROUNDS;
+    for (int r = 0; r < rounds && !g_interrupted; r++) {
+        samples rs = {0}, ms = {0};
+        for (int i = 0; i < iters && !g_interrupted; i++) {
+            double t0 = now_ms();
+            if (do_checked(&c, &REQ_EXEC, rest_t))
+                samples_push(&rs, now_ms() - t0);
+        }
+        for (int i = 0; i < iters && !g_interrupted; i++) {
+            double t0 = now_ms();
+            if (do_checked(&m, &REQ_MCP_CALL, mcp_t))
+                samples_push(&ms, now_ms() - t0);
+        }
+        samples_sort(&rs);
+        samples_sort(&ms);
+        if (rs.n && ms.n) {
+            double v[4] = {pct(&rs, 50), pct(&rs, 90), pct(&ms, 50), pct(&ms, 90)};
+            fprintf(stderr,
+                    "sbxd-bench:   round %d: /execute p50 %.3f ms, MCP p50 %.3f ms (%.2f)\n", r + 1,
+                    v[0], v[2], v[2] / v[0]);
+            double *best[4] = {&res->rest_p50, &res->rest_p90, &res->grpc_p50, &res->grpc_p90};
+            for (int k = 0; k < 4; k++)
+                if (res->rounds == 0 || v[k] < *best[k])
+                    *best[k] = v[k];
+            res->ratio[res->rounds++] = v[2] / v[0];
+        }
+        samples_free(&rs);
+        samples_free(&ms);
+    }
+    conn_free(&c);
+    conn_free(&m);
 }
 
 /* sbxd's RSS while n gRPC connections are open and idle (for a second), each having had one
@@ -3100,7 +3181,8 @@ enum {
     PH_UPLOADS = 1 << 10,
     PH_CONTEXTS = 1 << 11,
     PH_WORKSPACE = 1 << 12,
-    PH_ALL = (1 << 13) - 1,
+    PH_MCP = 1 << 13, /* MCP's tools/call against /execute */
+    PH_ALL = (1 << 14) - 1,
 };
 
 static const struct {
@@ -3113,6 +3195,7 @@ static const struct {
     {"uploads", PH_FILES | PH_UPLOADS},
     {"contexts", PH_CONTEXTS},
     {"workspace", PH_WORKSPACE},
+    {"mcp", PH_MCP},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -3165,6 +3248,7 @@ static void usage(FILE *f)
           "                               a warm kernel and cold, x += 1 against jupyter_client\n"
           "                               on the same kernel in turns, RSS with 4 idle\n"
           "                   workspace   a PUT to its event on a watch stream, GET ?stat=true\n"
+          "                   mcp         MCP tools/call run_command against /execute, in turns\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3432,6 +3516,21 @@ int main(int argc, char **argv)
                              &gt);
         NOTE_ERRORS("/execute 1 client, against gRPC", rt);
         NOTE_ERRORS("gRPC Execute 1 client", gt);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+
+    /* MCP's tools/call run_command against /execute, same command, same sbxd, in turns. */
+    grpc_vs_rest mvr = {0};
+    if ((phases & PH_MCP) && !crashed && !g_interrupted) {
+        fprintf(stderr,
+                "sbxd-bench: MCP tools/call and /execute, 1 client each, %d rounds of %d in "
+                "turns ...\n",
+                grpc_rounds, grpc_iters);
+        tally rt = {0}, mt = {0};
+        measure_mcp_vs_rest(&local, grpc_rounds, grpc_warm, grpc_iters, &mvr, &rt, &mt);
+        NOTE_ERRORS("/execute 1 client, against MCP", rt);
+        NOTE_ERRORS("MCP tools/call 1 client", mt);
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
@@ -3724,6 +3823,17 @@ int main(int argc, char **argv)
         snprintf(label, sizeof label, "  gRPC p50 / /execute p50 (median of %d rounds)",
                  gvr.rounds);
         add_row(label, "<= 1.1", yesno(gr <= 1.1), "%.2f", gr);
+    }
+    if (mvr.rounds) {
+        /* JSON-RPC framing, the session and the tool result (the output twice: as text for
+         * a model and as fields) over /execute's answer. */
+        add_row("MCP tools/call run_command echo hi: p50", "", "", "%.3f ms", mvr.grpc_p50);
+        add_row("MCP tools/call run_command echo hi: p90", "", "", "%.3f ms", mvr.grpc_p90);
+        add_row("  /execute, same rounds: p50 / p90", "", "", "%.3f / %.3f ms", mvr.rest_p50,
+                mvr.rest_p90);
+        double mr = gvr_ratio(&mvr);
+        snprintf(label, sizeof label, "  MCP p50 / /execute p50 (median of %d rounds)", mvr.rounds);
+        add_row(label, "<= 1.2", yesno(mr <= 1.2), "%.2f", mr);
     }
     if (phases & PH_LOAD) {
         snprintf(label, sizeof label, "/execute req/s, 16 clients (median of %d rounds)",

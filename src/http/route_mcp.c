@@ -1,0 +1,1008 @@
+/*
+ * route_mcp.c - the Model Context Protocol over Streamable HTTP: POST /mcp takes JSON-RPC
+ * messages, GET /mcp is the session's stream of notifications (resource updates), DELETE
+ * /mcp ends a session. The tools are mcp_tools.c's.
+ *
+ * Answers are application/json, but for a run_command whose caller gave a progress token
+ * and takes text/event-stream: that one is a stream of progress notifications and then the
+ * result (mcp_tools.c). Errors that are not about one message (no session, a bad Origin, a
+ * body too large) are HTTP statuses with a JSON-RPC error body whose id is null.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "sbxd/files.h"
+#include "sbxd/http.h"
+#include "sbxd/http_files.h"
+#include "sbxd/jsonrpc.h"
+#include "sbxd/log.h"
+#include "sbxd/mcp.h"
+#include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
+#include "sbxd/watch.h"
+
+/* The protocol versions spoken, newest first: initialize gets the client's when it is one
+ * of them, else the newest. */
+static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+#define NVERSIONS (sizeof(versions) / sizeof(versions[0]))
+
+/* Resources one session may subscribe to, and directories its stream watches for them. */
+#define MCP_MAX_SUBS 64
+/* How often an idle GET stream says it is alive (an SSE comment). */
+#define MCP_HEARTBEAT_MS 15000
+/* A session idle this long may be ended to make room for a new one. */
+#define MCP_EVICT_IDLE_NS (60LL * 1000000000LL)
+
+struct mcp_session {
+    struct mcp_session *next;
+    char id[33];
+    char version[16];
+    unsigned refs;
+    bool ended;
+    bool stream; /* a GET stream is open */
+    int64_t last_ns;
+    unsigned calls;
+    struct mcp_call *inflight;
+    char *subs[MCP_MAX_SUBS]; /* workspace paths subscribed to */
+    unsigned nsubs;
+    uint64_t subs_gen; /* bumped at each change */
+};
+
+static pthread_mutex_t mcp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mcp_session *sessions;
+static unsigned nsessions;
+
+static void session_free(struct mcp_session *s)
+{
+    for (unsigned i = 0; i < s->nsubs; i++)
+        free(s->subs[i]);
+    free(s);
+}
+
+/* Unlink s (the lock held) and kill what its calls run. */
+static void session_end_locked(struct mcp_session *s)
+{
+    if (s->ended)
+        return;
+    s->ended = true;
+    for (struct mcp_session **pp = &sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    nsessions--;
+    for (struct mcp_call *k = s->inflight; k; k = k->next) {
+        __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
+        if (k->job)
+            job_kill(k->job, JOB_KILL_CANCEL);
+    }
+}
+
+/* End sessions idle past the limit and not in use (the lock held). */
+static void sweep_locked(const struct sbxd_config *cfg, int64_t now)
+{
+    int64_t idle = (int64_t)cfg->mcp_session_idle_s * 1000000000LL;
+    struct mcp_session *s = sessions;
+    while (s) {
+        struct mcp_session *next = s->next;
+        if (!s->refs && now - s->last_ns > idle) {
+            LOG_EVENT("info", "mcp_session", LOG_S("id", s->id), LOG_S("action", "expired"));
+            session_end_locked(s);
+            session_free(s);
+        }
+        s = next;
+    }
+}
+
+static struct mcp_session *session_new(struct server *srv, const char *version)
+{
+    struct mcp_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    uint8_t raw[16];
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        free(s);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
+    snprintf(s->version, sizeof(s->version), "%s", version);
+    s->refs = 1;
+    int64_t now = time_mono_ns();
+    s->last_ns = now;
+    pthread_mutex_lock(&mcp_lock);
+    sweep_locked(srv->cfg, now);
+    if (nsessions >= srv->cfg->mcp_max_sessions) {
+        /* Room is made by the session idle longest, when it is idle past a minute. */
+        struct mcp_session *old = NULL;
+        for (struct mcp_session *o = sessions; o; o = o->next)
+            if (!o->refs && !o->calls && (!old || o->last_ns < old->last_ns))
+                old = o;
+        if (old && now - old->last_ns > MCP_EVICT_IDLE_NS) {
+            LOG_EVENT("info", "mcp_session", LOG_S("id", old->id), LOG_S("action", "evicted"));
+            session_end_locked(old);
+            session_free(old);
+        }
+    }
+    if (nsessions >= srv->cfg->mcp_max_sessions) {
+        pthread_mutex_unlock(&mcp_lock);
+        free(s);
+        errno = EBUSY;
+        return NULL;
+    }
+    s->next = sessions;
+    sessions = s;
+    nsessions++;
+    pthread_mutex_unlock(&mcp_lock);
+    return s;
+}
+
+static struct mcp_session *session_get(const char *id)
+{
+    pthread_mutex_lock(&mcp_lock);
+    struct mcp_session *s = sessions;
+    while (s && strcmp(s->id, id) != 0)
+        s = s->next;
+    if (s) {
+        s->refs++;
+        s->last_ns = time_mono_ns();
+    }
+    pthread_mutex_unlock(&mcp_lock);
+    return s;
+}
+
+void mcp_session_hold(struct mcp_session *s)
+{
+    pthread_mutex_lock(&mcp_lock);
+    s->refs++;
+    pthread_mutex_unlock(&mcp_lock);
+}
+
+void mcp_session_put(struct mcp_session *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&mcp_lock);
+    s->last_ns = time_mono_ns();
+    bool last = --s->refs == 0 && s->ended;
+    pthread_mutex_unlock(&mcp_lock);
+    if (last)
+        session_free(s);
+}
+
+static bool session_ended(struct mcp_session *s)
+{
+    pthread_mutex_lock(&mcp_lock);
+    bool e = s->ended;
+    pthread_mutex_unlock(&mcp_lock);
+    return e;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Calls under way, and their cancellation.                                              */
+
+static struct mcp_call *call_begin(struct server *srv, struct mcp_session *s, const cJSON *id)
+{
+    struct mcp_call *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    if (cJSON_IsString(id))
+        snprintf(k->id, sizeof(k->id), "s:%s", id->valuestring);
+    else
+        snprintf(k->id, sizeof(k->id), "n:%lld", (long long)id->valuedouble);
+    pthread_mutex_lock(&mcp_lock);
+    if (s->calls >= srv->cfg->mcp_max_calls || s->ended) {
+        pthread_mutex_unlock(&mcp_lock);
+        free(k);
+        errno = EBUSY;
+        return NULL;
+    }
+    s->calls++;
+    k->next = s->inflight;
+    s->inflight = k;
+    pthread_mutex_unlock(&mcp_lock);
+    return k;
+}
+
+void mcp_call_end(struct mcp_session *s, struct mcp_call *call)
+{
+    pthread_mutex_lock(&mcp_lock);
+    for (struct mcp_call **pp = &s->inflight; *pp; pp = &(*pp)->next)
+        if (*pp == call) {
+            *pp = call->next;
+            break;
+        }
+    s->calls--;
+    pthread_mutex_unlock(&mcp_lock);
+    free(call);
+}
+
+void mcp_call_job(struct mcp_tool_ctx *x, struct job *job)
+{
+    pthread_mutex_lock(&mcp_lock);
+    x->call->job = job;
+    bool kill = job && __atomic_load_n(&x->call->cancelled, __ATOMIC_ACQUIRE);
+    if (kill)
+        job_kill(job, JOB_KILL_CANCEL);
+    pthread_mutex_unlock(&mcp_lock);
+}
+
+bool mcp_call_cancelled(const struct mcp_tool_ctx *x)
+{
+    return __atomic_load_n(&x->call->cancelled, __ATOMIC_ACQUIRE);
+}
+
+/* notifications/cancelled: the call of that request id, if still under way, is cancelled
+ * and its command's tree killed. */
+static void cancel(struct mcp_session *s, const cJSON *params)
+{
+    const cJSON *rid = params ? cJSON_GetObjectItemCaseSensitive(params, "requestId") : NULL;
+    char key[96];
+    if (cJSON_IsString(rid))
+        snprintf(key, sizeof(key), "s:%s", rid->valuestring);
+    else if (cJSON_IsNumber(rid))
+        snprintf(key, sizeof(key), "n:%lld", (long long)rid->valuedouble);
+    else
+        return;
+    pthread_mutex_lock(&mcp_lock);
+    for (struct mcp_call *k = s->inflight; k; k = k->next)
+        if (strcmp(k->id, key) == 0) {
+            __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
+            if (k->job)
+                job_kill(k->job, JOB_KILL_CANCEL);
+        }
+    pthread_mutex_unlock(&mcp_lock);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Replies.                                                                              */
+
+static enum MHD_Result reply_rpc_error(struct MHD_Connection *c, unsigned status, const cJSON *id,
+                                       int code, const char *msg)
+{
+    struct jsonw w;
+    jw_init(&w, 256);
+    jrpc_write_error(&w, id, code, msg);
+    return reply_jsonw(c, status, &w);
+}
+
+static enum MHD_Result reply_empty(struct MHD_Connection *c, unsigned status)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    enum MHD_Result ret = http_queue(c, status, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the message is larger than %llu bytes (--max-body-bytes)",
+             (unsigned long long)max);
+    return reply_rpc_error(c, MHD_HTTP_CONTENT_TOO_LARGE, NULL, JRPC_INVALID_REQUEST, msg);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Checks on every request.                                                              */
+
+static bool list_has(const char *list, const char *word, size_t n)
+{
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len && (*p == ' ')) {
+            p++;
+            len--;
+        }
+        while (len && p[len - 1] == ' ')
+            len--;
+        if ((len == 1 && *p == '*') || (len == n && strncasecmp(p, word, n) == 0))
+            return true;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return false;
+}
+
+/* A browser's request (it has an Origin) from a page of this machine, or of an origin
+ * --mcp-allow-origin names. */
+static bool origin_allowed(const struct sbxd_config *cfg, const char *origin)
+{
+    if (!origin)
+        return true;
+    size_t olen = strlen(origin);
+    while (olen && origin[olen - 1] == '/')
+        olen--;
+    if (list_has(cfg->mcp_allow_origin, origin, olen))
+        return true;
+    const char *h;
+    if (strncasecmp(origin, "http://", 7) == 0)
+        h = origin + 7;
+    else if (strncasecmp(origin, "https://", 8) == 0)
+        h = origin + 8;
+    else
+        return false;
+    static const char *const local[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+        size_t n = strlen(local[i]);
+        if (strncasecmp(h, local[i], n) == 0 && (h[n] == '\0' || h[n] == ':' || h[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
+static bool version_known(const char *v)
+{
+    for (size_t i = 0; i < NVERSIONS; i++)
+        if (strcmp(v, versions[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Whether Accept takes type (or anything). No Accept takes everything. */
+static bool accepts(struct MHD_Connection *c, const char *type)
+{
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    return !a || strstr(a, type) || strstr(a, "*/*");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Methods.                                                                              */
+
+static void write_initialize(struct jsonw *w, const struct jrpc_msg *m, const char *version)
+{
+    jrpc_write_result_begin(w, m->id);
+    jw_obj_begin(w);
+    jw_key(w, "protocolVersion");
+    jw_str(w, version);
+    jw_key(w, "capabilities");
+    jw_obj_begin(w);
+    jw_key(w, "tools");
+    jw_obj_begin(w);
+    jw_key(w, "listChanged");
+    jw_bool(w, false);
+    jw_obj_end(w);
+    jw_key(w, "resources");
+    jw_obj_begin(w);
+    jw_key(w, "subscribe");
+    jw_bool(w, true);
+    jw_key(w, "listChanged");
+    jw_bool(w, false);
+    jw_obj_end(w);
+    jw_obj_end(w);
+    jw_key(w, "serverInfo");
+    jw_obj_begin(w);
+    jw_key(w, "name");
+    jw_str(w, "sbxd");
+    jw_key(w, "title");
+    jw_str(w, "sbxd sandbox");
+    jw_key(w, "version");
+    jw_str(w, SBXD_VERSION);
+    jw_obj_end(w);
+    jw_key(w, "instructions");
+    jw_str(w, "A sandbox: run commands and code, and read and write files in its workspace. "
+              "Paths are relative to the workspace; commands run there by default, as an "
+              "unprivileged user, with a timeout that kills their whole process tree.");
+    jw_obj_end(w);
+    jrpc_write_result_end(w);
+}
+
+static void empty_result(struct jsonw *w, const struct jrpc_msg *m)
+{
+    jrpc_write_result_begin(w, m->id);
+    jw_obj_begin(w);
+    jw_obj_end(w);
+    jrpc_write_result_end(w);
+}
+
+/* resources/subscribe and unsubscribe. */
+static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *params, bool on,
+                     char *msg, size_t msglen)
+{
+    const cJSON *uri = params ? cJSON_GetObjectItemCaseSensitive(params, "uri") : NULL;
+    if (!cJSON_IsString(uri)) {
+        snprintf(msg, msglen, "'uri' is required: a file:// URI of the workspace");
+        return JRPC_INVALID_PARAMS;
+    }
+    char *path = mcp_uri_path(srv, uri->valuestring, msg, msglen);
+    if (!path)
+        return JRPC_INVALID_PARAMS;
+    if (on) {
+        struct fs_stat_info st;
+        struct sbxd_err err = {0};
+        struct fs_user u;
+        files_user(srv, &u);
+        fs_user_enter(&u);
+        int r = fs_stat(srv->rootfd, path, false, &st, &err);
+        fs_user_leave(&u);
+        if (r < 0) {
+            snprintf(msg, msglen, "%s", err.msg);
+            free(path);
+            return err.kind == SBXD_E_NOT_FOUND ? JRPC_RESOURCE_NOT_FOUND : JRPC_INVALID_PARAMS;
+        }
+    }
+    int code = 0;
+    pthread_mutex_lock(&mcp_lock);
+    unsigned at = s->nsubs;
+    for (unsigned i = 0; i < s->nsubs; i++)
+        if (strcmp(s->subs[i], path) == 0)
+            at = i;
+    if (on && at == s->nsubs) {
+        if (s->nsubs >= MCP_MAX_SUBS) {
+            snprintf(msg, msglen, "a session subscribes to at most %d resources", MCP_MAX_SUBS);
+            code = JRPC_SERVER_ERROR;
+        } else {
+            s->subs[s->nsubs++] = path;
+            path = NULL;
+            s->subs_gen++;
+        }
+    } else if (!on && at < s->nsubs) {
+        free(s->subs[at]);
+        s->subs[at] = s->subs[--s->nsubs];
+        s->subs_gen++;
+    }
+    pthread_mutex_unlock(&mcp_lock);
+    free(path);
+    return code;
+}
+
+/* tools/call: the tool's result, or a JSON-RPC error. */
+static void tools_call(struct server *srv, struct MHD_Connection *c, struct mcp_session *s,
+                       const struct jrpc_msg *m, bool sse_ok, const char *client, struct jsonw *w,
+                       struct mcp_tool_ctx *x)
+{
+    const cJSON *name = m->params ? cJSON_GetObjectItemCaseSensitive(m->params, "name") : NULL;
+    const cJSON *args = m->params ? cJSON_GetObjectItemCaseSensitive(m->params, "arguments") : NULL;
+    if (!cJSON_IsString(name)) {
+        jrpc_write_error(w, m->id, JRPC_INVALID_PARAMS, "'name' is required: the tool to call");
+        return;
+    }
+    if (!mcp_tool_exists(name->valuestring)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "unknown tool '%.64s' (tools/list names them)",
+                 name->valuestring);
+        jrpc_write_error(w, m->id, JRPC_INVALID_PARAMS, msg);
+        return;
+    }
+    if (args && !cJSON_IsObject(args)) {
+        jrpc_write_error(w, m->id, JRPC_INVALID_PARAMS, "'arguments' must be an object");
+        return;
+    }
+    cJSON *none = NULL;
+    if (!args)
+        args = none = cJSON_CreateObject();
+    const cJSON *meta = m->params ? cJSON_GetObjectItemCaseSensitive(m->params, "_meta") : NULL;
+    const cJSON *token = meta ? cJSON_GetObjectItemCaseSensitive(meta, "progressToken") : NULL;
+    *x = (struct mcp_tool_ctx){.srv = srv,
+                               .c = c,
+                               .s = s,
+                               .id = m->id,
+                               .progress =
+                                   (cJSON_IsString(token) || cJSON_IsNumber(token)) ? token : NULL,
+                               .sse_ok = sse_ok,
+                               .client = client};
+    x->call = call_begin(srv, s, m->id);
+    if (!x->call) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "this session has %llu tool calls running (--mcp-max-calls): wait for one",
+                 (unsigned long long)srv->cfg->mcp_max_calls);
+        jrpc_write_error(w, m->id, JRPC_SERVER_ERROR, msg);
+        cJSON_Delete(none);
+        return;
+    }
+    struct jsonw res;
+    jw_init(&res, 512);
+    char msg[512] = "";
+    int code = mcp_tool_call(x, name->valuestring, args, &res, msg, sizeof(msg));
+    cJSON_Delete(none);
+    if (x->streamed) { /* the stream owns the call now */
+        jw_free(&res);
+        return;
+    }
+    mcp_call_end(s, x->call);
+    x->call = NULL;
+    if (code) {
+        jrpc_write_error(w, m->id, code, msg);
+    } else {
+        size_t len;
+        char *text = jw_finish(&res, &len);
+        if (!text) {
+            jrpc_write_error(w, m->id, JRPC_INTERNAL_ERROR, "out of memory");
+        } else {
+            jrpc_write_result_begin(w, m->id);
+            jw_json(w, text, len);
+            jrpc_write_result_end(w);
+        }
+        free(text);
+    }
+    jw_free(&res);
+}
+
+/* Answer request m into w (a whole response); x->streamed when the tool answered itself. */
+static void dispatch(struct server *srv, struct MHD_Connection *c, struct mcp_session *s,
+                     const struct jrpc_msg *m, bool sse_ok, const char *client, struct jsonw *w,
+                     struct mcp_tool_ctx *x)
+{
+    const char *meth = m->method;
+    char msg[512] = "";
+    int code = 0;
+    if (strcmp(meth, "ping") == 0) {
+        empty_result(w, m);
+    } else if (strcmp(meth, "initialize") == 0) {
+        jrpc_write_error(w, m->id, JRPC_INVALID_REQUEST,
+                         "this session is initialized already: initialize makes a new one "
+                         "(without an Mcp-Session-Id header)");
+    } else if (strcmp(meth, "tools/list") == 0) {
+        size_t len;
+        const char *t = mcp_tools_list(&len);
+        jrpc_write_result_begin(w, m->id);
+        jw_json(w, t, len);
+        jrpc_write_result_end(w);
+    } else if (strcmp(meth, "tools/call") == 0) {
+        tools_call(srv, c, s, m, sse_ok, client, w, x);
+    } else if (strcmp(meth, "resources/list") == 0 || strcmp(meth, "resources/read") == 0) {
+        struct jsonw res;
+        jw_init(&res, 1024);
+        code = meth[10] == 'l' ? mcp_resources_list(srv, m->params, &res, msg, sizeof(msg))
+                               : mcp_resources_read(srv, m->params, &res, msg, sizeof(msg));
+        size_t len;
+        char *text = code ? NULL : jw_finish(&res, &len);
+        if (!code && !text) {
+            code = JRPC_INTERNAL_ERROR;
+            snprintf(msg, sizeof(msg), "out of memory");
+        }
+        if (!code) {
+            jrpc_write_result_begin(w, m->id);
+            jw_json(w, text, len);
+            jrpc_write_result_end(w);
+        }
+        free(text);
+        jw_free(&res);
+    } else if (strcmp(meth, "resources/templates/list") == 0) {
+        jrpc_write_result_begin(w, m->id);
+        jw_obj_begin(w);
+        jw_key(w, "resourceTemplates");
+        jw_arr_begin(w);
+        jw_arr_end(w);
+        jw_obj_end(w);
+        jrpc_write_result_end(w);
+    } else if (strcmp(meth, "resources/subscribe") == 0 ||
+               strcmp(meth, "resources/unsubscribe") == 0) {
+        code = subscribe(srv, s, m->params, meth[10] == 's', msg, sizeof(msg));
+        if (!code)
+            empty_result(w, m);
+    } else {
+        code = JRPC_METHOD_NOT_FOUND;
+        snprintf(msg, sizeof(msg),
+                 "no method '%.64s' (sbxd serves initialize, ping, tools/list, tools/call, "
+                 "resources/list, resources/read, resources/templates/list, "
+                 "resources/subscribe, resources/unsubscribe)",
+                 meth);
+    }
+    if (code)
+        jrpc_write_error(w, m->id, code, msg);
+}
+
+/* initialize: a new session, answered with its id. */
+static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                  const struct jrpc_msg *m)
+{
+    const cJSON *pv =
+        m->params ? cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion") : NULL;
+    if (!cJSON_IsString(pv))
+        return reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, m->id, JRPC_INVALID_PARAMS,
+                               "initialize needs 'protocolVersion' (a string)");
+    const char *version = version_known(pv->valuestring) ? pv->valuestring : versions[0];
+    struct mcp_session *s = session_new(srv, version);
+    if (!s) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "sbxd holds %llu MCP sessions (--mcp-max-sessions), none idle: end one "
+                 "(DELETE /mcp) or try later",
+                 (unsigned long long)srv->cfg->mcp_max_sessions);
+        return reply_rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, m->id, JRPC_SERVER_ERROR, msg);
+    }
+    const cJSON *ci = cJSON_GetObjectItemCaseSensitive(m->params, "clientInfo");
+    const cJSON *cn = ci ? cJSON_GetObjectItemCaseSensitive(ci, "name") : NULL;
+    LOG_EVENT("info", "mcp_session", LOG_S("id", s->id), LOG_S("action", "initialized"),
+              LOG_S("version", version),
+              LOG_S("client_name", cJSON_IsString(cn) ? cn->valuestring : ""),
+              LOG_S("client", rc->client));
+    struct jsonw w;
+    jw_init(&w, 1024);
+    write_initialize(&w, m, version);
+    char id[sizeof(s->id)];
+    snprintf(id, sizeof(id), "%s", s->id);
+    mcp_session_put(s);
+    return reply_jsonw_header(c, MHD_HTTP_OK, &w, "Mcp-Session-Id", id);
+}
+
+/* The session a request names by its header: NULL after replying 400 or 404 (*ret). */
+static struct mcp_session *request_session(struct MHD_Connection *c, enum MHD_Result *ret)
+{
+    const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
+    if (!sid || !*sid) {
+        *ret = reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, NULL, JRPC_INVALID_REQUEST,
+                               "no Mcp-Session-Id header: initialize first, then send the id "
+                               "it answered with on every request");
+        return NULL;
+    }
+    struct mcp_session *s = session_get(sid);
+    if (!s) {
+        *ret = reply_rpc_error(c, MHD_HTTP_NOT_FOUND, NULL, JRPC_INVALID_REQUEST,
+                               "no such MCP session (ended, expired, or from before a restart): "
+                               "initialize a new one");
+        return NULL;
+    }
+    const char *pv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
+    if (pv && !version_known(pv)) {
+        mcp_session_put(s);
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "MCP-Protocol-Version '%.32s' is not spoken here (2025-11-25, 2025-06-18, "
+                 "2025-03-26, 2024-11-05 are)",
+                 pv);
+        *ret = reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, NULL, JRPC_INVALID_REQUEST, msg);
+        return NULL;
+    }
+    return s;
+}
+
+static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!json_content_type(ct))
+        return reply_rpc_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, NULL, JRPC_INVALID_REQUEST,
+                               "send JSON-RPC messages as application/json");
+    if (!accepts(c, "application/json"))
+        return reply_rpc_error(c, MHD_HTTP_NOT_ACCEPTABLE, NULL, JRPC_INVALID_REQUEST,
+                               "the client must accept application/json (and "
+                               "text/event-stream)");
+    const char *body = rc->body ? rc->body : "";
+    size_t at = utf8_valid((const uint8_t *)body, rc->body_len);
+    if (at < rc->body_len) {
+        char msg[120];
+        snprintf(msg, sizeof(msg), "the body is not valid UTF-8: byte 0x%02X at offset %zu",
+                 (unsigned)(uint8_t)body[at], at);
+        return reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, NULL, JRPC_PARSE_ERROR, msg);
+    }
+    struct jrpc_batch b;
+    int code;
+    const char *why;
+    if (jrpc_parse(body, rc->body_len, &b, &code, &why) < 0) {
+        jrpc_batch_free(&b);
+        return reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, NULL, code, why);
+    }
+    enum MHD_Result ret;
+    const struct jrpc_msg *m0 = &b.msgs[0];
+    if (!b.array && m0->kind == JRPC_REQUEST && strcmp(m0->method, "initialize") == 0) {
+        ret = initialize(srv, c, rc, m0);
+        jrpc_batch_free(&b);
+        return ret;
+    }
+    if (!b.array && m0->kind == JRPC_INVALID) {
+        ret = reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, m0->id, m0->code, m0->why);
+        jrpc_batch_free(&b);
+        return ret;
+    }
+    struct mcp_session *s = request_session(c, &ret);
+    if (!s) {
+        jrpc_batch_free(&b);
+        return ret;
+    }
+    if (b.array && strcmp(s->version, "2025-03-26") != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "MCP %s has no batches: send one message per request",
+                 s->version);
+        ret = reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, NULL, JRPC_INVALID_REQUEST, msg);
+        mcp_session_put(s);
+        jrpc_batch_free(&b);
+        return ret;
+    }
+    struct jsonw w;
+    jw_init(&w, 1024);
+    if (b.array)
+        jw_arr_begin(&w);
+    size_t answers = 0;
+    bool sse_ok = !b.array && accepts(c, "text/event-stream");
+    for (size_t i = 0; i < b.n; i++) {
+        const struct jrpc_msg *m = &b.msgs[i];
+        if (m->kind == JRPC_NOTIFICATION) {
+            if (strcmp(m->method, "notifications/cancelled") == 0)
+                cancel(s, m->params);
+            continue; /* notifications/initialized and others: nothing to do */
+        }
+        if (m->kind == JRPC_RESPONSE)
+            continue; /* sbxd sends no requests: nothing awaits an answer */
+        if (m->kind == JRPC_INVALID) {
+            jrpc_write_error(&w, m->id, m->code, m->why);
+            answers++;
+            continue;
+        }
+        if (strcmp(m->method, "initialize") == 0 && b.array) {
+            jrpc_write_error(&w, m->id, JRPC_INVALID_REQUEST, "initialize is never batched");
+            answers++;
+            continue;
+        }
+        struct mcp_tool_ctx x = {0};
+        dispatch(srv, c, s, m, sse_ok, rc->client, &w, &x);
+        if (x.streamed) { /* run_command's stream, with progress: it answered */
+            jw_free(&w);
+            mcp_session_put(s);
+            jrpc_batch_free(&b);
+            return x.ret;
+        }
+        answers++;
+    }
+    mcp_session_put(s);
+    jrpc_batch_free(&b);
+    if (!answers) {
+        jw_free(&w);
+        return reply_empty(c, MHD_HTTP_ACCEPTED);
+    }
+    if (b.array)
+        jw_arr_end(&w);
+    return reply_jsonw(c, MHD_HTTP_OK, &w);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GET /mcp: the session's stream, telling resources/updated for what it subscribed to.  */
+
+#define MCP_WATCH_DIRS 16
+
+struct get_stream {
+    struct server *srv;
+    struct mcp_session *s;
+    uint64_t gen; /* subs_gen the watches were made for */
+    char *dirs[MCP_WATCH_DIRS];
+    struct watch_sub *subs[MCP_WATCH_DIRS];
+    unsigned ndirs;
+    char *paths[MCP_MAX_SUBS]; /* a copy of the session's subscriptions */
+    unsigned npaths;
+    struct jsonw pending;
+    size_t off;
+    int64_t last_ns;
+};
+
+static void get_stream_unwatch(struct get_stream *g)
+{
+    for (unsigned i = 0; i < g->ndirs; i++) {
+        watch_close(g->subs[i]);
+        free(g->dirs[i]);
+    }
+    g->ndirs = 0;
+    for (unsigned i = 0; i < g->npaths; i++)
+        free(g->paths[i]);
+    g->npaths = 0;
+}
+
+/* Watch the directories of the session's subscriptions, when they changed. */
+static void get_stream_sync(struct get_stream *g)
+{
+    pthread_mutex_lock(&mcp_lock);
+    if (g->gen == g->s->subs_gen && (g->ndirs || !g->s->nsubs)) {
+        pthread_mutex_unlock(&mcp_lock);
+        return;
+    }
+    g->gen = g->s->subs_gen;
+    get_stream_unwatch(g);
+    for (unsigned i = 0; i < g->s->nsubs; i++) {
+        char *p = strdup(g->s->subs[i]);
+        if (p)
+            g->paths[g->npaths++] = p;
+    }
+    pthread_mutex_unlock(&mcp_lock);
+    for (unsigned i = 0; i < g->npaths && g->ndirs < MCP_WATCH_DIRS; i++) {
+        const char *slash = strrchr(g->paths[i], '/');
+        char *dir = slash ? strndup(g->paths[i], (size_t)(slash - g->paths[i])) : strdup("");
+        if (!dir)
+            continue;
+        bool have = false;
+        for (unsigned k = 0; k < g->ndirs && !have; k++)
+            have = strcmp(g->dirs[k], dir) == 0;
+        struct sbxd_err err = {0};
+        struct watch_sub *w = have ? NULL : watch_open(dir, false, UINT64_MAX, &err);
+        if (!w) {
+            if (!have)
+                LOG_EVENT("warn", "mcp_watch", LOG_S("dir", dir), LOG_S("error", err.msg));
+            free(dir);
+            continue;
+        }
+        g->dirs[g->ndirs] = dir;
+        g->subs[g->ndirs++] = w;
+    }
+}
+
+static void sse_message_begin(struct jsonw *w)
+{
+    jw_raw(w, "event: message\ndata: ", 21);
+}
+
+static void sse_message_end(struct jsonw *w)
+{
+    jw_raw(w, "\n\n", 2);
+}
+
+/* The next notification into g->pending: true when one is there. */
+static bool get_stream_next(struct get_stream *g)
+{
+    for (unsigned i = 0; i < g->ndirs; i++) {
+        struct watch_event ev;
+        while (watch_next(g->subs[i], 0, &ev) == 1) {
+            for (unsigned k = 0; k < g->npaths; k++) {
+                bool hit = strcmp(ev.path, g->paths[k]) == 0 ||
+                           (ev.type == WATCH_RENAME && strcmp(ev.from, g->paths[k]) == 0) ||
+                           ev.type == WATCH_OVERFLOW;
+                if (!hit)
+                    continue;
+                jw_reset(&g->pending);
+                g->off = 0;
+                sse_message_begin(&g->pending);
+                jw_obj_begin(&g->pending);
+                jw_key(&g->pending, "jsonrpc");
+                jw_str(&g->pending, "2.0");
+                jw_key(&g->pending, "method");
+                jw_str(&g->pending, "notifications/resources/updated");
+                jw_key(&g->pending, "params");
+                jw_obj_begin(&g->pending);
+                jw_key(&g->pending, "uri");
+                mcp_write_uri(g->srv, &g->pending, g->paths[k]);
+                jw_obj_end(&g->pending);
+                jw_obj_end(&g->pending);
+                sse_message_end(&g->pending);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static ssize_t get_stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct get_stream *g = cls;
+    for (;;) {
+        if (g->off < g->pending.len) {
+            size_t n = g->pending.len - g->off;
+            if (n > max)
+                n = max;
+            memcpy(out, g->pending.buf + g->off, n);
+            g->off += n;
+            http_count_out(n);
+            return (ssize_t)n;
+        }
+        if (session_ended(g->s) || __atomic_load_n(&g->srv->draining, __ATOMIC_ACQUIRE))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        get_stream_sync(g);
+        if (get_stream_next(g)) {
+            g->last_ns = time_mono_ns();
+            continue;
+        }
+        if (time_mono_ns() - g->last_ns >= (int64_t)MCP_HEARTBEAT_MS * 1000000) {
+            jw_reset(&g->pending);
+            g->off = 0;
+            jw_raw(&g->pending, ": keep-alive\n\n", 14);
+            g->last_ns = time_mono_ns();
+            continue;
+        }
+        usleep(50000);
+    }
+}
+
+static void get_stream_free(void *cls)
+{
+    struct get_stream *g = cls;
+    get_stream_unwatch(g);
+    pthread_mutex_lock(&mcp_lock);
+    g->s->stream = false;
+    pthread_mutex_unlock(&mcp_lock);
+    mcp_session_put(g->s);
+    jw_free(&g->pending);
+    __atomic_fetch_sub(&g->srv->streams, 1, __ATOMIC_ACQ_REL);
+    free(g);
+}
+
+static enum MHD_Result get(struct server *srv, struct MHD_Connection *c)
+{
+    if (!accepts(c, "text/event-stream"))
+        return reply_rpc_error(c, MHD_HTTP_NOT_ACCEPTABLE, NULL, JRPC_INVALID_REQUEST,
+                               "GET /mcp is a text/event-stream: accept it");
+    enum MHD_Result ret;
+    struct mcp_session *s = request_session(c, &ret);
+    if (!s)
+        return ret;
+    pthread_mutex_lock(&mcp_lock);
+    bool busy = s->stream;
+    s->stream = true;
+    pthread_mutex_unlock(&mcp_lock);
+    if (busy) {
+        mcp_session_put(s);
+        return reply_rpc_error(c, MHD_HTTP_CONFLICT, NULL, JRPC_INVALID_REQUEST,
+                               "this session's stream is open already (one at a time)");
+    }
+    struct get_stream *g = calloc(1, sizeof(*g));
+    if (!g) {
+        pthread_mutex_lock(&mcp_lock);
+        s->stream = false;
+        pthread_mutex_unlock(&mcp_lock);
+        mcp_session_put(s);
+        return MHD_NO;
+    }
+    g->srv = srv;
+    g->s = s;
+    g->gen = UINT64_MAX;
+    g->last_ns = time_mono_ns();
+    jw_init(&g->pending, 512);
+    __atomic_fetch_add(&srv->streams, 1, __ATOMIC_ACQ_REL);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
+                                                               get_stream_read, g, get_stream_free);
+    if (!r) {
+        get_stream_free(g);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result del(struct MHD_Connection *c, struct req_ctx *rc)
+{
+    enum MHD_Result ret;
+    struct mcp_session *s = request_session(c, &ret);
+    if (!s)
+        return ret;
+    pthread_mutex_lock(&mcp_lock);
+    session_end_locked(s);
+    pthread_mutex_unlock(&mcp_lock);
+    LOG_EVENT("info", "mcp_session", LOG_S("id", s->id), LOG_S("action", "deleted"),
+              LOG_S("client", rc->client));
+    mcp_session_put(s);
+    return reply_empty(c, MHD_HTTP_NO_CONTENT);
+}
+
+enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+{
+    if (!srv->cfg->mcp_max_sessions)
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
+                           "the MCP endpoint is off (--mcp-max-sessions 0)");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin_allowed(srv->cfg, origin)) {
+        LOG_EVENT("warn", "mcp_origin", LOG_S("origin", origin), LOG_S("client", rc->client));
+        return reply_rpc_error(c, MHD_HTTP_FORBIDDEN, NULL, JRPC_INVALID_REQUEST,
+                               "Origin not allowed: /mcp takes browser requests from "
+                               "localhost only, unless --mcp-allow-origin names the origin");
+    }
+    if (strcmp(rc->method, "POST") == 0) {
+        if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+            return reply_rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, JRPC_SERVER_ERROR,
+                                   "sbxd is shutting down");
+        return post(srv, c, rc);
+    }
+    if (strcmp(rc->method, "GET") == 0)
+        return get(srv, c);
+    return del(c, rc);
+}
+
+void mcp_shutdown(void)
+{
+    pthread_mutex_lock(&mcp_lock);
+    while (sessions) {
+        struct mcp_session *s = sessions;
+        session_end_locked(s);
+        if (!s->refs)
+            session_free(s);
+    }
+    pthread_mutex_unlock(&mcp_lock);
+}
