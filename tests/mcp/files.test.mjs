@@ -58,13 +58,16 @@ describe('file tools', () => {
     fs.writeFileSync(ws('abc.txt'), 'abcdefghij');
     const r = await call(c, 'read_file', { path: 'abc.txt', offset: 2, length: 4 });
     const s = assertOk(r, 'read slice');
-    assert.equal(textOf(r), 'cdef');
+    // The file's bytes are the first text item whole (a note for the reader, if any,
+    // comes as an item of its own).
+    assert.equal(r.content[0].type, 'text');
+    assert.equal(r.content[0].text, 'cdef');
     assert.equal(s.offset, 2);
     assert.equal(s.length, 4);
     assert.equal(s.size, 10);
     assert.equal(s.eof, false);
     const tail = await call(c, 'read_file', { path: 'abc.txt', offset: 7 });
-    assert.equal(textOf(tail), 'hij');
+    assert.equal(tail.content[0].text, 'hij');
     assert.equal(tail.structuredContent.eof, true);
   });
 

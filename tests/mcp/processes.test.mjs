@@ -11,13 +11,23 @@ function ok(r, what) {
   return r.structuredContent;
 }
 
+// A process_output result: isError exactly when the process has ended other than by
+// exiting 0 (as run_command's).
+function outputOf(r, what) {
+  const s = r.structuredContent;
+  assert.ok(s, `${what}: structuredContent in ${JSON.stringify(r)}`);
+  const failed = !s.running && (s.status !== 'exited' || s.exit_code !== 0);
+  assert.equal(!!r.isError, failed, `${what}: isError ${r.isError} for ${JSON.stringify(s)}`);
+  return s;
+}
+
 // process_output until the process has ended (wait_ms long-polls), all output gathered.
 async function untilEnded(c, id, ms = 10000) {
   const deadline = Date.now() + ms;
   let offset = 0;
   let output = '';
   for (;;) {
-    const s = ok(await call(c, 'process_output', { id, offset, wait_ms: 1000 }), 'process_output');
+    const s = outputOf(await call(c, 'process_output', { id, offset, wait_ms: 1000 }), 'process_output');
     assert.equal(s.id, id);
     output += s.output;
     assert.ok(s.next_offset >= offset, `next_offset ${s.next_offset} after ${offset}`);
@@ -41,7 +51,7 @@ describe('process tools', () => {
     const st = ok(await call(c, 'start_process', { command: 'cat' }), 'start_process');
     assert.ok(st.id !== undefined && st.id !== '', `an id: ${JSON.stringify(st)}`);
     assert.ok(Number.isInteger(st.pid) && st.pid > 0, `a pid: ${JSON.stringify(st)}`);
-    const before = ok(await call(c, 'process_output', { id: st.id }), 'process_output');
+    const before = outputOf(await call(c, 'process_output', { id: st.id }), 'process_output');
     assert.equal(before.running, true, 'cat waits for its input');
     ok(await call(c, 'send_input', { id: st.id, data: 'hi\n', eof: true }), 'send_input');
     const end = await untilEnded(c, st.id);
@@ -55,14 +65,14 @@ describe('process tools', () => {
       argv: ['sh', '-c', 'echo one; sleep 0.5; echo two'],
     }), 'start_process');
     const first = await waitFor(async () => {
-      const s = ok(await call(c, 'process_output', { id: st.id, wait_ms: 1000 }), 'output');
+      const s = outputOf(await call(c, 'process_output', { id: st.id, wait_ms: 1000 }), 'output');
       return s.output.includes('one') ? s : null;
     }, 3000);
     assert.ok(first, 'the first line came');
     assert.equal(first.output, 'one\n');
     const rest = await untilEnded(c, st.id);
     assert.equal(rest.output, 'one\ntwo\n', 'the whole output from offset 0 ... ');
-    const tail = ok(await call(c, 'process_output', { id: st.id, offset: first.next_offset }), 'tail');
+    const tail = outputOf(await call(c, 'process_output', { id: st.id, offset: first.next_offset }), 'tail');
     assert.equal(tail.output, 'two\n');
     assert.equal(tail.running, false);
   });
@@ -83,7 +93,7 @@ describe('process tools', () => {
     if (onHost) {
       assert.ok(await waitFor(() => hostProcs(['sleep', arg]).length > 0, 3000), 'sleep runs');
     }
-    const running = ok(await call(c, 'process_output', { id: st.id }), 'output');
+    const running = outputOf(await call(c, 'process_output', { id: st.id }), 'output');
     assert.equal(running.running, true);
     ok(await call(c, 'kill_process', { id: st.id, signal: 'KILL' }), 'kill_process');
     const end = await untilEnded(c, st.id, 5000);
@@ -93,11 +103,13 @@ describe('process tools', () => {
     }
   });
 
-  it('kill_process with TERM (the default signal or named)', async () => {
-    const st = ok(await call(c, 'start_process', { command: 'sleep 100' }), 'start');
-    ok(await call(c, 'kill_process', { id: st.id, signal: 'TERM' }), 'kill TERM');
-    const end = await untilEnded(c, st.id, 5000);
-    assert.ok(['signaled', 'killed'].includes(end.status), `status ${end.status}`);
+  it('kill_process with TERM, and with no signal named', async () => {
+    for (const signal of ['TERM', undefined]) {
+      const st = ok(await call(c, 'start_process', { command: 'sleep 100' }), 'start');
+      ok(await call(c, 'kill_process', { id: st.id, signal }), `kill ${signal}`);
+      const end = await untilEnded(c, st.id, 5000);
+      assert.ok(['signaled', 'killed'].includes(end.status), `kill ${signal}: status ${end.status}`);
+    }
   });
 
   it('timeout_ms of a started process ends it', async () => {
