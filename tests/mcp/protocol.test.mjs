@@ -89,6 +89,32 @@ describe('protocol errors', () => {
     assert.equal(r.status, 403, r.text);
   });
 
+  it('Content-Type not JSON: 415; Accept without JSON: 406', async () => {
+    const s = await rawSession(d);
+    const list = { jsonrpc: '2.0', id: 6, method: 'tools/list' };
+    const ct = await rawPost(d, list, { ...sessionHeaders(s), 'Content-Type': 'text/plain' });
+    assert.equal(ct.status, 415, ct.text);
+    const acc = await rawPost(d, list, { ...sessionHeaders(s), Accept: 'text/html' });
+    assert.equal(acc.status, 406, acc.text);
+  });
+
+  it('batches: answered as an array in a 2025-03-26 session only', async () => {
+    const batch = [{ jsonrpc: '2.0', id: 11, method: 'ping' },
+      { jsonrpc: '2.0', id: 12, method: 'tools/list' },
+      { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 999 } }];
+    const old = await rawSession(d, '2025-03-26');
+    const r = await rawPost(d, batch, sessionHeaders(old));
+    assert.equal(r.status, 200, r.text);
+    const answers = JSON.parse(r.text);
+    assert.ok(Array.isArray(answers), r.text);
+    assert.deepEqual(answers.map((a) => a.id).sort(), [11, 12], 'one answer per request, none for the notification');
+    assert.ok(answers.find((a) => a.id === 12).result.tools.length >= 12);
+    const now = await rawSession(d, '2025-11-25');
+    const refused = await rawPost(d, batch, sessionHeaders(now));
+    assert.notEqual(refused.status, 200, `a batch in a 2025-11-25 session: ${refused.text}`);
+    assert.equal(refused.json?.error?.code, -32600, refused.text);
+  });
+
   it('a JSON-RPC response posted by the client is not taken for a request', async () => {
     const s = await rawSession(d);
     // A JSON-RPC response from the client (to no request of the server's): accepted or

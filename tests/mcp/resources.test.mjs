@@ -65,6 +65,13 @@ describe('resources', () => {
     assert.deepEqual(Buffer.from(b.contents[0].blob, 'base64'), Buffer.from([0, 1, 2, 0xff, 0]));
   });
 
+  it('resources/read of a file that is not there: -32002', async () => {
+    await assert.rejects(c.readResource({ uri: uriOf('no-such-file') }), (e) => {
+      assert.equal(e.code, -32002, String(e));
+      return true;
+    });
+  });
+
   it('resources/read outside the workspace or of no file: a JSON-RPC error', async () => {
     fs.writeFileSync(path.join(path.dirname(d.ws), 'outside.txt'), 'secret outside\n');
     for (const uri of [pathToFileURL(path.join(path.dirname(d.ws), 'outside.txt')).href,

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import {
-  PROTOCOL_VERSIONS, TOOL_NAMES, call, closeClient, daemonFor, initializeRequest, rawPost,
-  rawSession, sessionHeaders,
+  PROTOCOL_VERSIONS, TOOL_NAMES, call, closeClient, daemonFor, hostProcs, initializeRequest,
+  rawPost, rawSession, sessionHeaders, sleep, waitFor, wrapWords,
 } from './lib.mjs';
 
 describe('session', () => {
@@ -106,6 +106,24 @@ describe('session', () => {
     assert.equal(again.status, 404);
   });
 
+  it('DELETE /mcp kills the commands of the session\'s calls under way', async () => {
+    const c = await d.client();
+    const arg = `300.${process.pid % 1000}${Math.floor(Math.random() * 1000)}`;
+    const pending = call(c, 'run_command', { command: `sleep ${arg}; echo not killed` }, { timeout: 30000 })
+      .then((r) => r, (e) => e);
+    const onHost = wrapWords().length === 0;
+    if (onHost) assert.ok(await waitFor(() => hostProcs(['sleep', arg]).length > 0, 5000), 'sleep started');
+    else await sleep(500);
+    await c.transport.terminateSession();
+    if (onHost) {
+      assert.ok(await waitFor(() => hostProcs(['sleep', arg]).length === 0, 2000),
+        'no sleep left 2 s after the DELETE');
+    }
+    const r = await pending;
+    assert.ok(!(r?.structuredContent?.stdout || '').includes('not killed'), JSON.stringify(r));
+    await c.close();
+  });
+
   it('GET /mcp opens the event stream of a session', async () => {
     const s = await rawSession(d);
     const ac = new AbortController();
@@ -117,6 +135,13 @@ describe('session', () => {
     try {
       assert.equal(res.status, 200);
       assert.match(res.headers.get('content-type') || '', /^text\/event-stream/);
+      // One stream per session at once.
+      const second = await fetch(d.url, {
+        headers: { Accept: 'text/event-stream', ...sessionHeaders(s), ...d.authHeaders() },
+        signal: AbortSignal.timeout(5000),
+      });
+      await second.body?.cancel();
+      assert.equal(second.status, 409);
     } finally {
       clearTimeout(timer);
       ac.abort();
