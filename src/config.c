@@ -121,7 +121,7 @@ static const struct opt opts[] = {
      "MCP sessions (POST /mcp initialize) alive at once; one more ends the longest idle when "
      "that is idle past a minute, else it is refused. 0: no MCP endpoint (404)."},
     {"mcp-session-idle-s", "S", "SBXD_MCP_SESSION_IDLE_S", NULL, 0, "1800", OPT_UINT,
-     OFF(mcp_session_idle_s), 10, 7 * 24 * 3600,
+     OFF(mcp_session_idle_s), 1, 7 * 24 * 3600,
      "An MCP session not used for this long is ended (its id then answers 404)."},
     {"mcp-max-calls", "N", "SBXD_MCP_MAX_CALLS", NULL, 0, "8", OPT_UINT, OFF(mcp_max_calls), 1,
      1024, "Tool calls one MCP session may have running at once; more get a JSON-RPC error."},

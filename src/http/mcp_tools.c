@@ -69,6 +69,8 @@ static const struct tool_doc {
     const char *name, *title, *description;
     bool with_cmd;
     const char *props, *required;
+    const char *output;      /* outputSchema: what structuredContent holds */
+    const char *annotations; /* hints for clients: read-only, destructive, open world */
 } TOOL_DOCS[] = {
     {"run_command", "Run a command",
      "Run a command in the sandbox and wait for it to end. Returns its exit code, stdout and "
@@ -81,7 +83,19 @@ static const struct tool_doc {
      true,
      "\"stdin\":{\"type\":\"string\",\"description\":\"Text given to the command as its "
      "standard input.\"}",
-     NULL},
+     NULL,
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\""
+     ":{\"type\":\"string\"},\"exit_code\":{\"type\":\"integer\"},\"signal\":{\"ty"
+     "pe\":[\"integer\",\"null\"]},\"stdout\":{\"type\":\"string\"},\"stderr\":{\""
+     "type\":\"string\"},\"encoding\":{\"type\":\"string\"},\"stdout_truncated\":{"
+     "\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"},\"stdout_b"
+     "ytes\":{\"type\":\"integer\"},\"stderr_bytes\":{\"type\":\"integer\"},\"time"
+     "d_out\":{\"type\":\"boolean\"},\"oom_killed\":{\"type\":\"boolean\"},\"durat"
+     "ion_ms\":{\"type\":\"number\"},\"cpu_ms\":{\"type\":\"number\"},\"memory_pea"
+     "k_bytes\":{\"type\":\"integer\"},\"queued_ms\":{\"type\":\"number\"},\"error"
+     "\":{\"type\":\"string\"}},\"required\":[\"status\",\"exit_code\",\"stdout\","
+     "\"stderr\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
     {"run_code", "Run code in a live interpreter",
      "Run code in a stateful context: variables, imports and the working directory stay from "
      "one call to the next (a Jupyter kernel for python; a shell session for bash). Returns "
@@ -95,7 +109,15 @@ static const struct tool_doc {
      "\"context\":{\"type\":\"string\",\"description\":\"The id of a context made with POST "
      "/contexts, instead of the language's default one.\"},"
      "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1}",
-     "\"code\""},
+     "\"code\"",
+     "{\"type\":\"object\",\"properties\":{\"context\":{\"type\":\"string\"},\"sta"
+     "tus\":{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"std"
+     "out\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"text\":{\"typ"
+     "e\":[\"string\",\"null\"]},\"images\":{\"type\":\"integer\"},\"error\":{\"ty"
+     "pe\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"value\":{\""
+     "type\":\"string\"},\"traceback\":{\"type\":\"array\",\"items\":{\"type\":\"s"
+     "tring\"}}}}},\"required\":[\"context\",\"status\",\"stdout\",\"stderr\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
     {"read_file", "Read a file",
      "Read a file of the workspace. UTF-8 text comes back as text, anything else as a base64 "
      "blob. At most 1 MiB (--max-output-bytes) per call: for a larger file, read on with "
@@ -109,7 +131,13 @@ static const struct tool_doc {
                                                   "\"length\":{\"type\":\"integer\",\"minimum\":0,"
                                                   "\"description\":\"Bytes to read at most "
                                                   "(default: to the end, within the cap).\"}",
-     "\"path\""},
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\""
+     ":{\"type\":\"integer\"},\"offset\":{\"type\":\"integer\"},\"length\":{\"type"
+     "\":\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf8\",\"base6"
+     "4\"]},\"eof\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"size\",\"offs"
+     "et\",\"length\",\"encoding\",\"eof\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"write_file", "Write a file",
      "Create or replace a file of the workspace with the given content (missing parent "
      "directories are made). The write is atomic: readers see the old content or the new, "
@@ -127,7 +155,12 @@ static const struct tool_doc {
                                                   "0-7]{3}$\",\"description\":\"Permission "
                                                   "bits in octal, e.g. 0755 for a script (default "
                                                   "0644).\"}",
-     "\"path\",\"content\""},
+     "\"path\",\"content\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\""
+     ":{\"type\":\"integer\"},\"created\":{\"type\":\"boolean\"}},\"required\":[\""
+     "path\",\"size\",\"created\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":true,\"o"
+     "penWorldHint\":false}"},
     {"list_files", "List a directory",
      "List the entries of a workspace directory (sorted by name), with depth > 1 also those "
      "of its subdirectories. Each entry: path, type (file, directory, symlink, other), size, "
@@ -141,14 +174,24 @@ static const struct tool_doc {
                                                                      "\"maximum\":10,"
                                                                      "\"description\":\"Levels "
                                                                      "to list (default 1).\"}",
-     NULL},
+     NULL,
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"entrie"
+     "s\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"pat"
+     "h\":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},\"size\":{\"type\":"
+     "\"integer\"},\"mode\":{\"type\":\"string\"},\"modified_at\":{\"type\":[\"str"
+     "ing\",\"null\"]}},\"required\":[\"path\",\"type\"]}},\"truncated\":{\"type\""
+     ":\"boolean\"}},\"required\":[\"path\",\"entries\",\"truncated\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"delete_file", "Delete a file or directory",
      "Delete a file, a symlink (not what it points to) or an empty directory; with recursive, "
      "a directory and everything in it.",
      false,
      PATH_PROP("path", "Path relative to the workspace.") ","
                                                           "\"recursive\":{\"type\":\"boolean\"}",
-     "\"path\""},
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"delete"
+     "d\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"deleted\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}"},
     {"move_file", "Move or rename",
      "Rename a file or directory within the workspace, atomically. An existing destination is "
      "an error unless overwrite is true.",
@@ -157,7 +200,10 @@ static const struct tool_doc {
          "to",
          "Destination path relative to the workspace.") ","
                                                         "\"overwrite\":{\"type\":\"boolean\"}",
-     "\"from\",\"to\""},
+     "\"from\",\"to\"",
+     "{\"type\":\"object\",\"properties\":{\"from\":{\"type\":\"string\"},\"to\":{"
+     "\"type\":\"string\"}},\"required\":[\"from\",\"to\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}"},
     {"stat_file", "Describe a file",
      "Describe a workspace entry: type, size, mode, owner, times, a symlink's target. With "
      "follow false a symlink itself is described.",
@@ -168,12 +214,22 @@ static const struct tool_doc {
                                             "\"follow\":{\"type\":\"boolean\",\"description\":"
                                             "\"Follow a final symlink (default "
                                             "true).\"}",
-     "\"path\""},
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"name\""
+     ":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},\"size\":{\"type\":\"i"
+     "nteger\"},\"mode\":{\"type\":\"string\"},\"uid\":{\"type\":\"integer\"},\"gi"
+     "d\":{\"type\":\"integer\"},\"modified_at\":{\"type\":[\"string\",\"null\"]},"
+     "\"created_at\":{\"type\":[\"string\",\"null\"]},\"symlink_target\":{\"type\""
+     ":\"string\"}},\"required\":[\"path\",\"type\",\"size\",\"mode\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"start_process", "Start a background process",
      "Start a long-running command (a server, a build, a watcher) and return at once with its "
      "id. Read its output with process_output, write to its stdin with send_input, end it "
      "with kill_process. Its timeout defaults to the longest allowed.",
-     true, NULL, NULL},
+     true, NULL, NULL,
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"pid\":{\""
+     "type\":\"integer\"}},\"required\":[\"id\",\"pid\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
     {"process_output", "Read a process's output",
      "Output of a background process from offset (default 0; pass the next_offset of the last "
      "call to read on), waiting up to wait_ms for some when there is none yet. Says whether "
@@ -182,18 +238,32 @@ static const struct tool_doc {
      "\"id\":{\"type\":\"string\",\"description\":\"The id start_process returned.\"},"
      "\"offset\":{\"type\":\"integer\",\"minimum\":0},"
      "\"wait_ms\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":30000}",
-     "\"id\""},
+     "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"running\""
+     ":{\"type\":\"boolean\"},\"status\":{\"type\":\"string\"},\"exit_code\":{\"ty"
+     "pe\":[\"integer\",\"null\"]},\"output\":{\"type\":\"string\"},\"stderr\":{\""
+     "type\":\"string\"},\"offset\":{\"type\":\"integer\"},\"next_offset\":{\"type"
+     "\":\"integer\"},\"dropped_bytes\":{\"type\":\"integer\"}},\"required\":[\"id"
+     "\",\"running\",\"status\",\"output\",\"next_offset\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"send_input", "Write to a process's stdin",
      "Write text to a background process's standard input; with eof true its stdin is then "
      "closed.",
      false,
      "\"id\":{\"type\":\"string\"},\"data\":{\"type\":\"string\"},"
      "\"eof\":{\"type\":\"boolean\"}",
-     "\"id\""},
+     "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"written\""
+     ":{\"type\":\"integer\"},\"stdin_open\":{\"type\":\"boolean\"}},\"required\":"
+     "[\"id\",\"written\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
     {"kill_process", "Signal a process",
      "Send a signal to a background process's whole tree: SIGKILL (default), SIGTERM, SIGINT, "
      "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT or SIGSTOP.",
-     false, "\"id\":{\"type\":\"string\"},\"signal\":{\"type\":\"string\"}", "\"id\""},
+     false, "\"id\":{\"type\":\"string\"},\"signal\":{\"type\":\"string\"}", "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"signal\""
+     ":{\"type\":\"string\"}},\"required\":[\"id\",\"signal\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
 };
 
 static char *tools_json;
@@ -234,6 +304,10 @@ static void tools_make(void)
         }
         jw_raw(&w, "}", 1);
         w.need_comma = true;
+        jw_key(&w, "outputSchema");
+        jw_json(&w, d->output, strlen(d->output));
+        jw_key(&w, "annotations");
+        jw_json(&w, d->annotations, strlen(d->annotations));
         jw_obj_end(&w);
     }
     jw_arr_end(&w);

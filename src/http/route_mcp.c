@@ -143,9 +143,10 @@ static struct mcp_session *session_new(struct server *srv, const char *version)
     return s;
 }
 
-static struct mcp_session *session_get(const char *id)
+static struct mcp_session *session_get(struct server *srv, const char *id)
 {
     pthread_mutex_lock(&mcp_lock);
+    sweep_locked(srv->cfg, time_mono_ns());
     struct mcp_session *s = sessions;
     while (s && strcmp(s->id, id) != 0)
         s = s->next;
@@ -628,7 +629,8 @@ static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, 
 }
 
 /* The session a request names by its header: NULL after replying 400 or 404 (*ret). */
-static struct mcp_session *request_session(struct MHD_Connection *c, enum MHD_Result *ret)
+static struct mcp_session *request_session(struct server *srv, struct MHD_Connection *c,
+                                           enum MHD_Result *ret)
 {
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
     if (!sid || !*sid) {
@@ -637,7 +639,7 @@ static struct mcp_session *request_session(struct MHD_Connection *c, enum MHD_Re
                                "it answered with on every request");
         return NULL;
     }
-    struct mcp_session *s = session_get(sid);
+    struct mcp_session *s = session_get(srv, sid);
     if (!s) {
         *ret = reply_rpc_error(c, MHD_HTTP_NOT_FOUND, NULL, JRPC_INVALID_REQUEST,
                                "no such MCP session (ended, expired, or from before a restart): "
@@ -695,7 +697,7 @@ static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct
         jrpc_batch_free(&b);
         return ret;
     }
-    struct mcp_session *s = request_session(c, &ret);
+    struct mcp_session *s = request_session(srv, c, &ret);
     if (!s) {
         jrpc_batch_free(&b);
         return ret;
@@ -744,13 +746,14 @@ static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct
         }
         answers++;
     }
+    bool array = b.array;
     mcp_session_put(s);
     jrpc_batch_free(&b);
     if (!answers) {
         jw_free(&w);
         return reply_empty(c, MHD_HTTP_ACCEPTED);
     }
-    if (b.array)
+    if (array)
         jw_arr_end(&w);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
@@ -918,7 +921,7 @@ static enum MHD_Result get(struct server *srv, struct MHD_Connection *c)
         return reply_rpc_error(c, MHD_HTTP_NOT_ACCEPTABLE, NULL, JRPC_INVALID_REQUEST,
                                "GET /mcp is a text/event-stream: accept it");
     enum MHD_Result ret;
-    struct mcp_session *s = request_session(c, &ret);
+    struct mcp_session *s = request_session(srv, c, &ret);
     if (!s)
         return ret;
     pthread_mutex_lock(&mcp_lock);
@@ -957,10 +960,10 @@ static enum MHD_Result get(struct server *srv, struct MHD_Connection *c)
     return ret;
 }
 
-static enum MHD_Result del(struct MHD_Connection *c, struct req_ctx *rc)
+static enum MHD_Result del(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     enum MHD_Result ret;
-    struct mcp_session *s = request_session(c, &ret);
+    struct mcp_session *s = request_session(srv, c, &ret);
     if (!s)
         return ret;
     pthread_mutex_lock(&mcp_lock);
@@ -992,7 +995,7 @@ enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct r
     }
     if (strcmp(rc->method, "GET") == 0)
         return get(srv, c);
-    return del(c, rc);
+    return del(srv, c, rc);
 }
 
 void mcp_shutdown(void)

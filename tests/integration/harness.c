@@ -433,8 +433,15 @@ int http_request_with(const struct daemon *d, const char *method, const char *pa
         hdrs = curl_slist_append(hdrs, ct);
     }
     hdrs = curl_slist_append(hdrs, "Expect:");
-    if (header)
-        hdrs = curl_slist_append(hdrs, header);
+    /* header may hold several lines, separated by "\r\n". */
+    for (const char *hl = header; hl && *hl;) {
+        const char *e = strstr(hl, "\r\n");
+        size_t n = e ? (size_t)(e - hl) : strlen(hl);
+        char line[1024];
+        snprintf(line, sizeof(line), "%.*s", (int)n, hl);
+        hdrs = curl_slist_append(hdrs, line);
+        hl = e ? e + 2 : hl + n;
+    }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);

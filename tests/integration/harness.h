@@ -80,7 +80,8 @@ struct http_resp {
  * timeout_ms 0 means 30 s. Returns 0, or -1 if the transfer failed (e.g. timed out). */
 int http_request(const struct daemon *d, const char *method, const char *path, const char *ctype,
                  const char *body, size_t body_len, long timeout_ms, struct http_resp *r);
-/* The same with one more header line ("Name: value"; NULL for none). The body comes as sent
+/* The same with more header lines ("Name: value", several separated by "\r\n"; NULL for
+ * none). The body comes as sent
  * (a Content-Encoding is not decoded). */
 int http_request_with(const struct daemon *d, const char *method, const char *path,
                       const char *header, const char *ctype, const char *body, size_t body_len,

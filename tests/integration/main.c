@@ -23,6 +23,7 @@ int main(void)
     srunner_add_suite(sr, contexts_suite());
     srunner_add_suite(sr, sbx_suite());
     srunner_add_suite(sr, reset_suite());
+    srunner_add_suite(sr, mcp_suite());
     /* tools/test runs the fault injection as a tier of its own (CK_RUN_SUITE=faults) and
      * leaves it out of the integration tier with SBXD_SKIP_FAULTS=1. */
     const char *skip = getenv("SBXD_SKIP_FAULTS");

@@ -18,6 +18,7 @@ Suite *faults_suite(void);
 Suite *hardening_suite(void);
 Suite *attacks_suite(void);
 Suite *reset_suite(void);
+Suite *mcp_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

@@ -1,0 +1,364 @@
+/*
+ * /mcp: the limits and the confinement of the MCP endpoint, over raw HTTP (the protocol as
+ * the official SDK speaks it is the mcp tier's, tests/mcp): the session cap and idle
+ * expiry, the cap on calls per session, a cancellation and a DELETE killing a command's
+ * whole tree, a message over --max-body-bytes, Origin, batches by version, one GET stream
+ * per session, and file tools that never leave the workspace.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+/* initialize a session of `version`: its id into sid (asserting 200 and the header). */
+static void mcp_init(const struct daemon *d, const char *version, char *sid, size_t len)
+{
+    char body[400];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+             "\"protocolVersion\":\"%s\",\"capabilities\":{},\"clientInfo\":{\"name\":\"it\","
+             "\"version\":\"1\"}}}",
+             version);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(d, "POST", "/mcp", "application/json", body, strlen(body), 0, &r),
+                     0);
+    ck_assert_msg(r.status == 200, "initialize: %ld %s", r.status, r.body);
+    const char *h = r.headers ? strcasestr(r.headers, "\nMcp-Session-Id: ") : NULL;
+    ck_assert_msg(h != NULL, "no Mcp-Session-Id in %s", r.headers);
+    h += 17;
+    size_t n = strcspn(h, "\r\n");
+    ck_assert(n > 0 && n < len);
+    memcpy(sid, h, n);
+    sid[n] = '\0';
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(r.json, "result");
+    ck_assert_str_eq(jstr(res, "protocolVersion"), version);
+    http_resp_free(&r);
+}
+
+/* POST a message in session sid (NULL: none); r is the answer. */
+static void mcp_post(const struct daemon *d, const char *sid, const char *body, struct http_resp *r)
+{
+    char h[128];
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid ? sid : "");
+    ck_assert_int_eq(http_request_with(d, "POST", "/mcp", sid ? h : NULL, "application/json", body,
+                                       strlen(body), 60000, r),
+                     0);
+}
+
+/* tools/call of tool with arguments (JSON text): the result object (caller frees), asserting
+ * a JSON-RPC result. */
+static cJSON *mcp_call(const struct daemon *d, const char *sid, const char *tool, const char *args)
+{
+    size_t n = strlen(args) + 256;
+    char *body = malloc(n);
+    snprintf(body, n,
+             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
+             "\"arguments\":%s}}",
+             tool, args);
+    struct http_resp r;
+    mcp_post(d, sid, body, &r);
+    free(body);
+    ck_assert_msg(r.status == 200, "%s: %ld %s", tool, r.status, r.body);
+    cJSON *res = cJSON_DetachItemFromObject(r.json, "result");
+    ck_assert_msg(res != NULL, "%s: no result: %s", tool, r.body);
+    http_resp_free(&r);
+    return res;
+}
+
+static const char *first_text(const cJSON *res)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(res, "content");
+    return c && c->child ? jstr(c->child, "text") : "";
+}
+
+/* The JSON-RPC error code of an answer. */
+static int rpc_code(const struct http_resp *r)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(r->json, "error");
+    ck_assert_msg(e != NULL, "no error in %s", r->body);
+    return (int)jnum(e, "code");
+}
+
+/* The file tools stay in the workspace: .., an absolute path elsewhere, a symlink out. */
+START_TEST(file_tools_never_leave_the_workspace)
+{
+    char sid[64];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    char outside[PATH_MAX];
+    snprintf(outside, sizeof(outside), "%s.mcp-outside", g_sbxd.ws);
+    unlink(outside);
+    char link[PATH_MAX + 16];
+    snprintf(link, sizeof(link), "%s/mcp-link", g_sbxd.ws);
+    unlink(link);
+    ck_assert_int_eq(symlink("/etc", link), 0);
+    static const struct {
+        const char *tool, *args;
+    } escapes[] = {
+        {"read_file", "{\"path\":\"../etc/passwd\"}"},
+        {"read_file", "{\"path\":\"/etc/passwd\"}"},
+        {"read_file", "{\"path\":\"mcp-link/passwd\"}"},
+        {"list_files", "{\"path\":\"mcp-link\"}"},
+        {"stat_file", "{\"path\":\"mcp-link/passwd\"}"},
+        {"delete_file", "{\"path\":\"..\",\"recursive\":true}"},
+        {"move_file", "{\"from\":\"mcp-link\",\"to\":\"../x\"}"},
+    };
+    for (size_t i = 0; i < sizeof(escapes) / sizeof(escapes[0]); i++) {
+        cJSON *res = mcp_call(&g_sbxd, sid, escapes[i].tool, escapes[i].args);
+        ck_assert_msg(jbool(res, "isError"), "%s %s: not refused: %s", escapes[i].tool,
+                      escapes[i].args, first_text(res));
+        ck_assert_ptr_null(strstr(first_text(res), "root:"));
+        cJSON_Delete(res);
+    }
+    char args[PATH_MAX + 64];
+    snprintf(args, sizeof(args), "{\"path\":\"%s\",\"content\":\"x\"}", outside);
+    cJSON *res = mcp_call(&g_sbxd, sid, "write_file", args);
+    ck_assert(jbool(res, "isError"));
+    cJSON_Delete(res);
+    res = mcp_call(&g_sbxd, sid, "write_file", "{\"path\":\"../mcp-outside\",\"content\":\"x\"}");
+    ck_assert(jbool(res, "isError"));
+    cJSON_Delete(res);
+    struct stat st;
+    ck_assert_int_ne(stat(outside, &st), 0);
+    /* Inside, an absolute path within the workspace is taken. */
+    snprintf(args, sizeof(args), "{\"path\":\"%s/mcp-in.txt\",\"content\":\"inside\"}", g_sbxd.ws);
+    res = mcp_call(&g_sbxd, sid, "write_file", args);
+    ck_assert_msg(!jbool(res, "isError"), "%s", first_text(res));
+    cJSON_Delete(res);
+    res = mcp_call(&g_sbxd, sid, "read_file", "{\"path\":\"mcp-in.txt\"}");
+    ck_assert_str_eq(first_text(res), "inside");
+    cJSON_Delete(res);
+    unlink(link);
+    char in[PATH_MAX + 16];
+    snprintf(in, sizeof(in), "%s/mcp-in.txt", g_sbxd.ws);
+    unlink(in);
+}
+END_TEST
+
+/* A child process that makes one call and exits 0 when it got an answer. */
+static pid_t call_in_child(const struct daemon *d, const char *sid, const char *tool,
+                           const char *args)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char body[1024];
+        snprintf(body, sizeof(body),
+                 "{\"jsonrpc\":\"2.0\",\"id\":\"long\",\"method\":\"tools/call\",\"params\":{"
+                 "\"name\":\"%s\",\"arguments\":%s}}",
+                 tool, args);
+        char h[128];
+        snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid);
+        struct http_resp r;
+        int rc = http_request_with(d, "POST", "/mcp", h, "application/json", body, strlen(body),
+                                   60000, &r);
+        _exit(rc == 0 && r.status == 200 && strstr(r.body, "\"canceled\"") ? 0 : 1);
+    }
+    return pid;
+}
+
+/* --mcp-max-calls: a second call while one runs is refused; notifications/cancelled kills
+ * the running one's whole tree (a process it put in a session of its own too), and a
+ * DELETE of the session kills what its calls run. */
+START_TEST(second_call_is_refused_then_cancel_kills_the_tree)
+{
+    struct daemon d;
+    const char *args[] = {"--mcp-max-calls", "1", NULL};
+    daemon_start(&d, args, NULL);
+    char sid[64];
+    mcp_init(&d, "2025-06-18", sid, sizeof(sid));
+    pid_t child = call_in_child(&d, sid, "run_command",
+                                "{\"command\":\"setsid sleep 301 & sleep 302; wait\"}");
+    int n = 0;
+    for (double end = now_ms() + 10000 * SLOW; now_ms() < end; usleep(50000))
+        if ((n = daemon_procs_with(&d, "sleep 30")) >= 2)
+            break;
+    ck_assert_int_ge(n, 2);
+    struct http_resp r;
+    mcp_post(&d, sid,
+             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"run_command\",\"arguments\":{\"command\":\"true\"}}}",
+             &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq(rpc_code(&r), -32000);
+    ck_assert_ptr_nonnull(strstr(r.body, "--mcp-max-calls"));
+    http_resp_free(&r);
+    mcp_post(&d, sid,
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+             "\"requestId\":\"long\",\"reason\":\"test\"}}",
+             &r);
+    ck_assert_int_eq(r.status, 202);
+    ck_assert_uint_eq(r.len, 0);
+    http_resp_free(&r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 30", 5000 * SLOW), 0);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the call did not end canceled");
+    /* The slot is free again. */
+    cJSON *res = mcp_call(&d, sid, "run_command", "{\"command\":\"echo again\"}");
+    ck_assert_msg(!jbool(res, "isError"), "%s", first_text(res));
+    cJSON_Delete(res);
+    /* A DELETE of the session kills its calls' commands too. */
+    child = call_in_child(&d, sid, "run_command", "{\"command\":\"sleep 303\"}");
+    for (double end = now_ms() + 10000 * SLOW; now_ms() < end; usleep(50000))
+        if (daemon_procs_with(&d, "sleep 303") >= 1)
+            break;
+    char h[128];
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid);
+    ck_assert_int_eq(http_request_with(&d, "DELETE", "/mcp", h, NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 204);
+    http_resp_free(&r);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "sleep 303", 5000 * SLOW), 0);
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    mcp_post(&d, sid, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 404);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* --mcp-max-sessions and --mcp-session-idle-s. */
+START_TEST(sessions_are_capped_and_expire)
+{
+    struct daemon d;
+    const char *args[] = {"--mcp-max-sessions", "2", "--mcp-session-idle-s", "1", NULL};
+    daemon_start(&d, args, NULL);
+    char a[64], b[64];
+    mcp_init(&d, "2025-06-18", a, sizeof(a));
+    mcp_init(&d, "2025-03-26", b, sizeof(b));
+    ck_assert_str_ne(a, b);
+    static const char init[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+        "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"it\","
+        "\"version\":\"1\"}}}";
+    struct http_resp r;
+    mcp_post(&d, NULL, init, &r);
+    ck_assert_msg(r.status == 503, "a third session: %ld %s", r.status, r.body);
+    ck_assert_int_eq(rpc_code(&r), -32000);
+    http_resp_free(&r);
+    /* Idle past the limit: gone, and room for new ones. */
+    usleep(2500000);
+    mcp_post(&d, a, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 404);
+    http_resp_free(&r);
+    char c1[64];
+    mcp_init(&d, "2025-06-18", c1, sizeof(c1));
+    mcp_post(&d, c1, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* Transport rules: a body too large, Origin, batches by version, an unknown protocol version
+ * header, one GET stream per session, and /mcp off. */
+START_TEST(transport_rules)
+{
+    struct daemon d;
+    const char *args[] = {"--max-body-bytes", "2048", "--mcp-allow-origin", "https://app.example",
+                          NULL};
+    daemon_start(&d, args, NULL);
+    char sid[64], old[64];
+    mcp_init(&d, "2025-06-18", sid, sizeof(sid));
+    mcp_init(&d, "2025-03-26", old, sizeof(old));
+    struct http_resp r;
+    /* 413 with a JSON-RPC error, and no file written. */
+    char big[4096];
+    int n = snprintf(big, sizeof(big),
+                     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                     "\"name\":\"write_file\",\"arguments\":{\"path\":\"big.txt\",\"content\":\"");
+    memset(big + n, 'a', 3000);
+    snprintf(big + n + 3000, sizeof(big) - (size_t)n - 3000, "\"}}}");
+    mcp_post(&d, sid, big, &r);
+    ck_assert_int_eq(r.status, 413);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/big.txt", d.ws);
+    struct stat st;
+    ck_assert_int_ne(stat(path, &st), 0);
+    /* Origin: localhost and the allowed one pass, another is 403. */
+    static const char ping[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
+    static const struct {
+        const char *origin;
+        long status;
+    } origins[] = {
+        {"Origin: http://localhost:6274", 200},         {"Origin: http://127.0.0.1", 200},
+        {"Origin: https://app.example", 200},           {"Origin: http://evil.example", 403},
+        {"Origin: http://localhost.evil.example", 403}, {"Origin: null", 403}};
+    for (size_t i = 0; i < sizeof(origins) / sizeof(origins[0]); i++) {
+        char h[256];
+        snprintf(h, sizeof(h), "%s\r\nMcp-Session-Id: %s", origins[i].origin, sid);
+        ck_assert_int_eq(
+            http_request_with(&d, "POST", "/mcp", h, "application/json", ping, strlen(ping), 0, &r),
+            0);
+        ck_assert_msg(r.status == origins[i].status, "%s: %ld", origins[i].origin, r.status);
+        http_resp_free(&r);
+    }
+    /* Batches: only in a 2025-03-26 session. */
+    static const char batch[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+                                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"},"
+                                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"nope\"}]";
+    mcp_post(&d, sid, batch, &r);
+    ck_assert_int_eq(r.status, 400);
+    http_resp_free(&r);
+    mcp_post(&d, old, batch, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(cJSON_IsArray(r.json), "%s", r.body);
+    ck_assert_int_eq(cJSON_GetArraySize(r.json), 2);
+    ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(r.json->child, "result"));
+    ck_assert_int_eq(
+        (int)jnum(cJSON_GetObjectItemCaseSensitive(r.json->child->next, "error"), "code"), -32601);
+    http_resp_free(&r);
+    /* An unknown protocol version header. */
+    char h[200];
+    snprintf(h, sizeof(h), "MCP-Protocol-Version: 1999-01-01\r\nMcp-Session-Id: %s", sid);
+    ck_assert_int_eq(
+        http_request_with(&d, "POST", "/mcp", h, "application/json", ping, strlen(ping), 0, &r), 0);
+    ck_assert_int_eq(r.status, 400);
+    http_resp_free(&r);
+    /* Malformed and invalid messages. */
+    mcp_post(&d, sid, "{\"jsonrpc\":\"2.0\",", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32700);
+    http_resp_free(&r);
+    mcp_post(&d, sid, "{\"jsonrpc\":\"1.0\",\"id\":5,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    mcp_post(&d, sid,
+             "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"no_such_tool\"}}",
+             &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq(rpc_code(&r), -32602);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+
+    const char *off[] = {"--mcp-max-sessions", "0", NULL};
+    daemon_start(&d, off, NULL);
+    mcp_post(&d, NULL, ping, &r);
+    ck_assert_int_eq(r.status, 404);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+Suite *mcp_suite(void)
+{
+    Suite *s = suite_create("mcp");
+    TCase *tc = tcase_create("mcp");
+    tcase_set_timeout(tc, 90 * SLOW);
+    tcase_add_test(tc, file_tools_never_leave_the_workspace);
+    tcase_add_test(tc, second_call_is_refused_then_cancel_kills_the_tree);
+    tcase_add_test(tc, sessions_are_capped_and_expire);
+    tcase_add_test(tc, transport_rules);
+    suite_add_tcase(s, tc);
+    return s;
+}
