@@ -68,5 +68,15 @@ describe('run_code', () => {
     const png = Buffer.from(img.data, 'base64');
     assert.deepEqual(png.subarray(0, 8), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
     assert.ok(png.length > 1000, `a PNG of ${png.length} bytes`);
+    assert.equal(r.structuredContent.images, 1);
+  });
+
+  it('output, a figure and a result together', async () => {
+    const r = await run('import matplotlib.pyplot as plt\nprint("drawn")\nplt.plot([1, 2])\nplt.show()\n6 * 7');
+    assert.ok(!r.isError, JSON.stringify(r).slice(0, 2000));
+    assert.equal(r.structuredContent.stdout, 'drawn\n');
+    assert.equal(r.structuredContent.text, '42');
+    assert.equal(r.content.filter((x) => x.type === 'image').length, 1);
+    assert.ok(r.content.some((x) => x.type === 'text' && x.text.includes('drawn')));
   });
 });
