@@ -173,10 +173,7 @@ export class Sbxd {
     });
     const client = new Client({ name: opts.name || 'sbxd-mcp-tier', version: '1.0.0' },
       { capabilities: {} });
-    const errors = [];
-    client.onerror = (e) => errors.push(e);
     await client.connect(transport);
-    client.transportErrors = errors;
     return client;
   }
 }
@@ -241,7 +238,7 @@ export async function rawPost(d, body, headers = {}) {
   return readAnswer(res);
 }
 
-export async function readAnswer(res) {
+async function readAnswer(res) {
   const text = await res.text();
   let json = null;
   const ct = res.headers.get('content-type') || '';
@@ -312,11 +309,6 @@ export async function waitFor(fn, ms, every = 50) {
     if (v || Date.now() >= deadline) return v;
     await sleep(every);
   }
-}
-
-// A marker unique to this run, for command lines the tests look for in /proc.
-export function marker(what) {
-  return `${what}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
 export { sleep };
