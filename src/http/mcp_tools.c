@@ -1666,10 +1666,12 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
     result_begin(w);
     if (all.len || !cJSON_GetArraySize(images))
         text_block(w, all.data ? (const char *)all.data : "", all.len);
-    char *imgs = cJSON_PrintUnformatted(images);
-    if (imgs && strlen(imgs) > 2)
-        jw_raw(w, ",", 1), jw_raw(w, imgs + 1, strlen(imgs) - 2);
-    free(imgs);
+    for (const cJSON *im = images ? images->child : NULL; im; im = im->next) {
+        char *t = cJSON_PrintUnformatted(im);
+        if (t)
+            jw_json(w, t, strlen(t));
+        free(t);
+    }
     result_structured(w);
     jw_key(w, "context");
     jw_str(w, ci.id);
