@@ -30,6 +30,7 @@
 #include "sbxd/log.h"
 #include "sbxd/mcp.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/urldecode.h"
 #include "sbxd/utf8.h"
 
 /* Entries list_files describes at most, and files resources/list pages through. */
@@ -1666,10 +1667,12 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
     result_begin(w);
     if (all.len || !cJSON_GetArraySize(images))
         text_block(w, all.data ? (const char *)all.data : "", all.len);
-    char *imgs = cJSON_PrintUnformatted(images);
-    if (imgs && strlen(imgs) > 2)
-        jw_raw(w, ",", 1), jw_raw(w, imgs + 1, strlen(imgs) - 2);
-    free(imgs);
+    for (const cJSON *im = images ? images->child : NULL; im; im = im->next) {
+        char *t = cJSON_PrintUnformatted(im);
+        if (t)
+            jw_json(w, t, strlen(t));
+        free(t);
+    }
     result_structured(w);
     jw_key(w, "context");
     jw_str(w, ci.id);
@@ -1782,17 +1785,6 @@ void mcp_write_uri(struct server *srv, struct jsonw *w, const char *path)
     free(u);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 char *mcp_uri_path(struct server *srv, const char *uri, char *msg, size_t msglen)
 {
     const char *p;
@@ -1805,27 +1797,17 @@ char *mcp_uri_path(struct server *srv, const char *uri, char *msg, size_t msglen
                  srv->workspace);
         return NULL;
     }
-    char *d = malloc(strlen(p) + 1);
+    char *d = strndup(p, strcspn(p, "?#"));
     if (!d) {
         snprintf(msg, msglen, "out of memory");
         return NULL;
     }
-    size_t n = 0;
-    for (; *p && *p != '?' && *p != '#'; p++) {
-        if (*p == '%') {
-            int a = hexval(p[1]), b = a < 0 ? -1 : hexval(p[2]);
-            if (b < 0 || (a == 0 && b == 0)) {
-                free(d);
-                snprintf(msg, msglen, "'%.200s' has a bad percent-escape", uri);
-                return NULL;
-            }
-            d[n++] = (char)(a * 16 + b);
-            p += 2;
-        } else {
-            d[n++] = *p;
-        }
+    struct sbxd_err err = {0};
+    if (http_url_decode(d, &err) < 0) {
+        snprintf(msg, msglen, "'%.200s': %s", uri, err.msg);
+        free(d);
+        return NULL;
     }
-    d[n] = '\0';
     char *path = norm_path(srv, d, msg, msglen);
     free(d);
     return path;

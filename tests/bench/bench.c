@@ -1856,37 +1856,36 @@ static double gvr_ratio(grpc_vs_rest *g)
     return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* `echo hi` by REST (POST /execute on one kept-alive connection) and by gRPC (Execute on one
- * HTTP/2 connection), sequentially, in turns: each round a series of `iters` REST calls then
- * as many gRPC calls, after `warm` of each. Each series' p50 and p90, the best of the rounds;
- * and each round's ratio of the two p50s, for their median (gvr_ratio). */
-static void measure_grpc_vs_rest(const target *tg, const target *gt, int rounds, int warm,
-                                 int iters, grpc_vs_rest *res, tally *rest_t, tally *grpc_t)
+/* One call of `echo hi` through another front than /execute: true when it answered as
+ * expected (else counted in t). */
+typedef bool (*front_call)(void *front, tally *t);
+
+/* `echo hi` by REST (POST /execute on one kept-alive connection) and by another front (call
+ * on its own connection), sequentially, in turns: each round a series of `iters` REST calls
+ * then as many of the other's, after `warm` of each. Each series' p50 and p90, the best of
+ * the rounds (the other's in the grpc fields); and each round's ratio of the two p50s, for
+ * their median (gvr_ratio). */
+static void measure_vs_rest(const target *tg, const char *name, front_call call, void *front,
+                            int rounds, int warm, int iters, grpc_vs_rest *res, tally *rest_t,
+                            tally *other_t)
 {
     memset(res, 0, sizeof *res);
     conn c;
     conn_init(&c, tg, IO_TIMEOUT_S);
-    char err[240];
-    struct gclient *g = grpc_open(gt, err, sizeof err);
-    if (!g) {
-        tally_error(grpc_t, err);
-        conn_free(&c);
-        return;
-    }
-    tally warm_r = {0}, warm_g = {0};
+    tally warm_r = {0}, warm_o = {0};
     for (int i = 0; i < warm && !g_interrupted; i++) {
         do_checked(&c, &REQ_EXEC, &warm_r);
-        grpc_exec_checked(g, &warm_g);
+        call(front, &warm_o);
     }
     /* Warm-up errors count, its successes do not. */
     tally_merge(rest_t, &warm_r);
     rest_t->ok -= warm_r.ok;
-    tally_merge(grpc_t, &warm_g);
-    grpc_t->ok -= warm_g.ok;
+    tally_merge(other_t, &warm_o);
+    other_t->ok -= warm_o.ok;
     if (rounds > GVR_MAX_ROUNDS)
         rounds = GVR_MAX_ROUNDS;
     for (int r = 0; r < rounds && !g_interrupted; r++) {
-        samples rs = {0}, gs = {0};
+        samples rs = {0}, os = {0};
         for (int i = 0; i < iters && !g_interrupted; i++) {
             double t0 = now_ms();
             if (do_checked(&c, &REQ_EXEC, rest_t))
@@ -1894,16 +1893,15 @@ static void measure_grpc_vs_rest(const target *tg, const target *gt, int rounds,
         }
         for (int i = 0; i < iters && !g_interrupted; i++) {
             double t0 = now_ms();
-            if (grpc_exec_checked(g, grpc_t))
-                samples_push(&gs, now_ms() - t0);
+            if (call(front, other_t))
+                samples_push(&os, now_ms() - t0);
         }
         samples_sort(&rs);
-        samples_sort(&gs);
-        if (rs.n && gs.n) {
-            double v[4] = {pct(&rs, 50), pct(&rs, 90), pct(&gs, 50), pct(&gs, 90)};
-            fprintf(stderr,
-                    "sbxd-bench:   round %d: /execute p50 %.3f ms, gRPC p50 %.3f ms (%.2f)\n",
-                    r + 1, v[0], v[2], v[2] / v[0]);
+        samples_sort(&os);
+        if (rs.n && os.n) {
+            double v[4] = {pct(&rs, 50), pct(&rs, 90), pct(&os, 50), pct(&os, 90)};
+            fprintf(stderr, "sbxd-bench:   round %d: /execute p50 %.3f ms, %s p50 %.3f ms (%.2f)\n",
+                    r + 1, v[0], name, v[2], v[2] / v[0]);
             double *best[4] = {&res->rest_p50, &res->rest_p90, &res->grpc_p50, &res->grpc_p90};
             for (int k = 0; k < 4; k++)
                 if (res->rounds == 0 || v[k] < *best[k])
@@ -1911,70 +1909,50 @@ static void measure_grpc_vs_rest(const target *tg, const target *gt, int rounds,
             res->ratio[res->rounds++] = v[2] / v[0];
         }
         samples_free(&rs);
-        samples_free(&gs);
+        samples_free(&os);
     }
-    gclient_close(g);
     conn_free(&c);
 }
 
-/* `echo hi` by /execute and by MCP's tools/call run_command (each on a kept-alive connection
- * of its own, the MCP one with its session), in turns as measure_grpc_vs_rest: the MCP
- * series fills the gRPC fields of res. */
+static bool grpc_call(void *front, tally *t)
+{
+    return grpc_exec_checked(front, t);
+}
+
+/* gRPC's Execute (on one HTTP/2 connection) against /execute. */
+static void measure_grpc_vs_rest(const target *tg, const target *gt, int rounds, int warm,
+                                 int iters, grpc_vs_rest *res, tally *rest_t, tally *grpc_t)
+{
+    memset(res, 0, sizeof *res);
+    char err[240];
+    struct gclient *g = grpc_open(gt, err, sizeof err);
+    if (!g) {
+        tally_error(grpc_t, err);
+        return;
+    }
+    measure_vs_rest(tg, "gRPC", grpc_call, g, rounds, warm, iters, res, rest_t, grpc_t);
+    gclient_close(g);
+}
+
+static bool mcp_call(void *front, tally *t)
+{
+    return do_checked(front, &REQ_MCP_CALL, t);
+}
+
+/* MCP's tools/call run_command (on a kept-alive connection with its session) against
+ * /execute. */
 static void measure_mcp_vs_rest(const target *tg, int rounds, int warm, int iters,
                                 grpc_vs_rest *res, tally *rest_t, tally *mcp_t)
 {
     memset(res, 0, sizeof *res);
-    conn c, m;
-    conn_init(&c, tg, IO_TIMEOUT_S);
+    conn m;
     conn_init(&m, tg, IO_TIMEOUT_S);
-    if (!do_checked(&m, &REQ_MCP_INIT, mcp_t) || !m.mcp_session[0]) {
-        if (!m.mcp_session[0])
-            tally_error(mcp_t, "initialize answered no Mcp-Session-Id");
-        conn_free(&c);
-        conn_free(&m);
-        return;
+    if (do_checked(&m, &REQ_MCP_INIT, mcp_t) && m.mcp_session[0]) {
+        mcp_t->ok--;
+        measure_vs_rest(tg, "MCP", mcp_call, &m, rounds, warm, iters, res, rest_t, mcp_t);
+    } else if (!m.mcp_session[0]) {
+        tally_error(mcp_t, "initialize answered no Mcp-Session-Id");
     }
-    mcp_t->ok--;
-    tally warm_r = {0}, warm_m = {0};
-    for (int i = 0; i < warm && !g_interrupted; i++) {
-        do_checked(&c, &REQ_EXEC, &warm_r);
-        do_checked(&m, &REQ_MCP_CALL, &warm_m);
-    }
-    tally_merge(rest_t, &warm_r);
-    rest_t->ok -= warm_r.ok;
-    tally_merge(mcp_t, &warm_m);
-    mcp_t->ok -= warm_m.ok;
-    if (rounds > GVR_MAX_ROUNDS)
-        rounds = GVR_MAX_ROUNDS;
-    for (int r = 0; r < rounds && !g_interrupted; r++) {
-        samples rs = {0}, ms = {0};
-        for (int i = 0; i < iters && !g_interrupted; i++) {
-            double t0 = now_ms();
-            if (do_checked(&c, &REQ_EXEC, rest_t))
-                samples_push(&rs, now_ms() - t0);
-        }
-        for (int i = 0; i < iters && !g_interrupted; i++) {
-            double t0 = now_ms();
-            if (do_checked(&m, &REQ_MCP_CALL, mcp_t))
-                samples_push(&ms, now_ms() - t0);
-        }
-        samples_sort(&rs);
-        samples_sort(&ms);
-        if (rs.n && ms.n) {
-            double v[4] = {pct(&rs, 50), pct(&rs, 90), pct(&ms, 50), pct(&ms, 90)};
-            fprintf(stderr,
-                    "sbxd-bench:   round %d: /execute p50 %.3f ms, MCP p50 %.3f ms (%.2f)\n", r + 1,
-                    v[0], v[2], v[2] / v[0]);
-            double *best[4] = {&res->rest_p50, &res->rest_p90, &res->grpc_p50, &res->grpc_p90};
-            for (int k = 0; k < 4; k++)
-                if (res->rounds == 0 || v[k] < *best[k])
-                    *best[k] = v[k];
-            res->ratio[res->rounds++] = v[2] / v[0];
-        }
-        samples_free(&rs);
-        samples_free(&ms);
-    }
-    conn_free(&c);
     conn_free(&m);
 }
 

@@ -323,6 +323,30 @@ START_TEST(transport_rules)
         http_request_with(&d, "POST", "/mcp", h, "application/json", ping, strlen(ping), 0, &r), 0);
     ck_assert_int_eq(r.status, 400);
     http_resp_free(&r);
+    /* One GET stream per session: a second while the first is open is 409. */
+    pid_t holder = fork();
+    ck_assert_int_ge(holder, 0);
+    if (holder == 0) {
+        char gh[200];
+        snprintf(gh, sizeof(gh), "Accept: text/event-stream\r\nMcp-Session-Id: %s", sid);
+        struct http_resp g;
+        http_request_with(&d, "GET", "/mcp", gh, NULL, NULL, 0, 2500, &g);
+        _exit(0);
+    }
+    char gh[200];
+    snprintf(gh, sizeof(gh), "Accept: text/event-stream\r\nMcp-Session-Id: %s", sid);
+    long got = 0;
+    usleep(300000); /* (the holder's stream is open by then, as a rule) */
+    for (double end = now_ms() + 2000; now_ms() < end && got != 409; usleep(100000)) {
+        ck_assert_int_eq(http_request_with(&d, "GET", "/mcp", gh, NULL, NULL, 0, 300, &r) == 0 ||
+                             r.status == 200,
+                         1);
+        got = r.status;
+        http_resp_free(&r);
+    }
+    ck_assert_int_eq(got, 409);
+    int hst;
+    ck_assert_int_eq(waitpid(holder, &hst, 0), holder);
     /* Malformed and invalid messages. */
     mcp_post(&d, sid, "{\"jsonrpc\":\"2.0\",", &r);
     ck_assert_int_eq(r.status, 400);
