@@ -139,7 +139,10 @@ export class Sbxd {
   // SIGTERM, wait, remove the temporary directory. Throws unless sbxd exited 0 with no
   // sanitizer report (and was running until then).
   async stop() {
-    if (!this.proc) return;
+    if (!this.proc) { // never started (or stopped already)
+      if (this.tmp) fs.rmSync(this.tmp, { recursive: true, force: true });
+      return;
+    }
     const problems = [];
     if (this.exited) problems.push(`sbxd had exited before the SIGTERM (${JSON.stringify(this.exited)})`);
     else this.proc.kill('SIGTERM');
