@@ -422,6 +422,35 @@ def check_archive(s, label):
           "%s %r %s" % (status, got[:200], json.dumps(r)[:200]))
 
 
+def check_mcp(s, label):
+    """The MCP endpoint of the image's sbxd: a session, and a tool call that runs a command
+    as /execute would."""
+    url = "http://127.0.0.1:%d/mcp" % s.port
+    hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(msg, sid=None):
+        h = dict(hdrs, **({"Mcp-Session-Id": sid} if sid else {}))
+        req = urllib.request.Request(url, data=json.dumps(msg).encode(), method="POST",
+                                     headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers.get("Mcp-Session-Id"), json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, None, {"_raw": e.read().decode(errors="replace")}
+
+    status, sid, init = post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                         "clientInfo": {"name": "checks", "version": "1"}}})
+    status2, _, res = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                            "params": {"name": "run_command",
+                                       "arguments": {"command": "echo mcp; id -u"}}}, sid)
+    sc = res.get("result", {}).get("structuredContent", {})
+    check("%s: MCP initialize and tools/call run_command" % label,
+          status == 200 and sid and status2 == 200 and sc.get("exit_code") == 0 and
+          sc.get("stdout", "").startswith("mcp\n"),
+          "%s %s %s" % (status, json.dumps(init)[:200], json.dumps(res)[:300]))
+
+
 def check_handover(s, label):
     """A file one command made private stays the next command's: under uid isolation sbxd
     hands what a command created back to the command user, group-writable."""
@@ -770,6 +799,7 @@ def scenario_pod(image, base_args, caps, env, label, extra_caps=(), extra_env=No
     check_python(s, label)
     check_files(s, label)
     check_archive(s, label)
+    check_mcp(s, label)
     check_handover(s, label)
     check_timeout(s, label)
     check_signal(s, label)
