@@ -33,7 +33,8 @@ struct mcp_call {
 /* What a tool is given. */
 struct mcp_tool_ctx {
     struct server *srv;
-    struct MHD_Connection *c;
+    struct MHD_Connection *c; /* NULL when the tool runs on a thread of its own */
+    int client_fd;            /* the client's socket: its hang-up cancels (-1: none) */
     struct mcp_session *s;
     struct mcp_call *call;
     const cJSON *id;       /* the request's id */
@@ -48,6 +49,8 @@ struct mcp_tool_ctx {
  * cancelled before has it killed at once. */
 void mcp_call_job(struct mcp_tool_ctx *x, struct job *job);
 bool mcp_call_cancelled(const struct mcp_tool_ctx *x);
+/* Cancel the call: it is marked, and its command's tree killed. */
+void mcp_call_cancel(struct mcp_call *call);
 /* The session's call is over: it leaves the session (mcp_tools.c's streamed run_command
  * ends it when its stream does). */
 void mcp_call_end(struct mcp_session *s, struct mcp_call *call);
@@ -59,6 +62,14 @@ void mcp_session_put(struct mcp_session *s);
 enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max);
 /* End every session (shutdown, after the HTTP server stopped). */
 void mcp_shutdown(void);
+
+/* Whether tool `name` answers with a stream of its own when given a progress token
+ * (run_command); the others are run on a thread while the answer tells progress. */
+bool mcp_tool_streams(const char *name);
+/* Answer a call of a tool that does not stream its own with a stream: progress every
+ * second while the tool runs on a thread of its own, then its result. x->streamed is set
+ * and x->ret is MHD's result; the stream owns the call (x->call), and holds x->s. */
+void mcp_call_stream(struct mcp_tool_ctx *x, const char *name, const cJSON *args);
 
 /* tools/list's result ({"tools":[...]}), JSON text made once. */
 const char *mcp_tools_list(size_t *len);

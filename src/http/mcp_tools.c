@@ -482,13 +482,6 @@ static void write_mode(struct jsonw *w, mode_t mode)
     jw_str(w, m);
 }
 
-static int conn_fd(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-    return ci ? ci->connect_fd : -1;
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* run_command                                                                           */
 
@@ -716,7 +709,7 @@ static int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct js
     if (!command_request(x, args, MX_SYNC, &req, w))
         return 0;
     struct sbxd_err err = {0};
-    int fd = conn_fd(x->c);
+    int fd = x->client_fd;
     struct exec_admit adm = {.client_fd = fd, .stop = &srv->draining};
     if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
         exec_request_free(&req);
@@ -783,6 +776,194 @@ static int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct js
     job_free(job);
     exec_request_free(&req);
     return 0;
+}
+
+bool mcp_tool_streams(const char *name)
+{
+    return strcmp(name, "run_command") == 0;
+}
+
+/* A call run on a thread of its own, answered as a stream of progress, then its result. */
+struct call_stream {
+    struct mcp_tool_ctx x; /* the call's (x.c is NULL: the thread has no connection) */
+    struct server *srv;
+    char *name;
+    cJSON *args, *id, *token;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;  /* the tool has answered (lock) */
+    bool ended; /* the answer went into pending: the stream ends after it */
+    bool joined;
+    struct jsonw res; /* the tool's result */
+    int code;         /* ... or a JSON-RPC error */
+    char msg[512];
+    struct jsonw pending;
+    size_t off;
+    int64_t start_ns;
+};
+
+static void *call_stream_main(void *arg)
+{
+    struct call_stream *cs = arg;
+    int code = mcp_tool_call(&cs->x, cs->name, cs->args, &cs->res, cs->msg, sizeof(cs->msg));
+    pthread_mutex_lock(&cs->lock);
+    cs->code = code;
+    cs->done = true;
+    pthread_cond_signal(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+    return NULL;
+}
+
+static void call_stream_progress(struct call_stream *cs)
+{
+    int64_t ms = (time_mono_ns() - cs->start_ns) / 1000000;
+    struct jsonw *w = &cs->pending;
+    jw_reset(w);
+    cs->off = 0;
+    jw_raw(w, "event: message\ndata: ", 21);
+    jw_obj_begin(w);
+    jw_key(w, "jsonrpc");
+    jw_str(w, "2.0");
+    jw_key(w, "method");
+    jw_str(w, "notifications/progress");
+    jw_key(w, "params");
+    jw_obj_begin(w);
+    jw_key(w, "progressToken");
+    jrpc_write_id(w, cs->token);
+    jw_key(w, "progress");
+    jw_uint(w, (uint64_t)ms);
+    jw_key(w, "message");
+    char msg[96];
+    snprintf(msg, sizeof(msg), "%s running for %.1f s", cs->name, (double)ms / 1000.0);
+    jw_str(w, msg);
+    jw_obj_end(w);
+    jw_obj_end(w);
+    jw_raw(w, "\n\n", 2);
+}
+
+static void call_stream_final(struct call_stream *cs)
+{
+    struct jsonw *w = &cs->pending;
+    jw_reset(w);
+    cs->off = 0;
+    jw_raw(w, "event: message\ndata: ", 21);
+    size_t len = 0;
+    char *text = cs->code ? NULL : jw_finish(&cs->res, &len);
+    if (cs->code) {
+        jrpc_write_error(w, cs->id, cs->code, cs->msg);
+    } else if (!text) {
+        jrpc_write_error(w, cs->id, JRPC_INTERNAL_ERROR, "out of memory");
+    } else {
+        jrpc_write_result_begin(w, cs->id);
+        jw_json(w, text, len);
+        jrpc_write_result_end(w);
+    }
+    free(text);
+    jw_raw(w, "\n\n", 2);
+}
+
+static ssize_t call_stream_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct call_stream *cs = cls;
+    for (;;) {
+        if (cs->off < cs->pending.len) {
+            size_t n = cs->pending.len - cs->off;
+            if (n > max)
+                n = max;
+            memcpy(out, cs->pending.buf + cs->off, n);
+            cs->off += n;
+            http_count_out(n);
+            return (ssize_t)n;
+        }
+        if (cs->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        /* A progress notification each second the tool runs, its answer once it is done. */
+        pthread_mutex_lock(&cs->lock);
+        struct timespec until = time_after_ms(CLOCK_MONOTONIC, 1000);
+        while (!cs->done && pthread_cond_timedwait(&cs->cond, &cs->lock, &until) == 0) {
+        }
+        bool done = cs->done;
+        pthread_mutex_unlock(&cs->lock);
+        if (done) {
+            pthread_join(cs->thread, NULL);
+            cs->joined = true;
+            call_stream_final(cs);
+            cs->ended = true;
+        } else {
+            call_stream_progress(cs);
+        }
+    }
+}
+
+static void call_stream_free(void *cls)
+{
+    struct call_stream *cs = cls;
+    if (!cs->joined) { /* the client went away: the call is cancelled, and waited for */
+        mcp_call_cancel(cs->x.call);
+        pthread_join(cs->thread, NULL);
+    }
+    mcp_call_end(cs->x.s, cs->x.call);
+    mcp_session_put(cs->x.s);
+    pthread_mutex_destroy(&cs->lock);
+    pthread_cond_destroy(&cs->cond);
+    jw_free(&cs->res);
+    jw_free(&cs->pending);
+    free(cs->name);
+    cJSON_Delete(cs->args);
+    cJSON_Delete(cs->id);
+    cJSON_Delete(cs->token);
+    free(cs);
+}
+
+void mcp_call_stream(struct mcp_tool_ctx *x, const char *name, const cJSON *args)
+{
+    struct MHD_Connection *c = x->c;
+    x->streamed = true;
+    x->ret = MHD_NO;
+    struct call_stream *cs = calloc(1, sizeof(*cs));
+    if (!cs) {
+        mcp_call_end(x->s, x->call);
+        return;
+    }
+    cs->x = *x;
+    cs->x.c = NULL;
+    cs->srv = x->srv;
+    cs->name = strdup(name);
+    cs->args = cJSON_Duplicate(args, true);
+    cs->id = cJSON_Duplicate(x->id, true);
+    cs->token = cJSON_Duplicate(x->progress, true);
+    cs->x.id = cs->id;
+    cs->x.progress = cs->token;
+    cs->x.client = NULL;
+    cs->x.sse_ok = false;
+    cs->start_ns = time_mono_ns();
+    jw_init(&cs->res, 512);
+    jw_init(&cs->pending, 512);
+    pthread_mutex_init(&cs->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cs->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    mcp_session_hold(x->s);
+    if (!cs->name || !cs->args || !cs->id || !cs->token ||
+        pthread_create(&cs->thread, NULL, call_stream_main, cs) != 0) {
+        cs->joined = true; /* (no thread) */
+        call_stream_free(cs);
+        return;
+    }
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 64 * 1024, call_stream_read, cs, call_stream_free);
+    if (!r) {
+        call_stream_free(cs);
+        return;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    x->ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1306,7 +1487,7 @@ static int tool_start_process(struct mcp_tool_ctx *x, const cJSON *args, struct 
     if (!command_request(x, args, MX_BACKGROUND, &req, w))
         return 0;
     struct sbxd_err err = {0};
-    struct exec_admit adm = {.client_fd = conn_fd(x->c), .stop = &srv->draining};
+    struct exec_admit adm = {.client_fd = x->client_fd, .stop = &srv->draining};
     if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
         exec_request_free(&req);
         return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
@@ -1456,7 +1637,7 @@ static int tool_send_input(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     bool open_after = false;
     struct sbxd_err err = {0};
     enum bg_stdin_result r = bg_stdin(p, d, strlen(d), eof, x->srv->cfg->stdin_timeout_ms,
-                                      conn_fd(x->c), &written, &open_after, &err);
+                                      x->client_fd, &written, &open_after, &err);
     struct bg_info in;
     bg_info(p, &in);
     bg_put(p);
@@ -1656,7 +1837,7 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
         }
     }
     if (cancelled)
-        outbuf_append(&all, "\n[cancelled: the code was interrupted]", 38);
+        outbuf_append(&all, "\n[canceled: the code was interrupted]", 38);
     else if (st == CTX_TIMEOUT)
         outbuf_append(&all, "\n[timeout: the code was interrupted; the context lives on]", 58);
     else if (st == CTX_DIED) {
@@ -1677,7 +1858,7 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
     jw_key(w, "context");
     jw_str(w, ci.id);
     jw_key(w, "status");
-    jw_str(w, cancelled ? "cancelled" : ctx_status_name(st));
+    jw_str(w, cancelled ? "canceled" : ctx_status_name(st));
     jw_key(w, "execution_count");
     jw_uint(w, count);
     jw_key(w, "stdout");

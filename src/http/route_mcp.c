@@ -234,6 +234,15 @@ void mcp_call_job(struct mcp_tool_ctx *x, struct job *job)
     pthread_mutex_unlock(&mcp_lock);
 }
 
+void mcp_call_cancel(struct mcp_call *call)
+{
+    pthread_mutex_lock(&mcp_lock);
+    __atomic_store_n(&call->cancelled, true, __ATOMIC_RELEASE);
+    if (call->job)
+        job_kill(call->job, JOB_KILL_CANCEL);
+    pthread_mutex_unlock(&mcp_lock);
+}
+
 bool mcp_call_cancelled(const struct mcp_tool_ctx *x)
 {
     return __atomic_load_n(&x->call->cancelled, __ATOMIC_ACQUIRE);
@@ -490,7 +499,12 @@ static void tools_call(struct server *srv, struct MHD_Connection *c, struct mcp_
                                .progress =
                                    (cJSON_IsString(token) || cJSON_IsNumber(token)) ? token : NULL,
                                .sse_ok = sse_ok,
-                               .client = client};
+                               .client = client,
+                               .client_fd = -1};
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        x->client_fd = ci->connect_fd;
     x->call = call_begin(srv, s, m->id);
     if (!x->call) {
         char msg[160];
@@ -498,6 +512,11 @@ static void tools_call(struct server *srv, struct MHD_Connection *c, struct mcp_
                  "this session has %llu tool calls running (--mcp-max-calls): wait for one",
                  (unsigned long long)srv->cfg->mcp_max_calls);
         jrpc_write_error(w, m->id, JRPC_SERVER_ERROR, msg);
+        cJSON_Delete(none);
+        return;
+    }
+    if (x->progress && x->sse_ok && !mcp_tool_streams(name->valuestring)) {
+        mcp_call_stream(x, name->valuestring, args); /* owns the call from now on */
         cJSON_Delete(none);
         return;
     }

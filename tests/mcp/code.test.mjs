@@ -79,4 +79,33 @@ describe('run_code', () => {
     assert.equal(r.content.filter((x) => x.type === 'image').length, 1);
     assert.ok(r.content.some((x) => x.type === 'text' && x.text.includes('drawn')));
   });
+
+  it('progress notifications while long code runs, then its result', async () => {
+    const events = [];
+    const t0 = Date.now();
+    const r = await call(c, 'run_code', { code: 'import time\ntime.sleep(2.5)\n6 * 7' },
+      { onprogress: (p) => events.push({ at: Date.now() - t0, ...p }), timeout: 60000 });
+    const done = Date.now() - t0;
+    assert.ok(!r.isError, JSON.stringify(r));
+    assert.equal(r.structuredContent.text, '42');
+    assert.ok(events.length >= 2, `at least 2 progress notifications: ${JSON.stringify(events)}`);
+    assert.ok(events[0].at < done - 500, `the first came while it ran: ${JSON.stringify(events)}`);
+    for (let i = 1; i < events.length; i++)
+      assert.ok(events[i].progress > events[i - 1].progress, JSON.stringify(events));
+  });
+
+  it('a cancellation interrupts the code; the context lives on', async () => {
+    await run('y = 5');
+    const ac = new AbortController();
+    const p = call(c, 'run_code', { code: 'import time\ntime.sleep(60)' },
+      { signal: ac.signal, onprogress: () => {}, timeout: 60000 });
+    await new Promise((res) => setTimeout(res, 1500));
+    const t0 = Date.now();
+    ac.abort();
+    await assert.rejects(p);
+    // The kernel is free again soon (the interrupt reached it), with its state.
+    const r = await run('y + 1');
+    assert.ok(Date.now() - t0 < 10000, `the context was busy for ${Date.now() - t0} ms`);
+    assert.equal(r.structuredContent.text, '6', JSON.stringify(r));
+  });
 });
