@@ -316,6 +316,18 @@ START_TEST(transport_rules)
     ck_assert_int_eq(
         (int)jnum(cJSON_GetObjectItemCaseSensitive(r.json->child->next, "error"), "code"), -32601);
     http_resp_free(&r);
+    /* ping, and resources/templates/list (there are none: files are listed). */
+    mcp_post(&d, sid, "{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "id"), "p");
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(r.json, "result")));
+    http_resp_free(&r);
+    mcp_post(&d, sid, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"resources/templates/list\"}", &r);
+    ck_assert_int_eq(r.status, 200);
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(r.json, "result"), "resourceTemplates");
+    ck_assert(cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 0);
+    http_resp_free(&r);
     /* An unknown protocol version header. */
     char h[200];
     snprintf(h, sizeof(h), "MCP-Protocol-Version: 1999-01-01\r\nMcp-Session-Id: %s", sid);
