@@ -475,6 +475,16 @@ static char *arg_path(struct mcp_tool_ctx *x, const cJSON *args, const char *key
     return p;
 }
 
+/* The arguments of a tool on one path with one flag: only `keys`, the flag (def when
+ * absent) and the path. The path (malloc'd), or NULL after a tool error. */
+static char *path_and_flag(struct mcp_tool_ctx *x, const cJSON *args, const char *const *keys,
+                           const char *flag, bool def, bool *val, struct jsonw *w)
+{
+    if (!only_keys(args, keys, w) || !arg_bool(args, flag, def, val, w))
+        return NULL;
+    return arg_path(x, args, "path", true, w);
+}
+
 static void write_mode(struct jsonw *w, mode_t mode)
 {
     char m[8];
@@ -553,6 +563,48 @@ static bool command_request(struct mcp_tool_ctx *x, const cJSON *args, enum metr
     return true;
 }
 
+/* A progress notification as one SSE event into w (emptied first). */
+static void sse_progress(struct jsonw *w, const cJSON *token, int64_t ms, const char *msg)
+{
+    jw_reset(w);
+    jw_raw(w, "event: message\ndata: ", 21);
+    jw_obj_begin(w);
+    jw_key(w, "jsonrpc");
+    jw_str(w, "2.0");
+    jw_key(w, "method");
+    jw_str(w, "notifications/progress");
+    jw_key(w, "params");
+    jw_obj_begin(w);
+    jw_key(w, "progressToken");
+    jrpc_write_id(w, token);
+    jw_key(w, "progress");
+    jw_uint(w, (uint64_t)ms);
+    jw_key(w, "message");
+    jw_str_utf8(w, msg, strlen(msg), true);
+    jw_obj_end(w);
+    jw_obj_end(w);
+    jw_raw(w, "\n\n", 2);
+}
+
+/* A call's answer as one SSE event into w (emptied first): the result res_text (len bytes),
+ * or, when code is set or res_text is NULL, an error. */
+static void sse_answer(struct jsonw *w, const cJSON *id, const char *res_text, size_t len, int code,
+                       const char *msg)
+{
+    jw_reset(w);
+    jw_raw(w, "event: message\ndata: ", 21);
+    if (code)
+        jrpc_write_error(w, id, code, msg);
+    else if (!res_text)
+        jrpc_write_error(w, id, JRPC_INTERNAL_ERROR, "out of memory");
+    else {
+        jrpc_write_result_begin(w, id);
+        jw_json(w, res_text, len);
+        jrpc_write_result_end(w);
+    }
+    jw_raw(w, "\n\n", 2);
+}
+
 /* A run_command streamed as SSE: progress notifications, then the result. */
 struct run_stream {
     struct server *srv;
@@ -576,22 +628,6 @@ static void run_stream_progress(struct run_stream *rs, int64_t now)
 {
     uint64_t bytes = rs->out.total + rs->errb.total;
     double secs = (double)(now - rs->start_ns) / 1e9;
-    struct jsonw *w = &rs->pending;
-    jw_reset(w);
-    rs->off = 0;
-    jw_raw(w, "event: message\ndata: ", 21);
-    jw_obj_begin(w);
-    jw_key(w, "jsonrpc");
-    jw_str(w, "2.0");
-    jw_key(w, "method");
-    jw_str(w, "notifications/progress");
-    jw_key(w, "params");
-    jw_obj_begin(w);
-    jw_key(w, "progressToken");
-    jrpc_write_id(w, rs->token);
-    jw_key(w, "progress");
-    jw_uint(w, (uint64_t)((now - rs->start_ns) / 1000000));
-    jw_key(w, "message");
     char msg[400];
     int n = snprintf(msg, sizeof(msg), "running for %.1f s, %llu bytes of output", secs,
                      (unsigned long long)bytes);
@@ -607,10 +643,8 @@ static void run_stream_progress(struct run_stream *rs, int64_t now)
             snprintf(msg + n, sizeof(msg) - (size_t)n, ": %.*s", (int)(end - start),
                      (const char *)rs->out.data + start);
     }
-    jw_str_utf8(w, msg, strlen(msg), true);
-    jw_obj_end(w);
-    jw_obj_end(w);
-    jw_raw(w, "\n\n", 2);
+    sse_progress(&rs->pending, rs->token, (now - rs->start_ns) / 1000000, msg);
+    rs->off = 0;
     rs->last_ns = now;
     rs->told = bytes;
 }
@@ -623,18 +657,8 @@ static void run_stream_final(struct run_stream *rs)
     size_t len;
     char *text = jw_finish(&res, &len);
     jw_free(&res);
-    struct jsonw *w = &rs->pending;
-    jw_reset(w);
+    sse_answer(&rs->pending, rs->id, text, len, 0, NULL);
     rs->off = 0;
-    jw_raw(w, "event: message\ndata: ", 21);
-    if (text) {
-        jrpc_write_result_begin(w, rs->id);
-        jw_json(w, text, len);
-        jrpc_write_result_end(w);
-    } else {
-        jrpc_write_error(w, rs->id, JRPC_INTERNAL_ERROR, "out of memory");
-    }
-    jw_raw(w, "\n\n", 2);
     free(text);
 }
 
@@ -643,15 +667,8 @@ static ssize_t run_stream_read(void *cls, uint64_t pos, char *out, size_t max)
     (void)pos;
     struct run_stream *rs = cls;
     for (;;) {
-        if (rs->off < rs->pending.len) {
-            size_t n = rs->pending.len - rs->off;
-            if (n > max)
-                n = max;
-            memcpy(out, rs->pending.buf + rs->off, n);
-            rs->off += n;
-            http_count_out(n);
-            return (ssize_t)n;
-        }
+        if (rs->off < rs->pending.len)
+            return (ssize_t)http_stream_out(&rs->pending, &rs->off, out, max);
         if (rs->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (rs->done) {
@@ -818,49 +835,19 @@ static void *call_stream_main(void *arg)
 static void call_stream_progress(struct call_stream *cs)
 {
     int64_t ms = (time_mono_ns() - cs->start_ns) / 1000000;
-    struct jsonw *w = &cs->pending;
-    jw_reset(w);
-    cs->off = 0;
-    jw_raw(w, "event: message\ndata: ", 21);
-    jw_obj_begin(w);
-    jw_key(w, "jsonrpc");
-    jw_str(w, "2.0");
-    jw_key(w, "method");
-    jw_str(w, "notifications/progress");
-    jw_key(w, "params");
-    jw_obj_begin(w);
-    jw_key(w, "progressToken");
-    jrpc_write_id(w, cs->token);
-    jw_key(w, "progress");
-    jw_uint(w, (uint64_t)ms);
-    jw_key(w, "message");
     char msg[96];
     snprintf(msg, sizeof(msg), "%s running for %.1f s", cs->name, (double)ms / 1000.0);
-    jw_str(w, msg);
-    jw_obj_end(w);
-    jw_obj_end(w);
-    jw_raw(w, "\n\n", 2);
+    sse_progress(&cs->pending, cs->token, ms, msg);
+    cs->off = 0;
 }
 
 static void call_stream_final(struct call_stream *cs)
 {
-    struct jsonw *w = &cs->pending;
-    jw_reset(w);
-    cs->off = 0;
-    jw_raw(w, "event: message\ndata: ", 21);
     size_t len = 0;
     char *text = cs->code ? NULL : jw_finish(&cs->res, &len);
-    if (cs->code) {
-        jrpc_write_error(w, cs->id, cs->code, cs->msg);
-    } else if (!text) {
-        jrpc_write_error(w, cs->id, JRPC_INTERNAL_ERROR, "out of memory");
-    } else {
-        jrpc_write_result_begin(w, cs->id);
-        jw_json(w, text, len);
-        jrpc_write_result_end(w);
-    }
+    sse_answer(&cs->pending, cs->id, text, len, cs->code, cs->msg);
+    cs->off = 0;
     free(text);
-    jw_raw(w, "\n\n", 2);
 }
 
 static ssize_t call_stream_read(void *cls, uint64_t pos, char *out, size_t max)
@@ -868,15 +855,8 @@ static ssize_t call_stream_read(void *cls, uint64_t pos, char *out, size_t max)
     (void)pos;
     struct call_stream *cs = cls;
     for (;;) {
-        if (cs->off < cs->pending.len) {
-            size_t n = cs->pending.len - cs->off;
-            if (n > max)
-                n = max;
-            memcpy(out, cs->pending.buf + cs->off, n);
-            cs->off += n;
-            http_count_out(n);
-            return (ssize_t)n;
-        }
+        if (cs->off < cs->pending.len)
+            return (ssize_t)http_stream_out(&cs->pending, &cs->off, out, max);
         if (cs->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
         /* A progress notification each second the tool runs, its answer once it is done. */
@@ -1329,9 +1309,7 @@ static int tool_delete_file(struct mcp_tool_ctx *x, const cJSON *args, struct js
 {
     static const char *const keys[] = {"path", "recursive", NULL};
     bool recursive;
-    if (!only_keys(args, keys, w) || !arg_bool(args, "recursive", false, &recursive, w))
-        return 0;
-    char *path = arg_path(x, args, "path", true, w);
+    char *path = path_and_flag(x, args, keys, "recursive", false, &recursive, w);
     if (!path)
         return 0;
     struct fs_user u;
@@ -1400,9 +1378,7 @@ static int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct json
 {
     static const char *const keys[] = {"path", "follow", NULL};
     bool follow;
-    if (!only_keys(args, keys, w) || !arg_bool(args, "follow", true, &follow, w))
-        return 0;
-    char *path = arg_path(x, args, "path", true, w);
+    char *path = path_and_flag(x, args, keys, "follow", true, &follow, w);
     if (!path)
         return 0;
     struct fs_user u;

@@ -894,15 +894,8 @@ static ssize_t get_stream_read(void *cls, uint64_t pos, char *out, size_t max)
     (void)pos;
     struct get_stream *g = cls;
     for (;;) {
-        if (g->off < g->pending.len) {
-            size_t n = g->pending.len - g->off;
-            if (n > max)
-                n = max;
-            memcpy(out, g->pending.buf + g->off, n);
-            g->off += n;
-            http_count_out(n);
-            return (ssize_t)n;
-        }
+        if (g->off < g->pending.len)
+            return (ssize_t)http_stream_out(&g->pending, &g->off, out, max);
         if (session_ended(g->s) || __atomic_load_n(&g->srv->draining, __ATOMIC_ACQUIRE))
             return MHD_CONTENT_READER_END_OF_STREAM;
         get_stream_sync(g);
