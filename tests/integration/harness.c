@@ -583,21 +583,19 @@ bool proc_stat(pid_t pid, char *state, pid_t *ppid)
     return true;
 }
 
-/* Whether pid's command line (its words joined by spaces) holds marker. */
-static bool cmdline_has(pid_t pid, const char *marker)
+/* Whether pid's command line (its words joined by spaces) holds marker. A process in the
+ * middle of execve has an empty command line for a moment (its new memory has no arguments
+ * yet): a user process (not a kernel thread: those have none at all) read empty is read
+ * again, so that one caught mid-exec is not taken for one without the marker. */
+static bool cmdline_has(pid_t pid, pid_t ppid, const char *marker)
 {
-    char p[64], buf[4096];
-    snprintf(p, sizeof(p), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return false;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < len; i++)
-        if (!buf[i])
-            buf[i] = ' ';
-    buf[len] = '\0';
-    return strstr(buf, marker) != NULL;
+    char buf[4096];
+    bool some = read_cmdline(pid, buf, sizeof(buf));
+    for (int i = 0; !some && pid != 2 && ppid != 2 && i < 50 && kill(pid, 0) == 0; i++) {
+        usleep(1000);
+        some = read_cmdline(pid, buf, sizeof(buf));
+    }
+    return some && strstr(buf, marker) != NULL;
 }
 
 int procs_with(const char *marker)
@@ -612,7 +610,7 @@ int procs_with(const char *marker)
         pid_t ppid;
         if (!proc_stat((pid_t)atoi(e->d_name), &state, &ppid) || state == 'Z')
             continue; /* gone, or a zombie: dead already */
-        if (cmdline_has((pid_t)atoi(e->d_name), marker))
+        if (cmdline_has((pid_t)atoi(e->d_name), ppid, marker))
             n++;
     }
     closedir(d);
@@ -817,7 +815,7 @@ int daemon_tree_procs(const struct daemon *d, const char *marker, pid_t *pids, i
         }
         if (!ours)
             continue;
-        if (!cmdline_has(pid, marker))
+        if (!cmdline_has(pid, d->pid, marker))
             continue;
         if (n < max && pids)
             pids[n] = pid;

@@ -235,8 +235,15 @@ static int procs(const char *marker)
         if (!rp || rp[1] != ' ' || rp[2] == 'Z')
             continue;
         char state = rp[2];
+        int ppid = atoi(rp + 4), pid = atoi(e->d_name);
         snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
         ssize_t len = slurp(p, buf, sizeof(buf));
+        /* Empty for a moment in the middle of an execve: read again, as the harness does (a
+         * kernel thread's, the children of pid 2, is always empty). */
+        for (int i = 0; len == 0 && pid != 2 && ppid != 2 && i < 50; i++) {
+            usleep(1000);
+            len = slurp(p, buf, sizeof(buf));
+        }
         if (len < 0)
             continue;
         for (ssize_t i = 0; i < len; i++)
