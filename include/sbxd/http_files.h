@@ -99,6 +99,11 @@ int files_put_commit(struct files_put *p, struct stat *st, struct sbxd_err *err)
 void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, uint64_t symlinks,
                         uint64_t bytes);
 
+/* The fields of a stat answer (GET ?stat=true, MCP's stat_file) into an open object: path,
+ * name, type, size, mode, uid, gid, nlink, modified_at, created_at where the filesystem keeps
+ * it, a symlink's symlink_target, a regular file's etag (route_files.c). */
+void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in);
+
 /* ---- archives (files_archive.c) ---- */
 
 /* ?archive= as a format: 0, or -1 for a value that is not tar or zip. */

@@ -221,7 +221,8 @@ static const struct tool_doc {
      "nteger\"},\"mode\":{\"type\":\"string\"},\"uid\":{\"type\":\"integer\"},\"gi"
      "d\":{\"type\":\"integer\"},\"modified_at\":{\"type\":[\"string\",\"null\"]},"
      "\"created_at\":{\"type\":[\"string\",\"null\"]},\"symlink_target\":{\"type\""
-     ":\"string\"}},\"required\":[\"path\",\"type\",\"size\",\"mode\"]}",
+     ":\"string\"},\"nlink\":{\"type\":\"integer\"},\"etag\":{\"type\":\"string\"}},\"requ"
+     "ired\":[\"path\",\"type\",\"size\",\"mode\"]}",
      "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"start_process", "Start a background process",
      "Start a long-running command (a server, a build, a watcher) and return at once with its "
@@ -1403,28 +1404,7 @@ static int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct json
         result_begin(w);
         text_block(w, msg, (size_t)(mn < (int)sizeof(msg) ? mn : (int)sizeof(msg) - 1));
         result_structured(w);
-        jw_key(w, "path");
-        jw_str(w, path);
-        jw_key(w, "name");
-        jw_str(w, in->name);
-        jw_key(w, "type");
-        jw_str(w, fs_type_name(in->st.st_mode));
-        jw_key(w, "size");
-        jw_uint(w, (uint64_t)in->st.st_size);
-        jw_key(w, "mode");
-        write_mode(w, in->st.st_mode);
-        jw_key(w, "uid");
-        jw_uint(w, in->st.st_uid);
-        jw_key(w, "gid");
-        jw_uint(w, in->st.st_gid);
-        reply_time_field(w, "modified_at",
-                         (int64_t)in->st.st_mtim.tv_sec * 1000000000LL + in->st.st_mtim.tv_nsec);
-        if (in->has_btime)
-            reply_time_field(w, "created_at", in->btime_ns);
-        if (in->target[0]) {
-            jw_key(w, "symlink_target");
-            jw_str(w, in->target);
-        }
+        files_write_stat(w, path, in);
         result_end(w, false);
     }
     free(in);

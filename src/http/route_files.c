@@ -176,6 +176,47 @@ static bool query_bool(struct MHD_Connection *c, const char *key, bool *v)
     return true;
 }
 
+void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in)
+{
+    char mode[8], etag[80];
+    snprintf(mode, sizeof(mode), "%04o", (unsigned)(in->st.st_mode & 07777));
+    jw_key(w, "path");
+    jw_str(w, path);
+    jw_key(w, "name");
+    jw_str(w, in->name);
+    jw_key(w, "type");
+    jw_str(w, fs_type_name(in->st.st_mode));
+    jw_key(w, "size");
+    jw_uint(w, (uint64_t)in->st.st_size);
+    jw_key(w, "mode");
+    jw_str(w, mode);
+    jw_key(w, "uid");
+    jw_uint(w, in->st.st_uid);
+    jw_key(w, "gid");
+    jw_uint(w, in->st.st_gid);
+    jw_key(w, "nlink");
+    jw_uint(w, in->st.st_nlink);
+    char when[40];
+    time_rfc3339((int64_t)in->st.st_mtim.tv_sec * 1000000000LL + in->st.st_mtim.tv_nsec, when,
+                 sizeof(when));
+    jw_key(w, "modified_at");
+    jw_str(w, when);
+    if (in->has_btime) {
+        time_rfc3339(in->btime_ns, when, sizeof(when));
+        jw_key(w, "created_at");
+        jw_str(w, when);
+    }
+    if (S_ISLNK(in->st.st_mode)) {
+        jw_key(w, "symlink_target");
+        jw_str(w, in->target);
+    }
+    if (S_ISREG(in->st.st_mode)) {
+        fs_etag(&in->st, etag, sizeof(etag));
+        jw_key(w, "etag");
+        jw_str(w, etag);
+    }
+}
+
 /* GET ?stat=true: the entry's metadata, of what it names (follow=true, the default) or of the
  * entry itself (follow=false: a symlink is described, with its target). */
 static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, const char *path)
@@ -197,45 +238,10 @@ static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, 
         free(in);
         return reply_err(c, &err);
     }
-    char mode[8], when[40], etag[80];
-    snprintf(mode, sizeof(mode), "%04o", (unsigned)(in->st.st_mode & 07777));
     struct jsonw w;
     jw_init(&w, 512);
     jw_obj_begin(&w);
-    jw_key(&w, "path");
-    jw_str(&w, path);
-    jw_key(&w, "name");
-    jw_str(&w, in->name);
-    jw_key(&w, "type");
-    jw_str(&w, fs_type_name(in->st.st_mode));
-    jw_key(&w, "size");
-    jw_uint(&w, (uint64_t)in->st.st_size);
-    jw_key(&w, "mode");
-    jw_str(&w, mode);
-    jw_key(&w, "uid");
-    jw_uint(&w, in->st.st_uid);
-    jw_key(&w, "gid");
-    jw_uint(&w, in->st.st_gid);
-    jw_key(&w, "nlink");
-    jw_uint(&w, in->st.st_nlink);
-    time_rfc3339((int64_t)in->st.st_mtim.tv_sec * 1000000000LL + in->st.st_mtim.tv_nsec, when,
-                 sizeof(when));
-    jw_key(&w, "modified_at");
-    jw_str(&w, when);
-    if (in->has_btime) {
-        time_rfc3339(in->btime_ns, when, sizeof(when));
-        jw_key(&w, "created_at");
-        jw_str(&w, when);
-    }
-    if (S_ISLNK(in->st.st_mode)) {
-        jw_key(&w, "symlink_target");
-        jw_str(&w, in->target);
-    }
-    if (S_ISREG(in->st.st_mode)) {
-        fs_etag(&in->st, etag, sizeof(etag));
-        jw_key(&w, "etag");
-        jw_str(&w, etag);
-    }
+    files_write_stat(&w, path, in);
     jw_obj_end(&w);
     free(in);
     return reply_jsonw(c, MHD_HTTP_OK, &w);

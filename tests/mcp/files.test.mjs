@@ -168,6 +168,14 @@ describe('file tools', () => {
     assert.equal(f.uid, 1000);
     assert.equal(f.gid, 1000);
     assert.ok(!Number.isNaN(Date.parse(f.modified_at)));
+    // The same object as GET /files/PATH?stat=true answers, its etag and nlink included.
+    const rest = await fetch(`http://127.0.0.1:${d.port}/files/target.txt?stat=true`, {
+      headers: d.authHeaders(),
+    });
+    assert.equal(rest.status, 200);
+    assert.deepEqual(f, await rest.json());
+    assert.equal(f.nlink, 1);
+    assert.match(f.etag, /^".+"$/);
     assert.equal(assertOk(await call(c, 'stat_file', { path: 'tree' }), 'stat dir').type, 'directory');
 
     fs.symlinkSync('target.txt', ws('link'));
