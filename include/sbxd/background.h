@@ -133,6 +133,14 @@ enum bg_stdin_result bg_stdin(struct bg_proc *p, const void *data, size_t n, boo
 int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err);
 int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err);
 
+/* The signals a client may name, as BG_SIGNAL_NAMES lists them for an error message. */
+#define BG_SIGNAL_NAMES                                                                            \
+    "SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGSTOP"
+
+/* The signal a client named ("SIGTERM" or "TERM", in any case), its name as BG_SIGNAL_NAMES
+ * spells it into *canonical; 0 for a name not among them. */
+int bg_signal_named(const char *name, const char **canonical);
+
 /* Kill the process's tree (if it runs), wait for its end and forget it; *info is its final
  * state. */
 void bg_remove(struct bg_proc *p, struct bg_info *info);

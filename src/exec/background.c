@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -461,6 +462,24 @@ void bg_ref(struct bg_proc *p)
     pthread_mutex_lock(&tab.lock);
     p->refs++;
     pthread_mutex_unlock(&tab.lock);
+}
+
+static const struct {
+    const char *name;
+    int sig;
+} signal_names[] = {{"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL},
+                    {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
+                    {"SIGUSR2", SIGUSR2}, {"SIGCONT", SIGCONT}, {"SIGSTOP", SIGSTOP}};
+
+int bg_signal_named(const char *name, const char **canonical)
+{
+    for (size_t i = 0; name && i < sizeof(signal_names) / sizeof(signal_names[0]); i++)
+        if (strcasecmp(name, signal_names[i].name) == 0 ||
+            strcasecmp(name, signal_names[i].name + 3) == 0) {
+            *canonical = signal_names[i].name;
+            return signal_names[i].sig;
+        }
+    return 0;
 }
 
 int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)

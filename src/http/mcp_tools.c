@@ -1616,13 +1616,6 @@ static int tool_send_input(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     return 0;
 }
 
-static const struct {
-    const char *name;
-    int sig;
-} SIGNALS[] = {{"SIGKILL", SIGKILL}, {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
-               {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
-               {"SIGUSR2", SIGUSR2}, {"SIGCONT", SIGCONT}, {"SIGSTOP", SIGSTOP}};
-
 static int tool_kill_process(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 {
     (void)x;
@@ -1630,37 +1623,29 @@ static int tool_kill_process(struct mcp_tool_ctx *x, const cJSON *args, struct j
     if (!only_keys(args, keys, w))
         return 0;
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(args, "signal");
-    size_t idx = 0;
-    if (sv) {
-        size_t n = sizeof(SIGNALS) / sizeof(SIGNALS[0]);
-        idx = n;
-        for (size_t i = 0; cJSON_IsString(sv) && i < n; i++)
-            if (strcasecmp(sv->valuestring, SIGNALS[i].name) == 0 ||
-                strcasecmp(sv->valuestring, SIGNALS[i].name + 3) == 0)
-                idx = i;
-        if (idx == n)
-            return tool_error(w, "'signal' must be one of SIGKILL, SIGTERM, SIGINT, SIGHUP, "
-                                 "SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT, SIGSTOP");
-    }
+    const char *name = "SIGKILL";
+    int sig = SIGKILL;
+    if (sv && !(sig = bg_signal_named(cJSON_GetStringValue(sv), &name)))
+        return tool_error(w, "'signal' must be one of " BG_SIGNAL_NAMES);
     struct bg_proc *p = arg_process(args, w);
     if (!p)
         return 0;
     struct sbxd_err err = {0};
-    int r = bg_signal(p, SIGNALS[idx].sig, &err);
+    int r = bg_signal(p, sig, &err);
     struct bg_info in;
     bg_info(p, &in);
     bg_put(p);
     if (r < 0)
         return tool_error(w, "%s", err.msg);
     char msg[200];
-    int mn = snprintf(msg, sizeof(msg), "sent %s to process %s", SIGNALS[idx].name, in.id);
+    int mn = snprintf(msg, sizeof(msg), "sent %s to process %s", name, in.id);
     result_begin(w);
     text_block(w, msg, (size_t)mn);
     result_structured(w);
     jw_key(w, "id");
     jw_str(w, in.id);
     jw_key(w, "signal");
-    jw_str(w, SIGNALS[idx].name);
+    jw_str(w, name);
     result_end(w, false);
     return 0;
 }

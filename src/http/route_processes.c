@@ -385,13 +385,6 @@ static enum MHD_Result write_stdin(struct server *srv, struct MHD_Connection *c,
     return reply_ok_err(c, r == BG_STDIN_DONE ? 0 : -1, &err, &w);
 }
 
-static const struct {
-    const char *name;
-    int sig;
-} signals[] = {{"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL},
-               {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
-               {"SIGUSR2", SIGUSR2}, {"SIGCONT", SIGCONT}, {"SIGSTOP", SIGSTOP}};
-
 static enum MHD_Result send_signal(struct MHD_Connection *c, struct req_ctx *rc, struct bg_proc *p)
 {
     static const char *const keys[] = {"signal", NULL};
@@ -400,18 +393,14 @@ static enum MHD_Result send_signal(struct MHD_Connection *c, struct req_ctx *rc,
     if (!o)
         return ret;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "signal");
-    int idx = -1;
-    for (size_t i = 0; cJSON_IsString(v) && i < sizeof(signals) / sizeof(signals[0]); i++)
-        if (strcmp(v->valuestring, signals[i].name) == 0 ||
-            strcmp(v->valuestring, signals[i].name + 3) == 0)
-            idx = (int)i;
+    const char *name = NULL;
+    int sig = bg_signal_named(cJSON_GetStringValue(v), &name);
     cJSON_Delete(o);
-    if (idx < 0)
+    if (!sig)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                           "'signal' must be one of SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, "
-                           "SIGUSR1, SIGUSR2, SIGCONT, SIGSTOP");
+                           "'signal' must be one of " BG_SIGNAL_NAMES);
     struct sbxd_err err = {0};
-    int r = bg_signal(p, signals[idx].sig, &err);
+    int r = bg_signal(p, sig, &err);
     struct jsonw w;
     jw_init(&w, 96);
     jw_obj_begin(&w);
@@ -420,7 +409,7 @@ static enum MHD_Result send_signal(struct MHD_Connection *c, struct req_ctx *rc,
     bg_info(p, &in);
     jw_str(&w, in.id);
     jw_key(&w, "signal");
-    jw_str(&w, signals[idx].name);
+    jw_str(&w, name);
     jw_obj_end(&w);
     return reply_ok_err(c, r, &err, &w);
 }
