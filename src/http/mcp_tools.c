@@ -1176,7 +1176,8 @@ static int tool_write_file(struct mcp_tool_ctx *x, const cJSON *args, struct jso
 }
 
 struct lister {
-    struct jsonw *w;
+    struct jsonw *w;     /* the entries, as JSON objects */
+    struct jsonw *lines; /* the same, a line each ("PATH[/]  SIZE"), for the text block */
     unsigned n, max;
     bool truncated;
     char first_error[300];
@@ -1213,6 +1214,12 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         write_mode(w, e.mode);
         reply_time_field(w, "modified_at", e.mtime_ns);
         jw_obj_end(w);
+        char size[24];
+        int sn = snprintf(size, sizeof(size), "  %llu\n", (unsigned long long)e.size);
+        jw_raw(L->lines, path, strlen(path));
+        if (strcmp(e.type, "directory") == 0)
+            jw_raw(L->lines, "/", 1);
+        jw_raw(L->lines, size, (size_t)sn);
         L->n++;
         if (depth > 1 && strcmp(e.type, "directory") == 0) {
             int sub =
@@ -1257,10 +1264,11 @@ static int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jso
         return 0;
     }
     /* Entries go into their own writer first: the summary comes before them. */
-    struct jsonw ents;
+    struct jsonw ents, lines;
     jw_init(&ents, 4096);
+    jw_init(&lines, 4096);
     jw_arr_begin(&ents);
-    struct lister L = {.w = &ents, .max = MCP_LIST_MAX};
+    struct lister L = {.w = &ents, .lines = &lines, .max = MCP_LIST_MAX};
     list_dir(&L, fd, path, (unsigned)depth);
     fs_user_leave(&u);
     jw_arr_end(&ents);
@@ -1275,23 +1283,8 @@ static int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     jw_key(w, "type");
     jw_str(w, "text");
     jw_key(w, "text");
-    {
-        cJSON *arr = cJSON_ParseWithLength(ents.buf, ents.len);
-        struct jsonw lines;
-        jw_init(&lines, 4096);
-        for (const cJSON *e = arr ? arr->child : NULL; e; e = e->next) {
-            const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
-            const cJSON *s = cJSON_GetObjectItemCaseSensitive(e, "size");
-            char line[4200];
-            int ln = snprintf(line, sizeof(line), "%s%s  %.0f\n", p->valuestring,
-                              strcmp(t->valuestring, "directory") == 0 ? "/" : "", s->valuedouble);
-            jw_raw(&lines, line, (size_t)(ln < (int)sizeof(line) ? ln : (int)sizeof(line) - 1));
-        }
-        jw_str_utf8(w, lines.buf ? lines.buf : "", lines.len, false);
-        jw_free(&lines);
-        cJSON_Delete(arr);
-    }
+    jw_str_utf8(w, lines.buf ? lines.buf : "", lines.len, false);
+    jw_free(&lines);
     jw_obj_end(w);
     result_structured(w);
     jw_key(w, "path");

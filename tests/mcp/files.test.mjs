@@ -139,6 +139,12 @@ describe('file tools', () => {
     const leaf = deep.entries.find((e) => top(e) === 'leaf.txt');
     assert.ok(leaf, `leaf.txt at depth 3 in ${JSON.stringify(deep.entries)}`);
     assert.match(leaf.path, /deeper\/leaf\.txt$/);
+
+    // The text block after the summary: the same entries, a line each, in the same order.
+    const raw = await call(c, 'list_files', { path: 'tree', depth: 3 });
+    const lines = deep.entries.map((e) => `${e.path}${e.type === 'directory' ? '/' : ''}  ${e.size}\n`);
+    assert.equal(raw.content[1].type, 'text');
+    assert.equal(raw.content[1].text, lines.join(''));
   });
 
   it('move_file: renamed on disk; overwrite only when asked', async () => {
