@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/context.h"
+#include "sbxd/files.h"
 #include "sbxd/kernelspec.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -542,12 +544,67 @@ static const char shell_init[] =
 
 /* Start c's shell and wait until it is ready: then it is c->shell (c->pid its pid), or -1
  * with err. */
+/*
+ * A kernel's IPython directory (its profile, its history) is kept out of the workspace, so
+ * that a kernel, a warm one made before any request included, puts nothing there (a
+ * `git clone URL .` into the workspace needs it empty): /tmp/sbxd-ipython-RANDOM, which the
+ * kernel makes as it starts and sbxd removes once it is gone. A client's own IPYTHONDIR
+ * stands. Returns the spec to start c's process from (malloc'd), NULL when out of memory.
+ */
+static char *spec_for_spawn(struct ctx *c)
+{
+    char name[sizeof(c->ipython_dir)] = "";
+    cJSON *o = cJSON_Parse(c->spec);
+    cJSON *env = o ? ctx_spec_env(o) : NULL;
+    if (c->kernel && env && !cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR")) {
+        char hex[25], dir[sizeof(name) + 8];
+        if (random_hex(hex, 12) == 0) {
+            snprintf(name, sizeof(name), "sbxd-ipython-%s", hex);
+            snprintf(dir, sizeof(dir), "/tmp/%s", name);
+            cJSON_AddStringToObject(env, "IPYTHONDIR", dir);
+        }
+    }
+    char *spec = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    pthread_mutex_lock(&c->lock);
+    snprintf(c->ipython_dir, sizeof(c->ipython_dir), "%s", spec ? name : "");
+    pthread_mutex_unlock(&c->lock);
+    return spec;
+}
+
+/* Remove the IPython directory of c's last process (gone by now), if it had one. */
+static void remove_ipython_dir(struct ctx *c)
+{
+    char name[sizeof(c->ipython_dir)];
+    pthread_mutex_lock(&c->lock);
+    snprintf(name, sizeof(name), "%s", c->ipython_dir);
+    c->ipython_dir[0] = '\0';
+    pthread_mutex_unlock(&c->lock);
+    if (!name[0])
+        return;
+    /* Resolved from an fd of /tmp, no symlink followed: what the kernel's user put there
+     * cannot turn the removal elsewhere. */
+    int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct sbxd_err err = {0};
+    if (tmp >= 0 && fs_delete(tmp, name, true, &err) < 0 && err.kind != SBXD_E_NOT_FOUND)
+        LOG_EVENT("warn", "context_cleanup_failed", LOG_S("path", name), LOG_S("error", err.msg));
+    if (tmp >= 0)
+        close(tmp);
+}
+
 struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err)
 {
     struct request_policy pol;
     exec_service_policy(reg.svc, MX_BACKGROUND, &pol);
     struct exec_request req;
-    if (exec_request_parse(c->spec, strlen(c->spec), &pol, &req, err) < 0)
+    char *spec = spec_for_spawn(c);
+    if (!spec) {
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    int rc = exec_request_parse(spec, strlen(spec), &pol, &req, err);
+    free(spec);
+    if (rc < 0)
         return NULL;
     /* It lives until deleted, idle too long (ctx_sweep), or the daemon stops. */
     req.timeout_ms = SBXD_TIMEOUT_HARD_MAX_MS;
@@ -727,6 +784,7 @@ static void ctx_free(struct ctx *c)
 {
     if (c->shell)
         bg_put(c->shell);
+    remove_ipython_dir(c); /* (a kernel that never started) */
     free(c->spec);
     pthread_mutex_destroy(&c->admin);
     pthread_mutex_destroy(&c->lock);
@@ -1203,6 +1261,7 @@ static void kill_shell(struct ctx *c, const char *why, bool restarting)
         bg_put(p);
     }
     jp_close(jc);
+    remove_ipython_dir(c);
 }
 
 void ctx_delete(struct ctx *c)

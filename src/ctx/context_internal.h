@@ -30,6 +30,9 @@ struct ctx {
     bool interrupt_message;
     char cwd[256];
     char *spec; /* the request the process is started from (again at a restart) */
+    /* A kernel's IPython directory, the name beneath /tmp its process was given ("": none;
+     * under lock): removed when the process is gone (ctx_spawn). */
+    char ipython_dir[48];
     int64_t created_real_ns;
     pthread_mutex_t admin; /* one restart or delete at a time */
     /* Under lock: */

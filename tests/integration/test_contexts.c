@@ -819,6 +819,12 @@ START_TEST(warm_kernel_answers_at_once)
     http_reqf(&d, &r, "GET", NULL, "/contexts");
     ck_assert_ptr_nonnull(strstr(r.body, "{\"contexts\":[]}")); /* not one until taken */
     http_resp_free(&r);
+    /* The warm kernel put nothing in the workspace (IPython's directory is elsewhere): a
+     * `git clone URL .` there finds it empty. */
+    http_reqf(&d, &r, "GET", NULL, "/files/");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "entries")) == 0, "%s", r.body);
+    http_resp_free(&r);
     double t0 = now_ms();
     char a[64], b[64];
     py_new(&d, "{\"language\":\"python\"}", a, sizeof(a));
@@ -831,13 +837,33 @@ START_TEST(warm_kernel_answers_at_once)
     cJSON *o = run_text(&d, a, "import os\nos.getcwd()", 0);
     ck_assert_ptr_nonnull(strstr(jstr(result_at(o, 0), "text/plain"), d.ws));
     cJSON_Delete(o);
-    /* With an env of its own: started for it (the warm one is not what it asked for). */
-    py_new(&d, "{\"language\":\"python\",\"env\":{\"MINE\":\"1\"}}", b, sizeof(b));
-    o = run_text(&d, b, "import os\nos.environ.get('MINE')", 0);
-    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "'1'");
+    /* Its IPython directory: its own, beneath /tmp, there while it lives. */
+    o = run_text(&d, a, "import os\nd = os.environ['IPYTHONDIR']\nprint(d, os.path.isdir(d))", 0);
+    char ipy[128];
+    ck_assert_int_eq(sscanf(jstr(o, "stdout"), "%127s", ipy), 1);
+    ck_assert_msg(strncmp(ipy, "/tmp/sbxd-ipython-", 18) == 0, "%s", jstr(o, "stdout"));
+    ck_assert_msg(strstr(jstr(o, "stdout"), " True\n"), "%s", jstr(o, "stdout"));
+    cJSON_Delete(o);
+    /* With an env of its own: started for it (the warm one is not what it asked for); an
+     * IPYTHONDIR of the client's stands. */
+    py_new(&d,
+           "{\"language\":\"python\",\"env\":{\"MINE\":\"1\",\"IPYTHONDIR\":\"/tmp/"
+           "sbxd-ipython-its-own\"}}",
+           b, sizeof(b));
+    o = run_text(&d, b, "import os\nos.environ.get('MINE'), os.environ['IPYTHONDIR']", 0);
+    ck_assert_str_eq(jstr(result_at(o, 0), "text/plain"), "('1', '/tmp/sbxd-ipython-its-own')");
     cJSON_Delete(o);
     ctx_delete_ok(&d, a);
     ctx_delete_ok(&d, b);
+    /* a's directory went with it; b's, the client's, stays (the client's to remove). */
+    char cmd[320];
+    snprintf(cmd, sizeof(cmd),
+             "{\"command\":\"test -e %s || echo gone; test -d /tmp/sbxd-ipython-its-own && "
+             "echo kept; rm -rf /tmp/sbxd-ipython-its-own\"}",
+             ipy);
+    o = execute(&d, cmd);
+    ck_assert_str_eq(jstr(o, "stdout"), "gone\nkept\n");
+    cJSON_Delete(o);
     ready = false;
     for (double end = now_ms() + 60000; !ready && now_ms() < end;) {
         http_reqf(&d, &r, "GET", NULL, "/kernels");
