@@ -1928,51 +1928,102 @@ char *mcp_uri_path(struct server *srv, const char *uri, char *msg, size_t msglen
     return path;
 }
 
+/*
+ * resources/list walks the tree depth first, each directory in name order where it is listed
+ * sorted. A page ends after MCP_RESOURCES_PAGE files; its cursor is the last path it gave
+ * (base64, as the bytes of a name may not be UTF-8), and the next page walks down that path
+ * only, passing over what came before it, instead of walking every earlier page again.
+ */
 struct res_walk {
     struct server *srv;
     struct jsonw *w;
-    uint64_t index, start, seen;
+    uint64_t seen;
     unsigned sent;
     bool more;
+    char last[4096]; /* the last path given */
 };
 
-static void res_walk_dir(struct res_walk *R, int dfd, const char *rel, unsigned depth)
+static void res_walk_dir(struct res_walk *R, int dfd, const char *rel, unsigned depth,
+                         const char *after);
+
+/* An entry of the walk at path, to be given (a file) or walked into (a directory). */
+static void res_walk_entry(struct res_walk *R, const struct fs_lister *l, const struct fs_entry *e,
+                           const char *path, unsigned depth, const char *after)
+{
+    if (strcmp(e->type, "file") == 0) {
+        if (R->sent >= MCP_RESOURCES_PAGE) {
+            R->more = true;
+            return;
+        }
+        struct jsonw *w = R->w;
+        jw_obj_begin(w);
+        jw_key(w, "uri");
+        mcp_write_uri(R->srv, w, path);
+        jw_key(w, "name");
+        jw_str(w, path);
+        jw_key(w, "mimeType");
+        jw_str(w, mime_of(path, true));
+        jw_key(w, "size");
+        jw_uint(w, e->size);
+        jw_obj_end(w);
+        R->sent++;
+        snprintf(R->last, sizeof(R->last), "%s", path);
+    } else if (strcmp(e->type, "directory") == 0 && depth > 1) {
+        int sub =
+            openat(fs_list_dirfd(l), e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0)
+            res_walk_dir(R, sub, path, depth - 1, after);
+    }
+}
+
+/* The files beneath dfd (taken) as rel/..., depth levels down. after: the rest of the
+ * cursor's path below this directory (NULL: none), everything up to it passed over. */
+static void res_walk_dir(struct res_walk *R, int dfd, const char *rel, unsigned depth,
+                         const char *after)
 {
     struct sbxd_err err = {0};
     struct fs_lister *l = fs_list_open(dfd, FS_LIST_SORTED, &err);
     if (!l)
         return;
+    char comp[256] = "";
+    const char *below = NULL; /* the cursor's path under comp, when comp is a directory */
+    if (after) {
+        size_t n = strcspn(after, "/");
+        snprintf(comp, sizeof(comp), "%.*s", (int)(n < sizeof(comp) ? n : sizeof(comp) - 1), after);
+        below = after[n] == '/' ? after + n + 1 : NULL;
+    }
+    bool sorted = fs_list_sorted(l);
     struct fs_entry e;
     while (!R->more && R->seen < MCP_RESOURCES_SCAN && fs_list_next(l, &e, &err) == 1) {
         R->seen++;
         char path[4096];
         snprintf(path, sizeof(path), "%s%s%s", rel, *rel ? "/" : "", e.name);
-        if (strcmp(e.type, "file") == 0) {
-            if (R->index >= R->start) {
-                if (R->sent >= MCP_RESOURCES_PAGE) {
-                    R->more = true;
-                    break;
-                }
-                struct jsonw *w = R->w;
-                jw_obj_begin(w);
-                jw_key(w, "uri");
-                mcp_write_uri(R->srv, w, path);
-                jw_key(w, "name");
-                jw_str(w, path);
-                jw_key(w, "mimeType");
-                jw_str(w, mime_of(path, true));
-                jw_key(w, "size");
-                jw_uint(w, e.size);
-                jw_obj_end(w);
-                R->sent++;
-            }
-            R->index++;
-        } else if (strcmp(e.type, "directory") == 0 && depth > 1) {
-            int sub =
-                openat(fs_list_dirfd(l), e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (sub >= 0)
-                res_walk_dir(R, sub, path, depth - 1);
+        if (!after) {
+            res_walk_entry(R, l, &e, path, depth, NULL);
+            continue;
         }
+        int cmp = strcmp(e.name, comp);
+        if (cmp != 0 && !sorted)
+            continue; /* before the cursor in the directory's own order */
+        if (cmp < 0)
+            continue;
+        after = NULL; /* past the cursor from here on */
+        bool dir = strcmp(e.type, "directory") == 0;
+        if (cmp == 0 && below && dir)
+            res_walk_entry(R, l, &e, path, depth, below); /* down the cursor's path */
+        else if (cmp > 0 || dir || below)
+            res_walk_entry(R, l, &e, path, depth, NULL);
+        /* (else the cursor's own file, given on the page before) */
+    }
+    if (after && !sorted && !R->more && R->seen < MCP_RESOURCES_SCAN) {
+        /* The cursor's entry left a directory listed in its own order: what came after it
+         * cannot be told from what came before, so it is listed again from its start (a file
+         * given twice rather than one never given). */
+        int again = openat(fs_list_dirfd(l), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        fs_list_close(l);
+        if (again >= 0)
+            res_walk_dir(R, again, rel, depth, NULL);
+        return;
     }
     fs_list_close(l);
 }
@@ -1981,14 +2032,17 @@ int mcp_resources_list(struct server *srv, const cJSON *params, struct jsonw *w,
                        size_t msglen)
 {
     const cJSON *cur = params ? cJSON_GetObjectItemCaseSensitive(params, "cursor") : NULL;
-    uint64_t start = 0;
+    char after[4096] = "";
     if (cur) {
-        char *end = NULL;
-        if (!cJSON_IsString(cur) || !*cur->valuestring ||
-            (start = strtoull(cur->valuestring, &end, 10), *end)) {
+        long n = -1;
+        size_t len = cJSON_IsString(cur) ? strlen(cur->valuestring) : 0;
+        if (len && len <= base64_encoded_len(sizeof(after) - 1))
+            n = base64_decode(cur->valuestring, len, after);
+        if (n <= 0 || memchr(after, '\0', (size_t)n) || after[0] == '/') {
             snprintf(msg, msglen, "'cursor' is not one resources/list gave");
             return JRPC_INVALID_PARAMS;
         }
+        after[n] = '\0';
     }
     struct fs_user u;
     files_user(srv, &u);
@@ -2000,18 +2054,26 @@ int mcp_resources_list(struct server *srv, const cJSON *params, struct jsonw *w,
     jw_obj_begin(w);
     jw_key(w, "resources");
     jw_arr_begin(w);
-    struct res_walk R = {.srv = srv, .w = w, .start = start};
+    struct res_walk *R = calloc(1, sizeof(*R));
+    if (!R) {
+        close(dfd);
+        snprintf(msg, msglen, "out of memory");
+        return JRPC_INTERNAL_ERROR;
+    }
+    R->srv = srv;
+    R->w = w;
     fs_user_enter(&u);
-    res_walk_dir(&R, dfd, "", MCP_LIST_DEPTH_MAX);
+    res_walk_dir(R, dfd, "", MCP_LIST_DEPTH_MAX, cur ? after : NULL);
     fs_user_leave(&u);
     jw_arr_end(w);
-    if (R.more) {
-        char next[32];
-        snprintf(next, sizeof(next), "%llu", (unsigned long long)(start + R.sent));
+    if (R->more) {
+        char next[(sizeof(R->last) + 2) / 3 * 4 + 1];
+        size_t n = base64_encode(R->last, strlen(R->last), next);
         jw_key(w, "nextCursor");
-        jw_str(w, next);
+        jw_str_utf8(w, next, n, false);
     }
     jw_obj_end(w);
+    free(R);
     return 0;
 }
 

@@ -134,3 +134,84 @@ describe('resources', () => {
     }
   });
 });
+
+// Paging through a tree: directories nested and in name order, one of more than 4096 entries
+// (listed in its own order, not sorted), files removed at the cursor between two pages.
+describe('resources/list pages over a tree', () => {
+  const d = daemonFor({ before, after });
+  let c;
+  const ws = (...p) => path.join(d.ws, ...p);
+  const uriOf = (...p) => pathToFileURL(ws(...p)).href;
+  const BIG = 4200;
+  const files = [];
+  const put = (p) => {
+    fs.mkdirSync(path.dirname(ws(p)), { recursive: true });
+    fs.writeFileSync(ws(p), `${p}\n`);
+    files.push(uriOf(p));
+  };
+  before(async () => {
+    for (let i = 0; i < 30; i++) put(`a/f${i}.txt`);
+    for (let i = 0; i < 120; i++) put(`a/b/c/g${i}.txt`);
+    put('a/z.txt');
+    for (let i = 0; i < BIG; i++) put(`big/h${i}`);
+    for (let i = 0; i < 50; i++) put(`m${i}.txt`);
+    fs.mkdirSync(ws('empty', 'deeper'), { recursive: true });
+    put('zz/last.txt');
+    c = await d.client();
+  });
+  after(async () => {
+    await closeClient(c);
+  });
+
+  // Every page in turn; before each next page, gone(lastUri) may remove files.
+  async function walk(gone = () => {}) {
+    const uris = [];
+    let cursor;
+    let pages = 0;
+    do {
+      const r = await c.listResources(cursor ? { cursor } : {});
+      pages++;
+      uris.push(...r.resources.map((x) => x.uri));
+      cursor = r.nextCursor;
+      if (cursor && r.resources.length) gone(r.resources[r.resources.length - 1].uri, pages);
+    } while (cursor && pages < 1000);
+    return { uris, pages };
+  }
+
+  it('every file once, in pages, directories walked in name order', async () => {
+    const { uris, pages } = await walk();
+    assert.ok(pages > BIG / 100, `${pages} pages`);
+    assert.equal(uris.length, files.length, `as many as there are files: ${uris.filter((u, i) => uris.indexOf(u) !== i || !files.includes(u))}`);
+    assert.deepEqual([...uris].sort(), [...files].sort());
+    const at = (p) => uris.indexOf(uriOf(p));
+    assert.ok(at('a/b/c/g0.txt') < at('a/f0.txt'), '"b" before "f0.txt" in a/');
+    assert.ok(at('a/f9.txt') < at('a/z.txt'));
+    assert.ok(at('a/z.txt') < at('big/h0') && at('big/h0') < at('m0.txt'));
+    assert.equal(at('zz/last.txt'), uris.length - 1);
+  });
+
+  it('a cursor whose file was removed goes on after it; none missed', async () => {
+    const removed = new Set();
+    const { uris } = await walk((last, page) => {
+      // On the first pages (sorted directories) and inside the big one (its own order).
+      if (page <= 3 || page === 10) {
+        fs.rmSync(new URL(last));
+        removed.add(last);
+      }
+    });
+    assert.equal(removed.size, 4);
+    const want = files.filter((u) => !removed.has(u));
+    const got = new Set(uris);
+    for (const u of want) assert.ok(got.has(u), `${u} listed`);
+    // The big directory's order cannot say what came after a removed cursor: its files may
+    // come twice then, the sorted ones never do.
+    const twice = uris.filter((u, i) => uris.indexOf(u) !== i);
+    assert.ok(twice.every((u) => u.includes('/big/')), `twice: ${twice.slice(0, 3)}`);
+  });
+
+  it('a cursor resources/list did not give: -32602', async () => {
+    for (const cursor of ['***', Buffer.from('/etc/passwd').toString('base64'), '']) {
+      await assert.rejects(c.listResources({ cursor }), (e) => e.code === -32602, cursor);
+    }
+  });
+});
