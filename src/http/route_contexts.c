@@ -496,20 +496,21 @@ static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c
     }
     struct sbxd_err err = {0};
     if (!x) {
+        /* Python's when no language is named, as MCP's run_code. */
         const cJSON *lang = cJSON_GetObjectItemCaseSensitive(o, "language");
-        if (!cJSON_IsString(lang)) {
+        if (lang && !cJSON_IsString(lang)) {
             cJSON_Delete(o);
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                               "give 'language' (\"python\", \"bash\", ...: its default context, "
-                               "made on first use; GET /kernels lists them) or 'context' (the id "
-                               "of one)");
+                               "'language' must be a string (\"python\", the default, \"bash\", "
+                               "...: its default context, made on first use; GET /kernels lists "
+                               "them), or give 'context' (the id of one)");
         }
         if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
             cJSON_Delete(o);
             return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                                "sbxd is shutting down and makes no new contexts");
         }
-        if (!(x = ctx_default(lang->valuestring, &err))) {
+        if (!(x = ctx_default(lang ? lang->valuestring : "python", &err))) {
             cJSON_Delete(o);
             return reply_err(c, &err);
         }

@@ -310,7 +310,7 @@ END_TEST
 START_TEST(run_code_uses_a_default_context_per_language)
 {
     struct http_resp r;
-    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"X=1\"}", "/run_code");
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"X=1\",\"language\":7}", "/run_code");
     assert_error(&r, 400, "INVALID_ARGUMENT");
     ck_assert_ptr_nonnull(strstr(r.body, "language"));
     http_resp_free(&r);
@@ -714,11 +714,12 @@ START_TEST(kernel_streaming_is_live)
 }
 END_TEST
 
-/* POST /run_code with a kernel's language: its default context, made on first use. */
+/* POST /run_code with a kernel's language: its default context, made on first use; python's
+ * when no language is named. */
 START_TEST(run_code_in_python)
 {
     struct http_resp r;
-    http_reqf(&g_sbxd, &r, "POST", "{\"language\":\"python\",\"code\":\"z = 20\"}", "/run_code");
+    http_reqf(&g_sbxd, &r, "POST", "{\"code\":\"z = 20\"}", "/run_code");
     ck_assert_msg(r.status == 200, "%s", r.body);
     char id[64];
     snprintf(id, sizeof(id), "%s", jstr(r.json, "context"));
