@@ -94,7 +94,9 @@ struct ctx *ctx_default(const char *language, struct sbxd_err *err);
 /* Every context, oldest first, each with a reference: an array to free. Returns how many. */
 size_t ctx_list(struct ctx ***out);
 
-void ctx_info(struct ctx *c, struct ctx_info *out);
+/* What c is and its state; with memory, also memory_bytes (a walk of its process tree in
+ * /proc: not for each execution). */
+void ctx_info(struct ctx *c, struct ctx_info *out, bool memory);
 
 /* Kill the context's processes and forget it (it stays readable through references held). */
 void ctx_delete(struct ctx *c);

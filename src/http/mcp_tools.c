@@ -1678,7 +1678,7 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
             return tool_error(w, "%s", err.msg);
     }
     struct ctx_info ci;
-    ctx_info(c, &ci);
+    ctx_info(c, &ci, false);
     struct ctx_run *run = ctx_run_start(c, code->valuestring, strlen(code->valuestring), timeout,
                                         (int)srv->cfg->queue_timeout_ms, &err);
     ctx_put(c);

@@ -55,7 +55,7 @@ static void write_context(struct jsonw *w, const struct ctx_info *in)
 static enum MHD_Result reply_context(struct MHD_Connection *c, unsigned status, struct ctx *x)
 {
     struct ctx_info in;
-    ctx_info(x, &in);
+    ctx_info(x, &in, true);
     struct jsonw w;
     jw_init(&w, 512);
     write_context(&w, &in);
@@ -79,7 +79,7 @@ static enum MHD_Result list(struct MHD_Connection *c)
     jw_arr_begin(&w);
     for (size_t i = 0; i < n; i++) {
         struct ctx_info in;
-        ctx_info(v[i], &in);
+        ctx_info(v[i], &in, true);
         write_context(&w, &in);
         ctx_put(v[i]);
     }
@@ -99,7 +99,7 @@ static enum MHD_Result create(struct server *srv, struct MHD_Connection *c, stru
     if (!x)
         return reply_err(c, &err);
     struct ctx_info in;
-    ctx_info(x, &in);
+    ctx_info(x, &in, false);
     LOG_EVENT("info", "context", LOG_S("id", in.id), LOG_S("action", "created"),
               LOG_S("language", in.language), LOG_I("pid", in.pid), LOG_S("client", rc->client));
     enum MHD_Result ret = reply_context(c, MHD_HTTP_CREATED, x);
@@ -518,7 +518,7 @@ static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c
         ctx_ref(x);
     }
     struct ctx_info in;
-    ctx_info(x, &in);
+    ctx_info(x, &in, false);
     struct ctx_run *run =
         ctx_run_start(x, code->valuestring, len, timeout_ms, (int)srv->cfg->queue_timeout_ms, &err);
     ctx_put(x); /* (the run holds one of its own) */

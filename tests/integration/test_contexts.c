@@ -305,6 +305,34 @@ START_TEST(streamed_execution_is_live)
 }
 END_TEST
 
+/* GET /contexts/{id}'s memory_bytes: the shell's resident memory and that of every process
+ * beneath it, a background one two levels down included. */
+START_TEST(memory_counts_the_whole_tree)
+{
+    char id[64];
+    ctx_new(&g_sbxd, "{\"language\":\"bash\"}", id, sizeof(id));
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    double alone = jnum(r.json, "memory_bytes");
+    ck_assert_msg(alone > 1e6 && alone < 64e6, "%s", r.body);
+    http_resp_free(&r);
+    /* 96 MiB written (resident), in a child of a bash the shell runs in the background. */
+    cJSON *o =
+        run(&g_sbxd, id,
+            "\"bash -c \\\"python3 -c 'import time; b = bytearray(96 << 20); b[::4096] = "
+            "bytes(len(b) // 4096); print(1, flush=True); time.sleep(60)'; :\\\" > mem.out & "
+            "until [ -s mem.out ]; do sleep 0.05; done; cat mem.out\"",
+            0);
+    ck_assert_msg(strcmp(jstr(o, "stdout"), "1\n") == 0, "%s", jstr(o, "stderr"));
+    cJSON_Delete(o);
+    http_reqf(&g_sbxd, &r, "GET", NULL, "/contexts/%s", id);
+    double with = jnum(r.json, "memory_bytes");
+    ck_assert_msg(with - alone > 90.0 * 1048576, "%.0f then %.0f: %s", alone, with, r.body);
+    http_resp_free(&r);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
 /* POST /run_code: the default context of a language, made on first use and kept (and
  * started again when its code ended it); or a context named. */
 START_TEST(run_code_uses_a_default_context_per_language)
@@ -911,6 +939,7 @@ Suite *contexts_suite(void)
     tcase_add_test(tc, exit_ends_the_context_and_restart_brings_it_back);
     tcase_add_test(tc, contexts_are_contained_and_apart);
     tcase_add_test(tc, streamed_execution_is_live);
+    tcase_add_test(tc, memory_counts_the_whole_tree);
     tcase_add_test(tc, run_code_uses_a_default_context_per_language);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, max_contexts_and_idle_expiry);
