@@ -39,6 +39,17 @@ static char *replace_all(const char *s, const char *from, const char *to)
     return out;
 }
 
+/* Whether a kernelspec's argv starts IPython's kernel (ipykernel_launcher, or python -m
+ * ipykernel): it takes IPython's configuration on its command line. */
+static bool is_ipykernel(const cJSON *argv)
+{
+    for (const cJSON *a = argv ? argv->child : NULL; a; a = a->next)
+        if (cJSON_IsString(a) && (strcmp(a->valuestring, "ipykernel_launcher") == 0 ||
+                                  strcmp(a->valuestring, "ipykernel") == 0))
+            return true;
+    return false;
+}
+
 char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
                   struct sbxd_err *err)
 {
@@ -58,6 +69,11 @@ char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *ker
         free(x);
         free(y);
     }
+    /* IPython's kernel keeps no history file: a context's history is its own session's (In,
+     * Out, %history work from memory), and writing the file cost each execution a database
+     * transaction on disk (its IPython directory is beneath /tmp, not the workspace). */
+    if (ok && is_ipykernel(ks.argv))
+        ok = cJSON_AddItemToArray(argv, cJSON_CreateString("--HistoryManager.enabled=False"));
     cJSON_AddItemToObject(o, "argv", argv);
     /* The kernelspec's environment under the client's; the kernel may write its connection
      * file back (ipykernel does) though sbxd's memfd is not 0600 (jupyter_core checks). */

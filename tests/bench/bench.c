@@ -2404,7 +2404,8 @@ static const char JC_SCRIPT[] =
     "    k = (dates[-1] - dates[0]).total_seconds() * 1e3 if len(dates) > 1 else -1\n"
     "    return dt, k, r\n"
     "try:\n"
-    "    km.start_kernel(preexec_fn=(lambda: os.nice(nice)) if nice else None)\n"
+    "    km.start_kernel(preexec_fn=(lambda: os.nice(nice)) if nice else None,\n"
+    "                    extra_arguments=[\"--HistoryManager.enabled=False\"])\n"
     "    kc = km.client()\n"
     "    kc.start_channels()\n"
     "    kc.wait_for_ready(timeout=120)\n"
@@ -2520,8 +2521,9 @@ typedef struct {
     size_t n, used; /* bytes in buf; those of the line handed out last */
 } jc_child;
 
-/* Starts the script in ws (its kernel's working directory too), with HOME (IPython's history)
- * in home, as sbxd's kernels have theirs in the workspace. 0, or -1 with err. */
+/* Starts the script in ws (its kernel's working directory too), with HOME (IPython's
+ * directory) in home; its kernel is started as sbxd starts its own, IPython's history file
+ * off. 0, or -1 with err. */
 static int jc_start(jc_child *j, const char *ws, const char *home, int nice, char *err,
                     size_t errlen)
 {

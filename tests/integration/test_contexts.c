@@ -757,6 +757,13 @@ START_TEST(run_code_in_python)
     ck_assert_str_eq(jstr(r.json, "context"), id);
     ck_assert_str_eq(jstr(result_at(r.json, 0), "text/plain"), "21");
     http_resp_free(&r);
+    /* The session's history is in memory (In, Out, _i), none written to a database: each
+     * execution would wait for its transaction. */
+    http_reqf(&g_sbxd, &r, "POST",
+              "{\"code\":\"(get_ipython().history_manager.enabled, In[1], Out[2], _i)\"}",
+              "/run_code");
+    ck_assert_str_eq(jstr(result_at(r.json, 0), "text/plain"), "(False, 'z = 20', 21, 'z + 1')");
+    http_resp_free(&r);
     ctx_delete_ok(&g_sbxd, id);
 }
 END_TEST
