@@ -14,6 +14,21 @@ import { closeClient, daemonFor, sh, sleep, waitFor } from './lib.mjs';
 const MANY = 150; // files, enough for more than one page of any sensible page size
 const name = (i) => `f${String(i).padStart(3, '0')}.txt`;
 
+// Every page of resources/list in turn: the resources of each go to page(resources, n,
+// nextCursor) (which may change the workspace before the next page is asked for). Returns
+// how many pages there were.
+async function eachPage(c, page) {
+  let cursor;
+  let pages = 0;
+  do {
+    const r = await c.listResources(cursor ? { cursor } : {});
+    pages++;
+    page(r.resources, pages, r.nextCursor, cursor);
+    cursor = r.nextCursor;
+  } while (cursor && pages < 1000);
+  return pages;
+}
+
 describe('resources', () => {
   const d = daemonFor({ before, after });
   let c;
@@ -35,19 +50,14 @@ describe('resources', () => {
 
   it('resources/list: every file as a file:// URI, across the pages', async () => {
     const uris = [];
-    let cursor;
-    let pages = 0;
-    do {
-      const r = await c.listResources(cursor ? { cursor } : {});
-      pages++;
-      for (const res of r.resources) {
+    const pages = await eachPage(c, (resources, n, next, cursor) => {
+      for (const res of resources) {
         assert.match(res.uri, /^file:\/\/\//);
         assert.equal(typeof res.name, 'string');
         uris.push(res.uri);
       }
-      assert.ok(!cursor || r.nextCursor !== cursor, 'the cursor moves on');
-      cursor = r.nextCursor;
-    } while (cursor && pages < 1000);
+      assert.ok(!cursor || next !== cursor, 'the cursor moves on');
+    });
     assert.equal(new Set(uris).size, uris.length, 'no resource twice');
     assert.ok(uris.includes(uriOf('a.txt')), `${uriOf('a.txt')} in ${uris.slice(0, 5)}...`);
     for (let i = 0; i < MANY; i++) {
@@ -166,15 +176,10 @@ describe('resources/list pages over a tree', () => {
   // Every page in turn; before each next page, gone(lastUri) may remove files.
   async function walk(gone = () => {}) {
     const uris = [];
-    let cursor;
-    let pages = 0;
-    do {
-      const r = await c.listResources(cursor ? { cursor } : {});
-      pages++;
-      uris.push(...r.resources.map((x) => x.uri));
-      cursor = r.nextCursor;
-      if (cursor && r.resources.length) gone(r.resources[r.resources.length - 1].uri, pages);
-    } while (cursor && pages < 1000);
+    const pages = await eachPage(c, (resources, n, next) => {
+      uris.push(...resources.map((x) => x.uri));
+      if (next && resources.length) gone(resources[resources.length - 1].uri, n);
+    });
     return { uris, pages };
   }
 
