@@ -543,8 +543,6 @@ static const char shell_init[] =
     "__sbxd_mark() { local __sbxd_s=$2; unset __sbxd_c; printf '\\n\\036%s %d\\n' \"$1\" "
     "\"$__sbxd_s\"; printf '\\n\\036%s\\n' \"$1\" >&2; return \"$__sbxd_s\"; }\n";
 
-/* Start c's shell and wait until it is ready: then it is c->shell (c->pid its pid), or -1
- * with err. */
 /*
  * A kernel's IPython directory (its profile, its history) is kept out of the workspace, so
  * that a kernel, a warm one made before any request included, puts nothing there (a
@@ -554,10 +552,12 @@ static const char shell_init[] =
  */
 static char *spec_for_spawn(struct ctx *c)
 {
+    if (!c->kernel)
+        return strdup(c->spec); /* a shell: as it is */
     char name[sizeof(c->ipython_dir)] = "";
     cJSON *o = cJSON_Parse(c->spec);
     cJSON *env = o ? ctx_spec_env(o) : NULL;
-    if (c->kernel && env && !cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR")) {
+    if (env && !cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR")) {
         char hex[25], dir[sizeof(name) + 8];
         if (random_hex(hex, 12) == 0) {
             snprintf(name, sizeof(name), "sbxd-ipython-%s", hex);
@@ -612,6 +612,8 @@ struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err)
     return exec_service_start_owned(reg.svc, &req, stdin_file, err);
 }
 
+/* Start c's shell and wait until it is ready: then it is c->shell (c->pid its pid), or -1
+ * with err. */
 static int start_shell(struct ctx *c, struct sbxd_err *err)
 {
     struct bg_proc *p = ctx_spawn(c, 0, err);
