@@ -403,7 +403,8 @@ int main(int argc, char **argv)
         server_set_baseline(srv, baseline_fd);
         baseline_fd = -1;
         struct ctx_config cc = {.max_contexts = (unsigned)cfg.max_contexts,
-                                .idle_ms = cfg.context_idle_s * 1000};
+                                .idle_ms = cfg.context_idle_s * 1000,
+                                .max_output = cfg.max_output_bytes};
         ctx_init(&cc, server_exec(srv));
     }
     struct grpc_front *grpc = NULL;

@@ -22,7 +22,10 @@
  * execution is an execute_request, its output the iopub messages in reply to it (stream,
  * display_data, execute_result, error) until its execute_reply and the kernel's idle. The
  * connection file reaches the kernel as its stdin, a memfd it reads through /proc/self/fd/0,
- * emptied once the kernel answers: the key is in no file a command could open. A timeout or
+ * emptied once the kernel answers: the key is in no file a command could open. The kernel
+ * starts in a directory of its own (kernel_dir.c), where it binds its sockets (Unix sockets
+ * under relative names) and keeps its IPython directory, out of every command's reach;
+ * IPython's kernel is then moved to the context's cwd (kernel.c). A timeout or
  * an interrupt is SIGINT to the kernel (or interrupt_request on the control channel, for a
  * kernelspec with interrupt_mode "message"); a kernel that does not finish within
  * SBXD_CTX_GRACE_MS is restarted. A kernel that dies (its code called os._exit, or the memory
@@ -45,6 +48,7 @@
 struct ctx_config {
     unsigned max_contexts; /* alive at once (SBXD_E_BUSY beyond) */
     uint64_t idle_ms;      /* unused this long: shut down by ctx_sweep (0: never) */
+    uint64_t max_output;   /* --max-output-bytes: what a kernel's messages are sized by */
 };
 
 void ctx_init(const struct ctx_config *cfg, struct exec_service *svc);

@@ -86,9 +86,11 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
                                            struct sbxd_err *err);
 /* The same for a process a code context owns (bg_start_owned): not one of /processes.
  * stdin_file > 0: the descriptor it gets as its stdin (else a pipe, as every background
- * process has). */
+ * process has); start_dir: an absolute directory it starts in instead of its cwd (which is
+ * still checked), or NULL (a kernel's own directory: context.h). */
 struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
-                                         int stdin_file, struct sbxd_err *err);
+                                         int stdin_file, const char *start_dir,
+                                         struct sbxd_err *err);
 
 /* Drive job to its end, its stdout and stderr into out and errb (capped outbufs). */
 void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *errb);

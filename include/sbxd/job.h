@@ -60,6 +60,8 @@ struct job_env {
     bool streamed;    /* output is sent as it comes: stdout gets a wide pipe where one is free */
     int stdin_file;   /* > 0: a descriptor the command gets as its stdin, in place of a pipe or
                        * /dev/null (a code context's connection file: context.h) */
+    const char *start_dir; /* an absolute directory the command starts in, in place of its
+                            * cwd (still checked): a kernel's own (context.h); or NULL */
 };
 
 /*

@@ -3,9 +3,12 @@
  * ZeroMQ (libzmq), every message signed and checked with HMAC-SHA256 (libsodium) under a key
  * made for that kernel alone.
  *
- * The kernel binds its sockets on loopback TCP ports that sbxd chose (jp_pick_ports) and
- * wrote, with the key, into the connection file it hands the kernel (context.c). sbxd
- * connects a DEALER to each of shell, control and stdin, and a SUB (every topic) to iopub.
+ * The kernel binds its sockets as Unix sockets (transport ipc) in a directory of its own that
+ * sbxd made (kernel.c), under relative names, its working directory being that directory as
+ * it starts: no TCP port (a port chosen by sbxd and bound by the kernel a moment later could
+ * be taken first by a command), nothing in /proc/net/unix but those relative names, and a
+ * directory no command can find or enter. sbxd connects a DEALER to each of shell, control
+ * and stdin, and a SUB (every topic) to iopub, by the directory's absolute path.
  * A message whose signature does not match is dropped and counted, never parsed: a process
  * in the sandbox that reaches a port learns nothing from it and can make sbxd believe
  * nothing, without the key.
@@ -26,23 +29,28 @@
 
 enum jp_channel { JP_SHELL, JP_IOPUB, JP_STDIN, JP_CONTROL };
 
-struct jp_ports {
-    int shell, iopub, stdin_, control, hb;
-};
-
 /* The key: 32 random bytes as 64 hex digits. */
 #define JP_KEY_LEN 64
 
-/* Free loopback ports for a kernel's five sockets, and a new key. -1 with err. */
-int jp_prepare(struct jp_ports *ports, char key[JP_KEY_LEN + 1], struct sbxd_err *err);
+/* The name the kernel's sockets are bound under, relative to its directory: NAME-1 (shell),
+ * -2 (iopub), -3 (stdin), -4 (control), -5 (heartbeat), as Jupyter's ipc transport names
+ * them. */
+#define JP_IPC_NAME "kernel"
 
-/* The connection file (JSON) for those ports and key: a string to free, or NULL. */
-char *jp_connection_file(const struct jp_ports *ports, const char *key, const char *kernel_name);
+/* A new key. -1 with err. */
+int jp_new_key(char key[JP_KEY_LEN + 1], struct sbxd_err *err);
+
+/* The connection file (JSON) for a kernel started in its directory, with that key: a string
+ * to free, or NULL. */
+char *jp_connection_file(const char *key, const char *kernel_name);
 
 struct jp_conn;
 
-/* Connect to a kernel. NULL with err. */
-struct jp_conn *jp_open(const struct jp_ports *ports, const char *key, struct sbxd_err *err);
+/* Connect to the kernel whose sockets are in dir (absolute). Its messages are received up
+ * to max_msg bytes each (a larger one drops the connection, which is then made again), and
+ * at most SBXD_KERNEL_RCVHWM of iopub's wait in sbxd's memory (more wait in the kernel's).
+ * NULL with err. */
+struct jp_conn *jp_open(const char *dir, const char *key, int64_t max_msg, struct sbxd_err *err);
 /* One more holder of k; jp_close gives a hold back, and the last one closes the sockets (on
  * the thread that calls it: one that may use them). */
 void jp_hold(struct jp_conn *k);

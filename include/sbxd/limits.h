@@ -25,7 +25,16 @@
 /* An interrupt is sent to a kernel again this often until the code stops (one that came
  * before the code began is lost). */
 #define SBXD_KERNEL_REINTERRUPT_MS 250
-#define SBXD_KERNEL_MSG_MAX        (64LL << 20)
+/* A kernel's message is received up to max(4 x --max-output-bytes, SBXD_KERNEL_MSG_MIN)
+ * bytes, never more than SBXD_KERNEL_MSG_MAX (a larger one is dropped with its connection,
+ * which ZeroMQ makes again), and at most SBXD_KERNEL_RCVHWM of iopub's wait in sbxd: the
+ * rest wait in the kernel's own memory. */
+#define SBXD_KERNEL_MSG_MIN (16LL << 20)
+#define SBXD_KERNEL_MSG_MAX (64LL << 20)
+#define SBXD_KERNEL_RCVHWM  4
+/* MCP run_code answers at most this many images (and no more bytes of them than
+ * --max-output-bytes); the rest are counted as left out. */
+#define SBXD_MCP_MAX_IMAGES 32
 
 /* Warm kernels (--warm-contexts) at most, and how long a failed start waits to try again. */
 #define SBXD_WARM_MAX     8

@@ -36,6 +36,9 @@ struct spawn_spec {
     int stdin_fd, stdout_fd, stderr_fd;
     int cwd_fd;           /* an fd of the working directory, or -1 */
     const char *cwd_path; /* ... its path beneath the workspace root (namespace slots) */
+    /* An absolute directory to start in instead, or NULL: a kernel's own, outside the
+     * workspace (context.h). Entered by path, as root, in the command's mount namespace. */
+    const char *cwd_abs;
     struct spawn_rlimit rlimits[SPAWN_MAX_RLIMITS];
     int nrlimits;
     const struct harden_plan *harden; /* applied last, right before execve; NULL: none */

@@ -543,62 +543,51 @@ static const char shell_init[] =
     "__sbxd_mark() { local __sbxd_s=$2; unset __sbxd_c; printf '\\n\\036%s %d\\n' \"$1\" "
     "\"$__sbxd_s\"; printf '\\n\\036%s\\n' \"$1\" >&2; return \"$__sbxd_s\"; }\n";
 
-/*
- * A kernel's IPython directory (its profile, its history) is kept out of the workspace, so
- * that a kernel, a warm one made before any request included, puts nothing there (a
- * `git clone URL .` into the workspace needs it empty): /tmp/sbxd-ipython-RANDOM, which the
- * kernel makes as it starts and sbxd removes once it is gone. A client's own IPYTHONDIR
- * stands. Returns the spec to start c's process from (malloc'd), NULL when out of memory.
- */
-static char *spec_for_spawn(struct ctx *c)
+/* The spec c's process starts from (malloc'd; NULL when out of memory): a shell's as it is;
+ * a kernel's with its IPython directory in its own directory (kernel_dir.c: no command can
+ * reach it, and nothing is put in the workspace, which `git clone URL .` needs empty), unless
+ * the client named one, and without the cwd (ctx_spawn). */
+static char *spec_for_spawn(struct ctx *c, const char *start_dir)
 {
     if (!c->kernel)
-        return strdup(c->spec); /* a shell: as it is */
-    char name[sizeof(c->ipython_dir)] = "";
+        return strdup(c->spec);
     cJSON *o = cJSON_Parse(c->spec);
     cJSON *env = o ? ctx_spec_env(o) : NULL;
-    if (env && !cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR")) {
-        char hex[25], dir[sizeof(name) + 8];
-        if (random_hex(hex, 12) == 0) {
-            snprintf(name, sizeof(name), "sbxd-ipython-%s", hex);
-            snprintf(dir, sizeof(dir), "/tmp/%s", name);
-            cJSON_AddStringToObject(env, "IPYTHONDIR", dir);
-        }
+    if (env && start_dir && !cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR")) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/ipython", start_dir);
+        cJSON_AddStringToObject(env, "IPYTHONDIR", dir);
     }
     char *spec = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    pthread_mutex_lock(&c->lock);
-    snprintf(c->ipython_dir, sizeof(c->ipython_dir), "%s", spec ? name : "");
-    pthread_mutex_unlock(&c->lock);
     return spec;
 }
 
-/* Remove the IPython directory of c's last process (gone by now), if it had one. */
-static void remove_ipython_dir(struct ctx *c)
+void ctx_kdir_remove(struct ctx *c)
 {
-    char name[sizeof(c->ipython_dir)];
+    char name[sizeof(c->kdir)];
     pthread_mutex_lock(&c->lock);
-    snprintf(name, sizeof(name), "%s", c->ipython_dir);
-    c->ipython_dir[0] = '\0';
+    snprintf(name, sizeof(name), "%s", c->kdir);
+    c->kdir[0] = '\0';
     pthread_mutex_unlock(&c->lock);
-    if (!name[0])
-        return;
-    /* Resolved from an fd of /tmp, no symlink followed: what the kernel's user put there
-     * cannot turn the removal elsewhere. */
-    int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    struct sbxd_err err = {0};
-    if (tmp >= 0 && fs_delete(tmp, name, true, &err) < 0 && err.kind != SBXD_E_NOT_FOUND)
-        LOG_EVENT("warn", "context_cleanup_failed", LOG_S("path", name), LOG_S("error", err.msg));
-    if (tmp >= 0)
-        close(tmp);
+    kdir_remove(name);
 }
 
-struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err)
+int64_t ctx_kernel_msg_max(void)
+{
+    uint64_t m = reg.cfg.max_output > (uint64_t)SBXD_KERNEL_MSG_MAX / 4
+                     ? (uint64_t)SBXD_KERNEL_MSG_MAX
+                     : 4 * reg.cfg.max_output;
+    return m < (uint64_t)SBXD_KERNEL_MSG_MIN ? SBXD_KERNEL_MSG_MIN : (int64_t)m;
+}
+
+struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, char *cwd_out,
+                          size_t cwd_len, struct sbxd_err *err)
 {
     struct request_policy pol;
     exec_service_policy(reg.svc, MX_BACKGROUND, &pol);
     struct exec_request req;
-    char *spec = spec_for_spawn(c);
+    char *spec = spec_for_spawn(c, start_dir);
     if (!spec) {
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
@@ -607,16 +596,18 @@ struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err)
     free(spec);
     if (rc < 0)
         return NULL;
+    if (cwd_out)
+        snprintf(cwd_out, cwd_len, "%s%s%s", pol.workspace, req.cwd[0] ? "/" : "", req.cwd);
     /* It lives until deleted, idle too long (ctx_sweep), or the daemon stops. */
     req.timeout_ms = SBXD_TIMEOUT_HARD_MAX_MS;
-    return exec_service_start_owned(reg.svc, &req, stdin_file, err);
+    return exec_service_start_owned(reg.svc, &req, stdin_file, start_dir, err);
 }
 
 /* Start c's shell and wait until it is ready: then it is c->shell (c->pid its pid), or -1
  * with err. */
 static int start_shell(struct ctx *c, struct sbxd_err *err)
 {
-    struct bg_proc *p = ctx_spawn(c, 0, err);
+    struct bg_proc *p = ctx_spawn(c, 0, NULL, NULL, 0, err);
     if (!p)
         return -1;
     struct ctx_run *r = calloc(1, sizeof(*r)); /* a run of nothing: the ready marker */
@@ -787,7 +778,7 @@ static void ctx_free(struct ctx *c)
 {
     if (c->shell)
         bg_put(c->shell);
-    remove_ipython_dir(c); /* (a kernel that never started) */
+    ctx_kdir_remove(c); /* (a kernel that never started) */
     free(c->spec);
     pthread_mutex_destroy(&c->admin);
     pthread_mutex_destroy(&c->lock);
@@ -1322,7 +1313,7 @@ static void kill_shell(struct ctx *c, const char *why, bool restarting)
         bg_put(p);
     }
     jp_close(jc);
-    remove_ipython_dir(c);
+    ctx_kdir_remove(c);
 }
 
 void ctx_delete(struct ctx *c)
@@ -1491,4 +1482,5 @@ void ctx_shutdown(void)
         ctx_put(v[i]);
     }
     free(v);
+    kdir_shutdown();
 }

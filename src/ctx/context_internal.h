@@ -16,6 +16,8 @@
 #include "sbxd/limits.h"
 
 #define TOKEN_LEN 32 /* hex digits: 128 random bits */
+/* A kernel's directory's name: 128 random bits in hex. */
+#define KDIR_NAME_LEN 32
 /* The longest marker: "\n\x1e" TOKEN " -2147483648\n". */
 #define MARKER_MAX (2 + TOKEN_LEN + 13)
 
@@ -29,10 +31,11 @@ struct ctx {
     bool kernel;          /* a Jupyter kernel, else a shell session */
     bool interrupt_message;
     char cwd[256];
-    char *spec; /* the request the process is started from (again at a restart) */
-    /* A kernel's IPython directory, the name beneath /tmp its process was given ("": none;
-     * under lock): removed when the process is gone (ctx_spawn). */
-    char ipython_dir[48];
+    char *spec;     /* the request the process is started from (again at a restart) */
+    bool ipykernel; /* a kernel that is IPython's (kernelspec.h): set up by sbxd once started */
+    /* A kernel's own directory (kernel_dir.c), the name its process was given ("": none;
+     * under lock): removed when the process is gone. */
+    char kdir[KDIR_NAME_LEN + 1];
     int64_t created_real_ns;
     pthread_mutex_t admin; /* one restart or delete at a time */
     /* Under lock: */
@@ -86,8 +89,21 @@ struct ctx_run {
 };
 
 /* Start c's process from its spec (stdin_file > 0: its stdin): an owned background process
- * that lives until killed. NULL with err. */
-struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, struct sbxd_err *err);
+ * that lives until killed. A kernel (start_dir: its directory) starts there, not in its cwd,
+ * with its IPython directory there too unless the client named one; the absolute path of
+ * the cwd it asked for goes to cwd_out. NULL with err. */
+struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, char *cwd_out,
+                          size_t cwd_len, struct sbxd_err *err);
+/* The largest message a kernel's connection takes (jupyter.h), from --max-output-bytes. */
+int64_t ctx_kernel_msg_max(void);
+/* Forget c's kernel directory and remove it (its process is gone). */
+void ctx_kdir_remove(struct ctx *c);
+
+/* kernel_dir.c: a new kernel directory (its name and absolute path), or -1 with err; its
+ * removal, with whatever the kernel left in it; the base of them all at shutdown. */
+int kdir_make(char name[KDIR_NAME_LEN + 1], char *path, size_t len, struct sbxd_err *err);
+void kdir_remove(const char *name);
+void kdir_shutdown(void);
 /* Under c->lock: the process is gone (or must go), the context is dead. */
 void ctx_mark_dead(struct ctx *c, const char *why);
 /* Why p (what: "shell", "kernel") ended, in words. */

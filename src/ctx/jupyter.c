@@ -1,15 +1,13 @@
 /* The Jupyter messaging protocol over ZeroMQ (jupyter.h). */
-#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <netinet/in.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -112,43 +110,25 @@ static int hex_random(char *out, size_t bytes)
     return 0;
 }
 
-int jp_prepare(struct jp_ports *ports, char key[JP_KEY_LEN + 1], struct sbxd_err *err)
+int jp_new_key(char key[JP_KEY_LEN + 1], struct sbxd_err *err)
 {
     if (hex_random(key, JP_KEY_LEN / 2) < 0)
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "no random bytes for a kernel's key");
-    int *slot[5] = {&ports->shell, &ports->iopub, &ports->stdin_, &ports->control, &ports->hb};
-    int fds[5];
-    int n = 0, rc = 0;
-    for (; n < 5; n++) {
-        /* All five bound at once, so that the kernel gets five different ports. */
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof(a);
-        fds[n] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fds[n] < 0 || bind(fds[n], (struct sockaddr *)&a, sizeof(a)) < 0 ||
-            getsockname(fds[n], (struct sockaddr *)&a, &len) < 0) {
-            rc = sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "no free loopback port for a kernel");
-            if (fds[n] >= 0)
-                n++;
-            break;
-        }
-        *slot[n] = ntohs(a.sin_port);
-    }
-    while (n > 0)
-        close(fds[--n]);
-    return rc;
+    return 0;
 }
 
-char *jp_connection_file(const struct jp_ports *p, const char *key, const char *kernel_name)
+char *jp_connection_file(const char *key, const char *kernel_name)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "shell_port", p->shell);
-    cJSON_AddNumberToObject(o, "iopub_port", p->iopub);
-    cJSON_AddNumberToObject(o, "stdin_port", p->stdin_);
-    cJSON_AddNumberToObject(o, "control_port", p->control);
-    cJSON_AddNumberToObject(o, "hb_port", p->hb);
-    cJSON_AddStringToObject(o, "ip", "127.0.0.1");
+    cJSON_AddNumberToObject(o, "shell_port", 1);
+    cJSON_AddNumberToObject(o, "iopub_port", 2);
+    cJSON_AddNumberToObject(o, "stdin_port", 3);
+    cJSON_AddNumberToObject(o, "control_port", 4);
+    cJSON_AddNumberToObject(o, "hb_port", 5);
+    /* Relative: bound in the kernel's working directory as it starts (its own directory). */
+    cJSON_AddStringToObject(o, "ip", JP_IPC_NAME);
     cJSON_AddStringToObject(o, "key", key);
-    cJSON_AddStringToObject(o, "transport", "tcp");
+    cJSON_AddStringToObject(o, "transport", "ipc");
     cJSON_AddStringToObject(o, "signature_scheme", "hmac-sha256");
     cJSON_AddStringToObject(o, "kernel_name", kernel_name);
     char *s = cJSON_PrintUnformatted(o);
@@ -173,7 +153,7 @@ void jp_close(struct jp_conn *k)
     free(k);
 }
 
-struct jp_conn *jp_open(const struct jp_ports *ports, const char *key, struct sbxd_err *err)
+struct jp_conn *jp_open(const char *dir, const char *key, int64_t max_msg, struct sbxd_err *err)
 {
     pthread_once(&once, lib_init);
     if (!zctx) {
@@ -190,17 +170,22 @@ struct jp_conn *jp_open(const struct jp_ports *ports, const char *key, struct sb
     k->refs = 1;
     snprintf(k->key, sizeof(k->key), "%s", key);
     const int type[4] = {ZMQ_DEALER, ZMQ_SUB, ZMQ_DEALER, ZMQ_DEALER};
-    const int port[4] = {ports->shell, ports->iopub, ports->stdin_, ports->control};
+    /* By enum jp_channel: the kernel's port numbers of jp_connection_file. */
+    const int port[4] = {1, 2, 3, 4};
     for (int i = 0; i < 4; i++) {
         void *s = z.zmq_socket(zctx, type[i]);
-        char ep[40];
-        snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port[i]);
+        char ep[PATH_MAX + 32];
+        snprintf(ep, sizeof(ep), "ipc://%s/%s-%d", dir, JP_IPC_NAME, port[i]);
         int zero = 0;
-        int64_t max = SBXD_KERNEL_MSG_MAX;
+        /* What ZeroMQ's I/O thread reads ahead of sbxd is bounded: a few messages on iopub
+         * (a kernel displaying hundreds of large images otherwise had them all queued in
+         * sbxd: 173 MB), each of a bounded size. */
+        int hwm = SBXD_KERNEL_RCVHWM;
         /* shell and stdin under one identity: the kernel asks for input on the stdin socket
          * of the client whose shell request runs. */
         if (!s || z.zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)) < 0 ||
-            z.zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof(max)) < 0 ||
+            z.zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg)) < 0 ||
+            (type[i] == ZMQ_SUB && z.zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm)) < 0) ||
             (type[i] == ZMQ_SUB && z.zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0) < 0) ||
             (type[i] == ZMQ_DEALER &&
              z.zmq_setsockopt(s, ZMQ_ROUTING_ID, k->session, strlen(k->session)) < 0) ||

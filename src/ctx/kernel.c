@@ -39,6 +39,13 @@ static char *replace_all(const char *s, const char *from, const char *to)
     return out;
 }
 
+/* Whether a program is a Python interpreter (python, python3, python3.11, by any path). */
+static bool is_python(const char *prog)
+{
+    const char *b = strrchr(prog, '/');
+    return strncmp(b ? b + 1 : prog, "python", 6) == 0;
+}
+
 /* Whether a kernelspec's argv starts IPython's kernel (ipykernel_launcher, or python -m
  * ipykernel): it takes IPython's configuration on its command line. */
 static bool is_ipykernel(const cJSON *argv)
@@ -62,12 +69,19 @@ char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *ker
     /* The kernel reads its connection file from its stdin (context.h). */
     cJSON *argv = cJSON_CreateArray();
     bool ok = argv != NULL;
+    c->ipykernel = is_ipykernel(ks.argv);
     for (const cJSON *a = ks.argv->child; ok && a; a = a->next) {
         char *x = replace_all(a->valuestring, "{connection_file}", "/proc/self/fd/0");
         char *y = x ? replace_all(x, "{resource_dir}", ks.dir) : NULL;
         ok = y && cJSON_AddItemToArray(argv, cJSON_CreateString(y));
         free(x);
         free(y);
+        /* IPython's kernel starts without the user site (-s): HOME is the workspace, and a
+         * .pth file any command can plant in its site-packages would run in the kernel as it
+         * starts, its key on its stdin. The set-up after the start puts the directory back on
+         * the path (its packages import; its .pth files are not run). */
+        if (ok && a == ks.argv->child && c->ipykernel && is_python(a->valuestring))
+            ok = cJSON_AddItemToArray(argv, cJSON_CreateString("-s"));
     }
     /* IPython's kernel keeps no history file: a context's history is its own session's (In,
      * Out, %history work from memory), and writing the file cost each execution a database
@@ -174,8 +188,9 @@ static int handshake(struct bg_proc *p, struct jp_conn *jc, char *why, size_t le
     return 0;
 }
 
-/* Run code silently (no output, no history) and wait for its reply: set-up. */
-static void run_silent(struct jp_conn *jc, const char *code)
+/* Run code silently (no output, no history) and wait for its reply: set-up. 0 once it ran
+ * without error, else -1 with why. */
+static int run_silent(struct jp_conn *jc, const char *code, char *why, size_t len)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "code", code);
@@ -188,9 +203,12 @@ static void run_silent(struct jp_conn *jc, const char *code)
     struct sbxd_err err = {0};
     if (!content || jp_send(jc, JP_SHELL, "execute_request", content, id, &err) < 0) {
         free(content);
-        return;
+        snprintf(why, len, "it took no request: %s", err.msg[0] ? err.msg : "out of memory");
+        return -1;
     }
     free(content);
+    snprintf(why, len, "it did not answer within %d ms", SBXD_CTX_START_MS);
+    int rc = -1;
     int64_t deadline = time_mono_ns() + (int64_t)SBXD_CTX_START_MS * 1000000;
     for (bool done = false; !done && time_mono_ns() < deadline;) {
         struct jp_msg m;
@@ -198,17 +216,84 @@ static void run_silent(struct jp_conn *jc, const char *code)
             continue;
         done = m.channel == JP_SHELL && strcmp(m.type, "execute_reply") == 0 &&
                strcmp(m.parent_id, id) == 0;
+        if (done) {
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(m.content, "status");
+            const cJSON *en = cJSON_GetObjectItemCaseSensitive(m.content, "ename");
+            const cJSON *ev = cJSON_GetObjectItemCaseSensitive(m.content, "evalue");
+            rc = cJSON_IsString(st) && strcmp(st->valuestring, "ok") == 0 ? 0 : -1;
+            snprintf(why, len, "%s: %s", cJSON_IsString(en) ? en->valuestring : "error",
+                     cJSON_IsString(ev) ? ev->valuestring : "");
+        }
         jp_msg_free(&m);
     }
+    return rc;
+}
+
+/*
+ * IPython's kernel once it answers: undumpable, which closes its memory, environment and
+ * descriptors (the key) to other processes of its user, as /proc's are to non-root; then into
+ * the working directory the client asked for, which takes the place of the kernel's own
+ * directory on its path (as Jupyter starts a kernel in the notebook's directory: its modules
+ * import), and the user site back on the path (-s: kernel_spec), its .pth files not run. Run in
+ * a namespace of its own: nothing is left in the user's.
+ */
+static char *setup_code(const char *dir, const char *cwd)
+{
+    static const char body[] =
+        "import ctypes, os, site, sys\n"
+        "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+        "os.chdir(W)\n"
+        "sys.path[:] = [W if p == D else p for p in sys.path]\n"
+        "if W not in sys.path:\n"
+        "    sys.path.insert(0, W)\n"
+        "u = site.getusersitepackages()\n"
+        "if not os.environ.get('PYTHONNOUSERSITE') and os.path.isdir(u) and u not in sys.path:\n"
+        "    i = [k for k, p in enumerate(sys.path) if p.endswith(('site-packages', "
+        "'dist-packages'))]\n"
+        "    sys.path.insert(i[0] if i else len(sys.path), u)\n"
+        "    site.ENABLE_USER_SITE = True\n";
+    cJSON *b = cJSON_CreateString(body), *d = cJSON_CreateString(dir), *w = cJSON_CreateString(cwd);
+    char *bs = b ? cJSON_PrintUnformatted(b) : NULL;
+    char *ds = d ? cJSON_PrintUnformatted(d) : NULL;
+    char *ws = w ? cJSON_PrintUnformatted(w) : NULL;
+    cJSON_Delete(b);
+    cJSON_Delete(d);
+    cJSON_Delete(w);
+    char *code = NULL;
+    /* (A JSON string is a Python string literal.) */
+    if (bs && ds && ws && asprintf(&code, "exec(%s, {'D': %s, 'W': %s})", bs, ds, ws) < 0)
+        code = NULL;
+    free(bs);
+    free(ds);
+    free(ws);
+    return code;
+}
+
+/* The kernel is gone, or never came: c forgets it, and its directory goes. */
+static void start_failed(struct ctx *c, struct bg_proc *p, struct jp_conn *jc)
+{
+    if (p) {
+        struct bg_info in;
+        bg_remove(p, &in);
+        bg_put(p);
+    }
+    jp_close(jc);
+    ctx_kdir_remove(c);
 }
 
 int kernel_start(struct ctx *c, struct sbxd_err *err)
 {
-    struct jp_ports ports;
-    char key[JP_KEY_LEN + 1];
-    if (jp_prepare(&ports, key, err) < 0)
+    char key[JP_KEY_LEN + 1], name[KDIR_NAME_LEN + 1], dir[PATH_MAX];
+    if (jp_new_key(key, err) < 0)
         return -1;
-    char *conn = jp_connection_file(&ports, key, c->kernel_name);
+    if (kdir_make(name, dir, sizeof(dir), err) < 0) {
+        memset(key, 0, sizeof(key));
+        return -1;
+    }
+    pthread_mutex_lock(&c->lock);
+    snprintf(c->kdir, sizeof(c->kdir), "%s", name);
+    pthread_mutex_unlock(&c->lock);
+    char *conn = jp_connection_file(key, c->kernel_name);
     int mfd = conn ? memfd_create("sbxd-kernel-connection", MFD_CLOEXEC) : -1;
     size_t cl = conn ? strlen(conn) : 0;
     /* Readable and writable through /proc/self/fd/0 by the kernel's user, whoever that is:
@@ -222,10 +307,13 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
         if (mfd >= 0)
             close(mfd);
         memset(key, 0, sizeof(key));
+        ctx_kdir_remove(c);
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot write a kernel's connection file");
     }
-    struct bg_proc *p = ctx_spawn(c, mfd, err);
-    struct jp_conn *jc = p ? jp_open(&ports, key, err) : NULL;
+    /* It starts in its own directory, where it binds its sockets (jupyter.h). */
+    char cwd[PATH_MAX];
+    struct bg_proc *p = ctx_spawn(c, mfd, dir, cwd, sizeof(cwd), err);
+    struct jp_conn *jc = p ? jp_open(dir, key, ctx_kernel_msg_max(), err) : NULL;
     memset(key, 0, sizeof(key));
     char why[400] = "";
     int rc = jc ? handshake(p, jc, why, sizeof(why)) : -1;
@@ -235,22 +323,20 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
         rc = -1;
     }
     close(mfd);
+    char *setup = rc == 0 && c->ipykernel ? setup_code(dir, cwd) : NULL;
+    char swhy[300] = "out of memory";
+    if (rc == 0 && c->ipykernel && (!setup || run_silent(jc, setup, swhy, sizeof(swhy)) < 0)) {
+        snprintf(why, sizeof(why), "its set-up failed (%s)", swhy);
+        rc = -1;
+    }
+    free(setup);
     if (rc < 0) {
-        if (p) {
-            struct bg_info in;
-            bg_remove(p, &in);
-            bg_put(p);
-        }
-        jp_close(jc);
+        start_failed(c, p, jc);
         if (why[0])
             sbxd_fail(err, SBXD_E_INTERNAL, 0, "the %s kernel did not start: %s", c->kernel_name,
                       why);
         return -1;
     }
-    /* A Python kernel makes itself undumpable: its memory, environment and descriptors (the
-     * key) are then closed to other processes of its user, as /proc's are to non-root. */
-    if (strcasecmp(c->language, "python") == 0)
-        run_silent(jc, "__import__('ctypes').CDLL(None).prctl(4, 0, 0, 0, 0)");
     struct bg_info in;
     bg_info(p, &in);
     pthread_mutex_lock(&c->lock);

@@ -370,10 +370,12 @@ struct bg_proc *exec_service_start_process(struct exec_service *s, struct exec_r
 }
 
 struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_request *req,
-                                         int stdin_file, struct sbxd_err *err)
+                                         int stdin_file, const char *start_dir,
+                                         struct sbxd_err *err)
 {
     struct job_env env = exec_service_env(s, MX_BACKGROUND, -1);
     env.stdin_file = stdin_file;
+    env.start_dir = start_dir;
     enum exec_front front = req->front;
     if (!start_begin(s, err)) {
         exec_request_free(req);

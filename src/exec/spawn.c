@@ -179,7 +179,11 @@ NO_SANITIZE static int child_stdio_cwd(const struct spawn_spec *s, const char **
         *step = "controlling tty";
         return -1;
     }
-    if (s->cwd_fd >= 0 && syscall(SYS_fchdir, s->cwd_fd) < 0) {
+    if (s->cwd_abs && syscall(SYS_chdir, s->cwd_abs) < 0) {
+        *step = "chdir";
+        return -1;
+    }
+    if (!s->cwd_abs && s->cwd_fd >= 0 && syscall(SYS_fchdir, s->cwd_fd) < 0) {
         *step = "fchdir";
         return -1;
     }

@@ -768,8 +768,10 @@ START_TEST(run_code_in_python)
 }
 END_TEST
 
-/* A process of the sandbox that reaches the kernel's ports cannot have code run: sbxd's key
- * is in no file it can read, and a message without the key's signature is dropped. */
+/* A process of the sandbox that sends code to every port it can reach cannot have it run:
+ * sbxd's key is in no file it can read, and a message without the key's signature is dropped.
+ * (A kernel's channels are no TCP ports at all: kernels_are_out_of_every_commands_reach; what
+ * listens is sbxd's own ports and ipykernel's pipe for its forked children's output.) */
 START_TEST(kernel_refuses_code_from_the_sandbox)
 {
     char id[64];
@@ -822,7 +824,7 @@ START_TEST(kernel_refuses_code_from_the_sandbox)
     int ports = 0, leaks = -1;
     ck_assert_msg(sscanf(jstr(e, "stdout"), "%d %d", &ports, &leaks) == 2, "%s %s",
                   jstr(e, "stdout"), jstr(e, "stderr"));
-    ck_assert_msg(ports >= 4, "only %d ports found: %s", ports, jstr(e, "stderr"));
+    ck_assert_msg(ports >= 1, "no port found: %s", jstr(e, "stderr"));
     ck_assert_int_eq(leaks, 0);
     cJSON_Delete(e);
     e = execute(&g_sbxd, "{\"command\":\"test -e pwned && echo PWNED; true\"}");
@@ -873,11 +875,14 @@ START_TEST(warm_kernel_answers_at_once)
     cJSON *o = run_text(&d, a, "import os\nos.getcwd()", 0);
     ck_assert_ptr_nonnull(strstr(jstr(result_at(o, 0), "text/plain"), d.ws));
     cJSON_Delete(o);
-    /* Its IPython directory: its own, beneath /tmp, there while it lives. */
+    /* Its IPython directory: in its own directory (kernels' base beneath /tmp), there while
+     * it lives. */
     o = run_text(&d, a, "import os\nd = os.environ['IPYTHONDIR']\nprint(d, os.path.isdir(d))", 0);
     char ipy[128];
     ck_assert_int_eq(sscanf(jstr(o, "stdout"), "%127s", ipy), 1);
-    ck_assert_msg(strncmp(ipy, "/tmp/sbxd-ipython-", 18) == 0, "%s", jstr(o, "stdout"));
+    ck_assert_msg(strncmp(ipy, "/tmp/sbxd-kernels-", 18) == 0 &&
+                      strcmp(ipy + strlen(ipy) - 8, "/ipython") == 0,
+                  "%s", jstr(o, "stdout"));
     ck_assert_msg(strstr(jstr(o, "stdout"), " True\n"), "%s", jstr(o, "stdout"));
     cJSON_Delete(o);
     /* With an env of its own: started for it (the warm one is not what it asked for); an
@@ -915,6 +920,152 @@ START_TEST(warm_kernel_answers_at_once)
     ck_assert(daemon_stop_clean(&d, 10000));
     if (!under_gvisor()) /* (there, the sandbox is gone: daemon_stop_clean checked) */
         ck_assert_int_eq(wait_pids_gone(kernels, nk, 3000), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------ */
+/* What a command can do to a kernel: nothing. Per backend (pidns, uid, pgid).            */
+
+static const char *const kbackends[] = {"pidns", "uid", "pgid"};
+
+/* A file of d's workspace, read whole ("" when missing: *exists false). */
+static void ws_read(const struct daemon *d, const char *name, char *out, size_t n, bool *exists)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", d->ws, name);
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    *exists = f != NULL;
+    if (!f)
+        return;
+    size_t k = fread(out, 1, n - 1, f);
+    out[k] = '\0';
+    fclose(f);
+}
+
+static bool ws_wait_for(const struct daemon *d, const char *name, double ms)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", d->ws, name);
+    for (double end = now_ms() + ms * SLOW; now_ms() < end; usleep(10000))
+        if (access(path, F_OK) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The attacks on a kernel from a command of the same sandbox (kernel_attack.py runs as a
+ * background command while a client's kernel starts and runs code):
+ *  - it subscribes to every listening socket it finds (loopback TCP ports, /proc/net/unix)
+ *    as a ZeroMQ SUB, which needs no key, to read the kernel's iopub: another client's code
+ *    and output (an API key);
+ *  - it plants an IPython startup file in every IPython directory it can reach under /tmp
+ *    as it appears, to run in the kernel;
+ *  - before that it planted, in the workspace, an `ipykernel_launcher.py` (which would run
+ *    first in a kernel started with the workspace as its cwd, and read the key from its
+ *    stdin) and a `.pth` file in the user site of the command user (HOME is the workspace:
+ *    Python runs a .pth's import lines at start-up).
+ * None of them may work. The kernel still imports the workspace's modules once started, as
+ * Jupyter's kernels do with their directory, and none of its channels is a TCP port (a port
+ * chosen by sbxd and bound a moment later by the kernel could be taken first by a command).
+ * (ipykernel's own pipe for the output of forked children listens on a port of its choosing,
+ * and drops what does not carry its 128-bit token: it is left out.)
+ */
+START_TEST(kernels_are_out_of_every_commands_reach)
+{
+    const char *backend = kbackends[_i];
+    struct daemon d;
+    const char *args[] = {"--isolation", backend, "--warm-contexts", "0", NULL};
+    daemon_start(&d, args, NULL);
+    char src[PATH_MAX], dst[PATH_MAX];
+    snprintf(src, sizeof(src), "%s", KERNEL_ATTACK_PY);
+    snprintf(dst, sizeof(dst), "%s/kernel_attack.py", d.ws);
+    FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
+    ck_assert(in && out);
+    char buf[4096];
+    for (size_t k; (k = fread(buf, 1, sizeof(buf), in)) > 0;)
+        fwrite(buf, 1, k, out);
+    fclose(in);
+    fclose(out);
+    cJSON *e = execute(
+        &d,
+        "{\"command\":\"printf 'import os, shutil\\\\nopen(\\\"planted-launcher\\\", \\\"w\\\")."
+        "write(open(\\\"/proc/self/fd/0\\\").read())\\\\nimport runpy, sys\\\\nsys.path = [p "
+        "for p in sys.path if p not in (\\\"\\\", os.getcwd())]\\\\nrunpy.run_module("
+        "\\\"ipykernel_launcher\\\", run_name=\\\"__main__\\\")\\\\n' > ipykernel_launcher.py; "
+        "site=$(python3 -s -c 'import site; print(site.getusersitepackages())'); "
+        "mkdir -p \\\"$site\\\" && printf 'import os; open(os.path.join(os.environ[\\\"HOME\\\"], "
+        "\\\"planted-pth\\\"), \\\"w\\\").write(\\\"x\\\")\\\\n' > \\\"$site/zz-planted.pth\\\"; "
+        "echo 'X = 42' > helper.py; ls\"}");
+    ck_assert_msg(strstr(jstr(e, "stdout"), "ipykernel_launcher.py") &&
+                      strstr(jstr(e, "stdout"), "helper.py"),
+                  "%s %s", jstr(e, "stdout"), jstr(e, "stderr"));
+    cJSON_Delete(e);
+    struct http_resp r;
+    http_reqf(&d, &r, "POST",
+              "{\"argv\":[\"python3\",\"-s\",\"kernel_attack.py\"],\"timeout_ms\":40000}",
+              "/processes");
+    ck_assert_msg(r.status == 201, "%s", r.body);
+    char attacker[64];
+    snprintf(attacker, sizeof(attacker), "%s", jstr(r.json, "id"));
+    http_resp_free(&r);
+    ck_assert_msg(ws_wait_for(&d, "attacker-ready", 10000), "the attacker did not start");
+
+    char id[64];
+    py_new(&d, "{\"language\":\"python\"}", id, sizeof(id));
+    usleep(300000); /* the attacker's scans every 100 ms find what the kernel listens on */
+    for (int i = 0; i < 3; i++) {
+        cJSON *o = run_text(&d, id, "API_KEY = 'sk-live-' + 'c0ffee'\nprint(API_KEY)", 0);
+        ck_assert_str_eq(jstr(o, "stdout"), "sk-live-c0ffee\n");
+        cJSON_Delete(o);
+        usleep(150000);
+    }
+    char stop[PATH_MAX];
+    snprintf(stop, sizeof(stop), "%s/attacker-stop", d.ws);
+    fclose(fopen(stop, "w"));
+    ck_assert_msg(ws_wait_for(&d, "attacker-result", 10000), "the attacker did not end");
+    char res[256], m1[4096], m2[64], m3[64];
+    bool have, launcher, pth, startup;
+    ws_read(&d, "attacker-result", res, sizeof(res), &have);
+    ws_read(&d, "planted-launcher", m1, sizeof(m1), &launcher);
+    ws_read(&d, "planted-pth", m2, sizeof(m2), &pth);
+    ws_read(&d, "planted-startup", m3, sizeof(m3), &startup);
+    int eps = 0, planted = 0, seen = -1;
+    ck_assert_msg(sscanf(res, "endpoints %d planted %d seen %d", &eps, &planted, &seen) == 3, "%s",
+                  res);
+    ck_assert_msg(seen == 0 && !launcher && !pth && !startup,
+                  "%s: the attacker read %d messages with the secret (of %d endpoints), "
+                  "planted %d startup files; ran in the kernel: the workspace's "
+                  "ipykernel_launcher %s%s, a user-site .pth %s, an IPython startup file %s",
+                  backend, seen, eps, planted, launcher ? "yes, it read: " : "no",
+                  launcher ? m1 : "", pth ? "yes" : "no", startup ? "yes" : "no");
+    /* The kernel works as Jupyter's do: its cwd (the workspace) first on its path. */
+    cJSON *o =
+        run_text(&d, id,
+                 "import helper, os, sys\n"
+                 "socks = set()\n"
+                 "for f in os.listdir('/proc/self/fd'):\n"
+                 "    l = os.readlink('/proc/self/fd/' + f) if os.path.islink('/proc/self/fd/' "
+                 "+ f) else ''\n"
+                 "    if l.startswith('socket:['): socks.add(l[8:-1])\n"
+                 "pipe = getattr(get_ipython().kernel.iopub_thread, '_pipe_port', 0)\n"
+                 "listen = 0\n"
+                 "for t in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+                 "    for l in open(t).readlines()[1:]:\n"
+                 "        p = l.split()\n"
+                 "        listen += p[3] == '0A' and p[9] in socks and "
+                 "int(p[1].split(':')[1], 16) != pipe\n"
+                 "print(helper.X, os.getcwd() == os.environ['HOME'], sys.path[0] == "
+                 "os.getcwd(), listen)",
+                 0);
+    ck_assert_msg(strcmp(jstr(o, "stdout"), "42 True True 0\n") == 0, "%s: %s %s", backend,
+                  jstr(o, "stdout"), jstr(o, "stderr"));
+    cJSON_Delete(o);
+
+    http_reqf(&d, &r, "DELETE", NULL, "/processes/%s", attacker);
+    http_resp_free(&r);
+    ctx_delete_ok(&d, id);
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
@@ -964,5 +1115,10 @@ Suite *contexts_suite(void)
     tcase_add_test(k, kernel_refuses_code_from_the_sandbox);
     tcase_add_test(k, warm_kernel_answers_at_once);
     suite_add_tcase(s, k);
+    TCase *ka = tcase_create("kernel-attacks");
+    tcase_set_timeout(ka, 90 * SLOW);
+    tcase_add_loop_test(ka, kernels_are_out_of_every_commands_reach, 0,
+                        sizeof(kbackends) / sizeof(kbackends[0]));
+    suite_add_tcase(s, ka);
     return s;
 }

@@ -1,5 +1,6 @@
-/* jupyter.c against a kernel played by the test: real ZeroMQ sockets on loopback, the
- * signature checked with libsodium on the other side. */
+/* jupyter.c against a kernel played by the test: real ZeroMQ sockets, bound in a directory
+ * as a kernel binds them (transport ipc), the signature checked with libsodium on the other
+ * side. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <sodium.h>
@@ -14,14 +15,15 @@
 
 struct fake {
     void *zctx, *shell, *iopub;
-    struct jp_ports ports;
+    char dir[64];
     char key[JP_KEY_LEN + 1];
 };
 
-static void bind_to(void *s, int port)
+/* Bind s as the kernel binds its socket number port (jp_connection_file). */
+static void bind_to(void *s, const char *dir, int port)
 {
-    char ep[48];
-    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+    char ep[128];
+    snprintf(ep, sizeof(ep), "ipc://%s/" JP_IPC_NAME "-%d", dir, port);
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     ck_assert_msg(zmq_bind(s, ep) == 0, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
@@ -30,13 +32,15 @@ static void bind_to(void *s, int port)
 static void fake_start(struct fake *f)
 {
     struct sbxd_err err = {0};
-    ck_assert_msg(jp_prepare(&f->ports, f->key, &err) == 0, "%s", err.msg);
+    ck_assert_msg(jp_new_key(f->key, &err) == 0, "%s", err.msg);
     ck_assert_int_eq((int)strlen(f->key), JP_KEY_LEN);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/sbxd-test-jupyter-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f->dir));
     f->zctx = zmq_ctx_new();
     f->shell = zmq_socket(f->zctx, ZMQ_ROUTER);
     f->iopub = zmq_socket(f->zctx, ZMQ_PUB);
-    bind_to(f->shell, f->ports.shell);
-    bind_to(f->iopub, f->ports.iopub);
+    bind_to(f->shell, f->dir, 1);
+    bind_to(f->iopub, f->dir, 2);
 }
 
 static void fake_stop(struct fake *f)
@@ -44,6 +48,12 @@ static void fake_stop(struct fake *f)
     zmq_close(f->shell);
     zmq_close(f->iopub);
     zmq_ctx_term(f->zctx);
+    char path[128];
+    for (int i = 1; i <= 2; i++) {
+        snprintf(path, sizeof(path), "%s/" JP_IPC_NAME "-%d", f->dir, i);
+        unlink(path);
+    }
+    rmdir(f->dir);
 }
 
 static void hmac_hex(const char *key, const char *const part[4], char out[65])
@@ -91,7 +101,7 @@ START_TEST(requests_are_signed_and_bad_replies_dropped)
     struct fake f;
     fake_start(&f);
     struct sbxd_err err = {0};
-    struct jp_conn *k = jp_open(&f.ports, f.key, &err);
+    struct jp_conn *k = jp_open(f.dir, f.key, 1 << 20, &err);
     ck_assert_msg(k != NULL, "%s", err.msg);
     char id[48];
     ck_assert_int_eq(jp_send(k, JP_SHELL, "kernel_info_request", NULL, id, &err), 0);
@@ -166,30 +176,27 @@ END_TEST
 
 START_TEST(connection_file_names_what_the_kernel_needs)
 {
-    struct jp_ports p;
     char key[JP_KEY_LEN + 1];
     struct sbxd_err err = {0};
-    ck_assert_int_eq(jp_prepare(&p, key, &err), 0);
-    int v[5] = {p.shell, p.iopub, p.stdin_, p.control, p.hb};
-    for (int i = 0; i < 5; i++) {
-        ck_assert_int_gt(v[i], 0);
-        for (int j = 0; j < i; j++)
-            ck_assert_int_ne(v[i], v[j]);
-    }
-    char *s = jp_connection_file(&p, key, "python3");
+    ck_assert_int_eq(jp_new_key(key, &err), 0);
+    char *s = jp_connection_file(key, "python3");
     cJSON *o = cJSON_Parse(s);
     ck_assert_str_eq(cJSON_GetObjectItem(o, "key")->valuestring, key);
-    ck_assert_str_eq(cJSON_GetObjectItem(o, "transport")->valuestring, "tcp");
-    ck_assert_str_eq(cJSON_GetObjectItem(o, "ip")->valuestring, "127.0.0.1");
+    /* Unix sockets under a relative name, bound in the kernel's own directory: no TCP port
+     * (which a command could take first, or connect to), nothing but "kernel-N" in
+     * /proc/net/unix. */
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "transport")->valuestring, "ipc");
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "ip")->valuestring, JP_IPC_NAME);
     ck_assert_str_eq(cJSON_GetObjectItem(o, "signature_scheme")->valuestring, "hmac-sha256");
-    ck_assert_int_eq(cJSON_GetObjectItem(o, "shell_port")->valueint, p.shell);
-    ck_assert_int_eq(cJSON_GetObjectItem(o, "hb_port")->valueint, p.hb);
+    static const char *const ports[] = {"shell_port", "iopub_port", "stdin_port", "control_port",
+                                        "hb_port"};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(cJSON_GetObjectItem(o, ports[i])->valueint, i + 1);
     cJSON_Delete(o);
     free(s);
     /* A new key each time. */
     char key2[JP_KEY_LEN + 1];
-    struct jp_ports p2;
-    ck_assert_int_eq(jp_prepare(&p2, key2, &err), 0);
+    ck_assert_int_eq(jp_new_key(key2, &err), 0);
     ck_assert_str_ne(key, key2);
 }
 END_TEST
