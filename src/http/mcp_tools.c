@@ -114,7 +114,8 @@ static const struct tool_doc {
      "{\"type\":\"object\",\"properties\":{\"context\":{\"type\":\"string\"},\"sta"
      "tus\":{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"std"
      "out\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"text\":{\"typ"
-     "e\":[\"string\",\"null\"]},\"images\":{\"type\":\"integer\"},\"error\":{\"ty"
+     "e\":[\"string\",\"null\"]},\"images\":{\"type\":\"integer\"},\"images_left_out\":{\"ty"
+     "pe\":\"integer\"},\"error\":{\"ty"
      "pe\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"value\":{\""
      "type\":\"string\"},\"traceback\":{\"type\":\"array\",\"items\":{\"type\":\"s"
      "tring\"}}}}},\"required\":[\"context\",\"status\",\"stdout\",\"stderr\"]}",
@@ -1690,6 +1691,10 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
     outbuf_init(&errb, cap);
     outbuf_init(&text, cap);
     cJSON *images = cJSON_CreateArray();
+    /* Images are held until the answer, under the output cap as REST's results are: a cell
+     * displaying hundreds of large images used to hold them all (831 MB for 200 of 2 MiB). */
+    size_t images_bytes = 0;
+    unsigned images_left_out = 0;
     cJSON *error = NULL;
     bool cancelled = false;
     for (;;) {
@@ -1713,7 +1718,13 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "text/plain");
             const cJSON *png = cJSON_GetObjectItemCaseSensitive(b, "image/png");
             const cJSON *jpg = cJSON_GetObjectItemCaseSensitive(b, "image/jpeg");
-            if (cJSON_IsString(png) || cJSON_IsString(jpg)) {
+            const cJSON *img = cJSON_IsString(png) ? png : jpg;
+            size_t isz = cJSON_IsString(img) ? strlen(img->valuestring) : 0;
+            if (cJSON_IsString(img) &&
+                (images_bytes + isz > cap || cJSON_GetArraySize(images) >= SBXD_MCP_MAX_IMAGES)) {
+                images_left_out++;
+            } else if (cJSON_IsString(img)) {
+                images_bytes += isz;
                 cJSON *im = cJSON_CreateObject();
                 cJSON_AddStringToObject(im, "type", "image");
                 cJSON_AddStringToObject(im, "data",
@@ -1770,6 +1781,14 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
             outbuf_append(&all, line, (size_t)(ln < (int)sizeof(line) ? ln : 599));
         }
     }
+    if (images_left_out) {
+        char line[200];
+        int ln =
+            snprintf(line, sizeof(line),
+                     "\n[%u image%s left out: over the output cap of %zu bytes or %d images]",
+                     images_left_out, images_left_out == 1 ? "" : "s", cap, SBXD_MCP_MAX_IMAGES);
+        outbuf_append(&all, line, (size_t)(ln < (int)sizeof(line) ? ln : 199));
+    }
     if (cancelled)
         outbuf_append(&all, "\n[canceled: the code was interrupted]", 38);
     else if (st == CTX_TIMEOUT)
@@ -1806,6 +1825,8 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
         jw_null(w);
     jw_key(w, "images");
     jw_uint(w, (uint64_t)cJSON_GetArraySize(images));
+    jw_key(w, "images_left_out");
+    jw_uint(w, images_left_out);
     if (error) {
         char *e = cJSON_PrintUnformatted(error);
         if (e) {

@@ -386,6 +386,63 @@ START_TEST(transport_rules)
 }
 END_TEST
 
+/* Images a cell displays are held under the output cap on every face: MCP run_code answers
+ * at most --max-output-bytes of them (the rest counted as left out), REST's results are cut
+ * there, and what ZeroMQ reads ahead of sbxd is a few messages. 40 images of 2 MiB (107 MB of
+ * base64) used to take sbxd's memory up by hundreds of MB (831 MB for 200 of them by MCP). */
+START_TEST(displayed_images_are_held_under_the_output_cap)
+{
+    char sid[128];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    /* The kernel started (and libzmq loaded) before the measure. */
+    cJSON *res = mcp_call(&g_sbxd, sid, "run_code", "{\"code\":\"1\"}");
+    const char *ctx_id = jstr(cJSON_GetObjectItem(res, "structuredContent"), "context");
+    char id[64];
+    snprintf(id, sizeof(id), "%s", ctx_id);
+    cJSON_Delete(res);
+    static const char code[] =
+        "from IPython.display import Image, display\\nimport os\\n"
+        "b = b'\\\\x89PNG\\\\r\\\\n\\\\x1a\\\\n' + os.urandom(2 << 20)\\n"
+        "for i in range(40):\\n    display(Image(data=b, format='png'))\\nprint('shown')";
+    rss_sampling_start(&g_sbxd);
+    char args[sizeof(code) + 32];
+    snprintf(args, sizeof(args), "{\"code\":\"%s\"}", code);
+    res = mcp_call(&g_sbxd, sid, "run_code", args);
+    long base;
+    long peak = rss_sampling_stop(&base);
+    const cJSON *sc = cJSON_GetObjectItem(res, "structuredContent");
+    int images = (int)jnum(sc, "images"), left = (int)jnum(sc, "images_left_out");
+    ck_assert_msg(strcmp(jstr(sc, "status"), "ok") == 0, "%s", jstr(sc, "stderr"));
+    ck_assert_str_eq(jstr(sc, "stdout"), "shown\n");
+    /* 2.8 MB of base64 each: none fits under the default 1 MiB cap. */
+    ck_assert_msg(images == 0 && left == 40, "images %d, left out %d", images, left);
+    ck_assert_ptr_nonnull(strstr(first_text(res), "40 images left out"));
+    cJSON_Delete(res);
+    fprintf(stderr, "mcp: 40 displayed images of 2 MiB, sbxd RSS %ld -> %ld KiB\n", base, peak);
+#ifndef SBXD_SANITIZED /* (ASan's quarantine keeps what was freed) */
+    if (base > 0)
+        ck_assert_msg(peak - base < 48 * 1024, "RSS grew from %ld to %ld KiB", base, peak);
+#endif
+    /* The same cell through REST: results cut at the cap. */
+    char body[sizeof(code) + 32];
+    snprintf(body, sizeof(body), "{\"code\":\"%s\"}", code);
+    rss_sampling_start(&g_sbxd);
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "POST", body, "/contexts/%s/execute", id);
+    peak = rss_sampling_stop(&base);
+    ck_assert_msg(r.status == 200 && jbool(r.json, "results_truncated"), "%ld %.300s", r.status,
+                  r.body);
+    http_resp_free(&r);
+    fprintf(stderr, "rest: 40 displayed images of 2 MiB, sbxd RSS %ld -> %ld KiB\n", base, peak);
+#ifndef SBXD_SANITIZED
+    if (base > 0)
+        ck_assert_msg(peak - base < 48 * 1024, "RSS grew from %ld to %ld KiB", base, peak);
+#endif
+    http_reqf(&g_sbxd, &r, "DELETE", NULL, "/contexts/%s", id);
+    http_resp_free(&r);
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -395,6 +452,7 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, second_call_is_refused_then_cancel_kills_the_tree);
     tcase_add_test(tc, sessions_are_capped_and_expire);
     tcase_add_test(tc, transport_rules);
+    tcase_add_test(tc, displayed_images_are_held_under_the_output_cap);
     suite_add_tcase(s, tc);
     return s;
 }
