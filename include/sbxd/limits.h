@@ -67,6 +67,9 @@
 /* Request shape limits (on top of --max-body-bytes). */
 #define SBXD_MAX_ARGS 65536
 #define SBXD_MAX_ENV  4096
+/* Members of one JSON object in a request (jsonkeys.h): more is refused before its names are
+ * checked for one given twice. Twice SBXD_MAX_ENV, the largest object a request needs. */
+#define SBXD_JSON_MAX_MEMBERS 8192
 
 /* Largest side of a pseudo-terminal, in columns or rows. */
 #define SBXD_PTY_MAX 1000

@@ -386,6 +386,113 @@ START_TEST(transport_rules)
 }
 END_TEST
 
+/* A JSON object text of n members with distinct three-character names ("k0":0 ...), one of
+ * them (the last) named as the first when dup: malloc'd. */
+static char *many_members(size_t n, bool dup, size_t *len)
+{
+    static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    char *o = malloc(n * 8 + 16);
+    ck_assert_ptr_nonnull(o);
+    size_t at = 0;
+    o[at++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        size_t k = dup && i == n - 1 ? 0 : i;
+        at += (size_t)sprintf(o + at, "%s\"%c%c%c\":0", i ? "," : "", chars[k / 64 / 64 % 64],
+                              chars[k / 64 % 64], chars[k % 64]);
+    }
+    o[at++] = '}';
+    o[at] = '\0';
+    *len = at;
+    return o;
+}
+
+/* One 1 MiB MCP message of ~130,000 members cost about a minute of CPU (the decoder compared
+ * every pair of names, before any session was looked at): now an object past
+ * SBXD_JSON_MAX_MEMBERS (8192) is refused at once, names are checked sorted, and a name
+ * given twice, at the top or deep in params, is still an invalid request. */
+START_TEST(huge_object_is_refused_at_once)
+{
+    struct http_resp r;
+    size_t len;
+    char *obj = many_members(131000, false, &len);
+    ck_assert_uint_gt(len, 1000000);
+    double t0 = now_ms();
+    int rc = http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", obj, len,
+                               (long)(10000 * SLOW), &r);
+    double ms = now_ms() - t0;
+    free(obj);
+    ck_assert_msg(rc == 0, "no answer to a 1 MiB message of 131,000 members in %.0f ms", ms);
+    fprintf(stderr, "mcp: 1 MiB message of 131,000 members answered %ld in %.1f ms\n", r.status,
+            ms);
+    ck_assert_msg(ms < 1000 * SLOW, "a 1 MiB message of 131,000 members took %.0f ms", ms);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    ck_assert_ptr_nonnull(strstr(r.body, "more than 8192 members"));
+    http_resp_free(&r);
+
+    /* Just under the cap, with the last name a repeat of the first, deep in params: sorted
+     * names find it, quickly. */
+    obj = many_members(8000, true, &len);
+    char *msg = malloc(len + 128);
+    int n = snprintf(msg, len + 128,
+                     "{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"ping\","
+                     "\"params\":{\"_meta\":%s}}",
+                     obj);
+    free(obj);
+    t0 = now_ms();
+    ck_assert_int_eq(http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", msg,
+                                       (size_t)n, (long)(10000 * SLOW), &r),
+                     0);
+    ms = now_ms() - t0;
+    free(msg);
+    ck_assert_msg(ms < 1000 * SLOW, "8,000 members took %.0f ms", ms);
+    ck_assert_msg(r.status == 400 && rpc_code(&r) == -32600 && strstr(r.body, "twice"), "%ld %s",
+                  r.status, r.body);
+    ck_assert_int_eq((int)jnum(r.json, "id"), 41);
+    http_resp_free(&r);
+    /* The same 8,000 distinct: no fault in the shape (the session is what is missing). */
+    obj = many_members(8000, false, &len);
+    msg = malloc(len + 128);
+    n = snprintf(msg, len + 128,
+                 "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\","
+                 "\"params\":{\"_meta\":%s}}",
+                 obj);
+    free(obj);
+    ck_assert_int_eq(http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", msg,
+                                       (size_t)n, (long)(10000 * SLOW), &r),
+                     0);
+    free(msg);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "Mcp-Session-Id"), "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+
+    /* A name twice at the top, and in a tool's arguments (which value would be written?). */
+    mcp_post(&g_sbxd, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    char sid[64];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    mcp_post(&g_sbxd, sid,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"write_file\",\"arguments\":{\"path\":\"dup-a.txt\",\"path\":\"dup-b.txt\","
+             "\"content\":\"x\"}}}",
+             &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/dup-a.txt", g_sbxd.ws);
+    ck_assert_int_ne(stat(path, &st), 0);
+    snprintf(path, sizeof(path), "%s/dup-b.txt", g_sbxd.ws);
+    ck_assert_int_ne(stat(path, &st), 0);
+    char h[128];
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid);
+    ck_assert_int_eq(http_request_with(&g_sbxd, "DELETE", "/mcp", h, NULL, NULL, 0, 0, &r), 0);
+    http_resp_free(&r);
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -395,6 +502,7 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, second_call_is_refused_then_cancel_kills_the_tree);
     tcase_add_test(tc, sessions_are_capped_and_expire);
     tcase_add_test(tc, transport_rules);
+    tcase_add_test(tc, huge_object_is_refused_at_once);
     suite_add_tcase(s, tc);
     return s;
 }
