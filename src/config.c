@@ -187,7 +187,8 @@ static const struct opt opts[] = {
      "Open connections at once. Beyond it, the connection that has waited longest for a "
      "request is closed to make room; when every one is busy, requests get 503 and are "
      "closed (the health checks are still answered), and past 64 more, connections are "
-     "closed at accept."},
+     "closed at accept. The gRPC listener has as many: beyond, the oldest that carried no "
+     "call but health calls without the token makes room, else the new one is closed."},
     {"max-client-connections", "N", "SBXD_MAX_CLIENT_CONNECTIONS", NULL, 0, "128", OPT_UINT,
      OFF(max_client_connections), 1, 65536,
      "Open connections from one client address at once. Beyond it, that address's connection "
