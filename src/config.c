@@ -131,7 +131,9 @@ static const struct opt opts[] = {
      "takes besides localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
      "is refused with 403 (DNS rebinding). Requests without an Origin are not browsers'."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
-     "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429."},
+     "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429. MCP "
+     "resource subscriptions have as many of their own: the directories they are in, over "
+     "every session (8 a session at most)."},
     {"watch-max-dirs", "N", "SBXD_WATCH_MAX_DIRS", NULL, 0, "8192", OPT_UINT, OFF(watch_max_dirs),
      1, 1000000,
      "Directories one recursive watch follows at most (each an inotify watch of the command "

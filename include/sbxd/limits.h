@@ -38,6 +38,9 @@
 #define SBXD_WATCH_COALESCE_MS 5
 #define SBXD_WATCH_LINGER_S    30
 #define SBXD_WATCH_MAX_DEPTH   64
+/* Directories one MCP session's resource subscriptions may be in (each a watch of its GET
+ * stream, from the MCP sessions' own pool of --max-watchers). */
+#define SBXD_MCP_SESSION_WATCH_DIRS 8
 
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536

@@ -21,6 +21,7 @@
 #include "sbxd/http.h"
 #include "sbxd/http_files.h"
 #include "sbxd/jsonrpc.h"
+#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/mcp.h"
 #include "sbxd/timeutil.h"
@@ -32,8 +33,11 @@
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 #define NVERSIONS (sizeof(versions) / sizeof(versions[0]))
 
-/* Resources one session may subscribe to, and directories its stream watches for them. */
+/* Resources one session may subscribe to (the directories they are in are bounded by
+ * SBXD_MCP_SESSION_WATCH_DIRS). */
 #define MCP_MAX_SUBS 64
+/* A GET stream that could not watch a directory of its subscriptions tries again this often. */
+#define MCP_WATCH_RETRY_NS (1000LL * 1000000LL)
 /* How often an idle GET stream says it is alive (an SSE comment). */
 #define MCP_HEARTBEAT_MS 15000
 /* A session idle this long may be ended to make room for a new one. */
@@ -51,15 +55,21 @@ struct mcp_session {
     struct mcp_call *inflight;
     char *subs[MCP_MAX_SUBS]; /* workspace paths subscribed to */
     unsigned nsubs;
+    unsigned ndirs;    /* the directories they are in: watches reserved in the MCP pool */
     uint64_t subs_gen; /* bumped at each change */
 };
 
 static pthread_mutex_t mcp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mcp_session *sessions;
 static unsigned nsessions;
+/* Directories watched for subscriptions, over every session not yet freed (atomic): the MCP
+ * pool of watch.h, --max-watchers of its own. A session's reservation goes when it is freed,
+ * after its GET stream (which holds it) has closed its watches. */
+static unsigned watch_dirs;
 
 static void session_free(struct mcp_session *s)
 {
+    __atomic_sub_fetch(&watch_dirs, s->ndirs, __ATOMIC_RELEASE);
     for (unsigned i = 0; i < s->nsubs; i++)
         free(s->subs[i]);
     free(s);
@@ -414,6 +424,23 @@ static void empty_result(struct jsonw *w, const struct jrpc_msg *m)
     jrpc_write_result_end(w);
 }
 
+/* The length of path's directory part ("a/b" of "a/b/c"; 0 for a name at the root). */
+static size_t dir_len(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) : 0;
+}
+
+/* Whether one of s's first n subscriptions is in path's directory (the lock held). */
+static bool dir_subscribed_locked(const struct mcp_session *s, const char *path, unsigned n)
+{
+    size_t len = dir_len(path);
+    for (unsigned i = 0; i < n; i++)
+        if (dir_len(s->subs[i]) == len && memcmp(s->subs[i], path, len) == 0)
+            return true;
+    return false;
+}
+
 /* resources/subscribe and unsubscribe. */
 static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *params, bool on,
                      char *msg, size_t msglen)
@@ -447,18 +474,46 @@ static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *par
         if (strcmp(s->subs[i], path) == 0)
             at = i;
     if (on && at == s->nsubs) {
+        /* Each directory subscriptions are in is a watch of the session's GET stream, from
+         * the MCP pool (watch.h): at most SBXD_MCP_SESSION_WATCH_DIRS a session, and
+         * --max-watchers over all sessions, taken here so that a refusal is an answer, not a
+         * silent stream. Two sessions once took every watcher of the daemon: REST watches got
+         * 429. */
+        bool new_dir = !dir_subscribed_locked(s, path, s->nsubs);
         if (s->nsubs >= MCP_MAX_SUBS) {
             snprintf(msg, msglen, "a session subscribes to at most %d resources", MCP_MAX_SUBS);
+            code = JRPC_SERVER_ERROR;
+        } else if (new_dir && s->ndirs >= SBXD_MCP_SESSION_WATCH_DIRS) {
+            snprintf(msg, msglen,
+                     "this session's subscriptions are in %d directories already, the most a "
+                     "session watches: subscribe to resources in those, or unsubscribe first",
+                     SBXD_MCP_SESSION_WATCH_DIRS);
+            code = JRPC_SERVER_ERROR;
+        } else if (new_dir &&
+                   __atomic_load_n(&watch_dirs, __ATOMIC_ACQUIRE) >= srv->cfg->max_watchers) {
+            snprintf(msg, msglen,
+                     "the MCP sessions' subscriptions watch %llu directories, all their pool "
+                     "holds (--max-watchers): retry once a session unsubscribes or ends",
+                     (unsigned long long)srv->cfg->max_watchers);
             code = JRPC_SERVER_ERROR;
         } else {
             s->subs[s->nsubs++] = path;
             path = NULL;
             s->subs_gen++;
+            if (new_dir) {
+                s->ndirs++;
+                __atomic_add_fetch(&watch_dirs, 1, __ATOMIC_ACQ_REL);
+            }
         }
     } else if (!on && at < s->nsubs) {
-        free(s->subs[at]);
+        char *gone = s->subs[at];
         s->subs[at] = s->subs[--s->nsubs];
         s->subs_gen++;
+        if (!dir_subscribed_locked(s, gone, s->nsubs)) {
+            s->ndirs--;
+            __atomic_sub_fetch(&watch_dirs, 1, __ATOMIC_RELEASE);
+        }
+        free(gone);
     }
     pthread_mutex_unlock(&mcp_lock);
     free(path);
@@ -780,15 +835,15 @@ static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct
 /* ------------------------------------------------------------------------------------ */
 /* GET /mcp: the session's stream, telling resources/updated for what it subscribed to.  */
 
-#define MCP_WATCH_DIRS 16
-
 struct get_stream {
     struct server *srv;
     struct mcp_session *s;
     uint64_t gen; /* subs_gen the watches were made for */
-    char *dirs[MCP_WATCH_DIRS];
-    struct watch_sub *subs[MCP_WATCH_DIRS];
+    char *dirs[SBXD_MCP_SESSION_WATCH_DIRS];
+    struct watch_sub *subs[SBXD_MCP_SESSION_WATCH_DIRS];
     unsigned ndirs;
+    bool missing;              /* a directory could not be watched ... */
+    int64_t retry_ns;          /* ... and is tried again then */
     char *paths[MCP_MAX_SUBS]; /* a copy of the session's subscriptions */
     unsigned npaths;
     struct jsonw pending;
@@ -808,41 +863,55 @@ static void get_stream_unwatch(struct get_stream *g)
     g->npaths = 0;
 }
 
-/* Watch the directories of the session's subscriptions, when they changed. */
+/* Watch the directories of the session's subscriptions, when they changed; those that could
+ * not be watched (the MCP pool full for a moment: another session's stream still holds
+ * watches it is giving back) again every MCP_WATCH_RETRY_NS. */
 static void get_stream_sync(struct get_stream *g)
 {
+    int64_t now = time_mono_ns();
     pthread_mutex_lock(&mcp_lock);
-    if (g->gen == g->s->subs_gen && (g->ndirs || !g->s->nsubs)) {
+    bool changed = g->gen != g->s->subs_gen;
+    if (!changed && !(g->missing && now >= g->retry_ns)) {
         pthread_mutex_unlock(&mcp_lock);
         return;
     }
-    g->gen = g->s->subs_gen;
-    get_stream_unwatch(g);
-    for (unsigned i = 0; i < g->s->nsubs; i++) {
-        char *p = strdup(g->s->subs[i]);
-        if (p)
-            g->paths[g->npaths++] = p;
+    if (changed) {
+        g->gen = g->s->subs_gen;
+        get_stream_unwatch(g);
+        for (unsigned i = 0; i < g->s->nsubs; i++) {
+            char *p = strdup(g->s->subs[i]);
+            if (p)
+                g->paths[g->npaths++] = p;
+        }
     }
     pthread_mutex_unlock(&mcp_lock);
-    for (unsigned i = 0; i < g->npaths && g->ndirs < MCP_WATCH_DIRS; i++) {
-        const char *slash = strrchr(g->paths[i], '/');
-        char *dir = slash ? strndup(g->paths[i], (size_t)(slash - g->paths[i])) : strdup("");
-        if (!dir)
+    g->missing = false;
+    for (unsigned i = 0; i < g->npaths && g->ndirs < SBXD_MCP_SESSION_WATCH_DIRS; i++) {
+        char *dir = strndup(g->paths[i], dir_len(g->paths[i]));
+        if (!dir) {
+            g->missing = true;
             continue;
+        }
         bool have = false;
         for (unsigned k = 0; k < g->ndirs && !have; k++)
             have = strcmp(g->dirs[k], dir) == 0;
         struct sbxd_err err = {0};
-        struct watch_sub *w = have ? NULL : watch_open(dir, false, UINT64_MAX, &err);
+        struct watch_sub *w =
+            have ? NULL : watch_open(dir, false, UINT64_MAX, WATCH_POOL_MCP, &err);
         if (!w) {
-            if (!have)
-                LOG_EVENT("warn", "mcp_watch", LOG_S("dir", dir), LOG_S("error", err.msg));
+            if (!have) {
+                g->missing = true;
+                if (changed) /* (logged once, not at every retry) */
+                    LOG_EVENT("warn", "mcp_watch", LOG_S("dir", dir), LOG_S("error", err.msg));
+            }
             free(dir);
             continue;
         }
         g->dirs[g->ndirs] = dir;
         g->subs[g->ndirs++] = w;
     }
+    if (g->missing)
+        g->retry_ns = now + MCP_WATCH_RETRY_NS;
 }
 
 static void sse_message_begin(struct jsonw *w)

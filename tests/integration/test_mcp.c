@@ -5,11 +5,17 @@
  * whole tree, a message over --max-body-bytes, Origin, batches by version, one GET stream
  * per session, and file tools that never leave the workspace.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -493,6 +499,181 @@ START_TEST(huge_object_is_refused_at_once)
 }
 END_TEST
 
+/* Directories one session's subscriptions may be in (SBXD_MCP_SESSION_WATCH_DIRS). */
+#define MCP_SESSION_DIRS 8
+
+/* A GET on a connection of its own, left open: the socket, its status in *status (the
+ * answer's head read). extra: more header lines, each ending in "\r\n". */
+static int stream_get(const struct daemon *d, const char *path, const char *extra, long *status)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: sbxd\r\n%s\r\n", path,
+                     extra ? extra : "");
+    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    char head[4096];
+    size_t got = 0;
+    *status = 0;
+    for (double end = now_ms() + 10000 * SLOW; got < sizeof(head) - 1 && now_ms() < end;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t k = recv(fd, head + got, 1, 0); /* a byte at a time: the body stays unread */
+        if (k <= 0)
+            break;
+        got++;
+        head[got] = '\0';
+        if (got >= 4 && memcmp(head + got - 4, "\r\n\r\n", 4) == 0)
+            break;
+    }
+    head[got] = '\0';
+    sscanf(head, "HTTP/1.1 %ld", status);
+    return fd;
+}
+
+/* Read fd until text has come, for at most ms: whether it did. */
+static bool stream_wait_for(int fd, const char *text, int ms)
+{
+    char buf[16384];
+    size_t got = 0;
+    for (double end = now_ms() + ms; now_ms() < end;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        if (got == sizeof(buf) - 1) { /* keep the tail: the text may straddle */
+            memmove(buf, buf + got - 256, 256);
+            got = 256;
+        }
+        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (k <= 0)
+            return false;
+        got += (size_t)k;
+        buf[got] = '\0';
+        if (strstr(buf, text))
+            return true;
+    }
+    return false;
+}
+
+/* resources/subscribe to a file: the JSON-RPC error code (0: subscribed), its message into
+ * msg. */
+static int mcp_subscribe(const struct daemon *d, const char *sid, const char *rel, char *msg,
+                         size_t msglen)
+{
+    char body[PATH_MAX + 256];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"resources/subscribe\",\"params\":{"
+             "\"uri\":\"file://%s/%s\"}}",
+             d->ws, rel);
+    struct http_resp r;
+    mcp_post(d, sid, body, &r);
+    ck_assert_msg(r.status == 200, "subscribe %s: %ld %s", rel, r.status, r.body);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(r.json, "error");
+    int code = e ? (int)jnum(e, "code") : 0;
+    snprintf(msg, msglen, "%s", e ? jstr(e, "message") : "");
+    http_resp_free(&r);
+    return code;
+}
+
+/* Subscriptions to files in as many directories as they may: 16 of them in each of two
+ * sessions once made their GET streams take all --max-watchers, and REST watches got 429.
+ * Now a session's subscriptions are in at most 8 directories, the MCP sessions have a pool of
+ * --max-watchers of their own, each refusal is a JSON-RPC error at subscribe, and REST
+ * watches keep all theirs. */
+START_TEST(subscriptions_leave_rest_watches_theirs)
+{
+    struct daemon d;
+    const char *args[] = {"--max-watchers", "12", NULL};
+    daemon_start(&d, args, NULL);
+    char p[PATH_MAX];
+    for (int i = 0; i < 16; i++) {
+        snprintf(p, sizeof(p), "%s/d%d", d.ws, i);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof(p), "%s/d%d/f", d.ws, i);
+        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+    }
+    char a[64], b[64], msg[512], first_refusal[2][512] = {"", ""};
+    int took[2] = {0, 0};
+    mcp_init(&d, "2025-06-18", a, sizeof(a));
+    mcp_init(&d, "2025-06-18", b, sizeof(b));
+    const char *sids[2] = {a, b};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 16; i++) {
+            char rel[32];
+            snprintf(rel, sizeof(rel), "d%d/f", i);
+            int code = mcp_subscribe(&d, sids[s], rel, msg, sizeof(msg));
+            if (code == 0)
+                took[s]++;
+            else if (!first_refusal[s][0]) {
+                ck_assert_int_eq(code, -32000);
+                snprintf(first_refusal[s], sizeof(first_refusal[s]), "%s", msg);
+            }
+        }
+    fprintf(stderr, "mcp: subscriptions taken in 16 directories: %d and %d\n", took[0], took[1]);
+    /* Each session's stream watches its directories: a change reaches the first. */
+    char h[200];
+    long st;
+    snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", a);
+    int sa = stream_get(&d, "/mcp", h, &st);
+    ck_assert_int_eq(st, 200);
+    snprintf(p, sizeof(p), "%s/d0/f", d.ws);
+    bool seen = false;
+    for (int i = 0; i < 20 && !seen; i++) { /* (written until the stream's watches are up) */
+        FILE *f = fopen(p, "a");
+        ck_assert_ptr_nonnull(f);
+        fputs("x\n", f);
+        fclose(f);
+        seen = stream_wait_for(sa, "notifications/resources/updated", (int)(250 * SLOW));
+    }
+    ck_assert_msg(seen, "the first session's stream told no change");
+    snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", b);
+    int sb = stream_get(&d, "/mcp", h, &st);
+    ck_assert_int_eq(st, 200);
+    /* Every REST watch is still there to take, and only those. */
+    int rest[13];
+    for (int i = 0; i < 13; i++) {
+        rest[i] = stream_get(&d, "/files/d15?watch=true", NULL, &st);
+        ck_assert_msg(st == (i < 12 ? 200 : 429), "REST watch %d: %ld", i + 1, st);
+    }
+    /* The caps, told when subscribing. */
+    ck_assert_int_eq(took[0], MCP_SESSION_DIRS);
+    ck_assert_msg(strstr(first_refusal[0], "8 directories"), "%s", first_refusal[0]);
+    ck_assert_int_eq(took[1], 12 - MCP_SESSION_DIRS);
+    ck_assert_msg(strstr(first_refusal[1], "--max-watchers"), "%s", first_refusal[1]);
+    /* The second session's stream is served too. */
+    seen = false;
+    for (int i = 0; i < 20 && !seen; i++) {
+        FILE *f = fopen(p, "a");
+        fputs("y\n", f);
+        fclose(f);
+        seen = stream_wait_for(sb, "notifications/resources/updated", (int)(250 * SLOW));
+    }
+    ck_assert_msg(seen, "the second session's stream told no change");
+    /* An unsubscribe gives its directory back to the pool. */
+    struct http_resp r;
+    char body[PATH_MAX + 256];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"resources/unsubscribe\",\"params\":{"
+             "\"uri\":\"file://%s/d7/f\"}}",
+             d.ws);
+    mcp_post(&d, a, body, &r);
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+    ck_assert_int_eq(mcp_subscribe(&d, b, "d15/f", msg, sizeof(msg)), 0);
+    for (int i = 0; i < 13; i++)
+        close(rest[i]);
+    close(sa);
+    close(sb);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -503,6 +684,7 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, sessions_are_capped_and_expire);
     tcase_add_test(tc, transport_rules);
     tcase_add_test(tc, huge_object_is_refused_at_once);
+    tcase_add_test(tc, subscriptions_leave_rest_watches_theirs);
     suite_add_tcase(s, tc);
     return s;
 }
