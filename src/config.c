@@ -120,6 +120,11 @@ static const struct opt opts[] = {
      OFF(mcp_max_sessions), 0, 4096,
      "MCP sessions (POST /mcp initialize) alive at once; one more ends the longest idle when "
      "that is idle past a minute, else it is refused. 0: no MCP endpoint (404)."},
+    {"mcp-max-client-sessions", "N", "SBXD_MCP_MAX_CLIENT_SESSIONS", NULL, 0, "16", OPT_UINT,
+     OFF(mcp_max_client_sessions), 1, 4096,
+     "MCP sessions one client address holds at once; one more from it ends that address's "
+     "session idle longest (none with a call running or its stream open), else it is "
+     "refused with 429. Behind a proxy every session shares the proxy's address."},
     {"mcp-session-idle-s", "S", "SBXD_MCP_SESSION_IDLE_S", NULL, 0, "1800", OPT_UINT,
      OFF(mcp_session_idle_s), 1, 7 * 24 * 3600,
      "An MCP session not used for this long is ended (its id then answers 404)."},

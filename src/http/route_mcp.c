@@ -8,6 +8,7 @@
  * result (mcp_tools.c). Errors that are not about one message (no session, a bad Origin, a
  * body too large) are HTTP statuses with a JSON-RPC error body whose id is null.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ struct mcp_session {
     struct mcp_session *next;
     char id[33];
     char version[16];
+    char addr[INET6_ADDRSTRLEN]; /* the client's address, without its port */
     unsigned refs;
     bool ended;
     bool stream; /* a GET stream is open */
@@ -110,8 +112,33 @@ static void sweep_locked(const struct sbxd_config *cfg, int64_t now)
     }
 }
 
-static struct mcp_session *session_new(struct server *srv, const char *version)
+/* Why session_new made none. */
+enum session_refusal { SESSION_MADE, SESSION_FULL, SESSION_CLIENT_FULL, SESSION_NO_MEMORY };
+
+/* The session of addr idle longest and not in use (no request under way, no call running,
+ * no GET stream open), or of any client when addr is NULL (the lock held). */
+static struct mcp_session *idlest_locked(const char *addr)
 {
+    struct mcp_session *old = NULL;
+    for (struct mcp_session *o = sessions; o; o = o->next)
+        if (!o->refs && !o->calls && (!addr || strcmp(o->addr, addr) == 0) &&
+            (!old || o->last_ns < old->last_ns))
+            old = o;
+    return old;
+}
+
+static void evict_locked(struct mcp_session *s, const char *why)
+{
+    LOG_EVENT("info", "mcp_session", LOG_S("id", s->id), LOG_S("action", "evicted"),
+              LOG_S("reason", why), LOG_S("client", s->addr));
+    session_end_locked(s);
+    session_free(s);
+}
+
+static struct mcp_session *session_new(struct server *srv, const char *version, const char *addr,
+                                       enum session_refusal *why)
+{
+    *why = SESSION_NO_MEMORY;
     struct mcp_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -123,33 +150,46 @@ static struct mcp_session *session_new(struct server *srv, const char *version)
     for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
     snprintf(s->version, sizeof(s->version), "%s", version);
+    snprintf(s->addr, sizeof(s->addr), "%s", addr);
     s->refs = 1;
     int64_t now = time_mono_ns();
     s->last_ns = now;
     pthread_mutex_lock(&mcp_lock);
     sweep_locked(srv->cfg, now);
+    /* One client address holds at most --mcp-max-client-sessions: 32 sessions of one client,
+     * kept alive with pings, once left everybody else none. At its cap the client's own
+     * session idle longest makes room, whatever its idle time (a client that lost its ids is
+     * not locked out of its own sandbox); never another client's. */
+    unsigned mine = 0;
+    for (struct mcp_session *o = sessions; o; o = o->next)
+        mine += strcmp(o->addr, addr) == 0;
+    if (mine >= srv->cfg->mcp_max_client_sessions) {
+        struct mcp_session *old = idlest_locked(addr);
+        if (!old) {
+            pthread_mutex_unlock(&mcp_lock);
+            free(s);
+            *why = SESSION_CLIENT_FULL;
+            return NULL;
+        }
+        evict_locked(old, "the client's own, at --mcp-max-client-sessions");
+    }
     if (nsessions >= srv->cfg->mcp_max_sessions) {
         /* Room is made by the session idle longest, when it is idle past a minute. */
-        struct mcp_session *old = NULL;
-        for (struct mcp_session *o = sessions; o; o = o->next)
-            if (!o->refs && !o->calls && (!old || o->last_ns < old->last_ns))
-                old = o;
-        if (old && now - old->last_ns > MCP_EVICT_IDLE_NS) {
-            LOG_EVENT("info", "mcp_session", LOG_S("id", old->id), LOG_S("action", "evicted"));
-            session_end_locked(old);
-            session_free(old);
-        }
+        struct mcp_session *old = idlest_locked(NULL);
+        if (old && now - old->last_ns > MCP_EVICT_IDLE_NS)
+            evict_locked(old, "idle past a minute, at --mcp-max-sessions");
     }
     if (nsessions >= srv->cfg->mcp_max_sessions) {
         pthread_mutex_unlock(&mcp_lock);
         free(s);
-        errno = EBUSY;
+        *why = SESSION_FULL;
         return NULL;
     }
     s->next = sessions;
     sessions = s;
     nsessions++;
     pthread_mutex_unlock(&mcp_lock);
+    *why = SESSION_MADE;
     return s;
 }
 
@@ -668,6 +708,20 @@ static void dispatch(struct server *srv, struct MHD_Connection *c, struct mcp_se
         jrpc_write_error(w, m->id, code, msg);
 }
 
+/* The address of a request's client ("10.0.0.7" of "10.0.0.7:41234", "::1" of
+ * "[::1]:41234"), what a per-client cap counts by. */
+static void client_addr(const char *client, char *out, size_t len)
+{
+    const char *end = strrchr(client, ':');
+    const char *start = client;
+    if (client[0] == '[') {
+        start = client + 1;
+        end = strchr(start, ']');
+    }
+    size_t n = end && end >= start ? (size_t)(end - start) : strlen(start);
+    snprintf(out, len, "%.*s", (int)n, start);
+}
+
 /* initialize: a new session, answered with its id. */
 static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const struct jrpc_msg *m)
@@ -678,9 +732,22 @@ static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, 
         return reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, m->id, JRPC_INVALID_PARAMS,
                                "initialize needs 'protocolVersion' (a string)");
     const char *version = version_known(pv->valuestring) ? pv->valuestring : versions[0];
-    struct mcp_session *s = session_new(srv, version);
+    char addr[INET6_ADDRSTRLEN];
+    client_addr(rc->client, addr, sizeof(addr));
+    enum session_refusal why;
+    struct mcp_session *s = session_new(srv, version, addr, &why);
     if (!s) {
-        char msg[200];
+        char msg[240];
+        if (why == SESSION_CLIENT_FULL) {
+            snprintf(msg, sizeof(msg),
+                     "this client (%s) holds %llu MCP sessions (--mcp-max-client-sessions), "
+                     "every one in use: end one (DELETE /mcp) or try later",
+                     addr, (unsigned long long)srv->cfg->mcp_max_client_sessions);
+            return reply_rpc_error(c, MHD_HTTP_TOO_MANY_REQUESTS, m->id, JRPC_SERVER_ERROR, msg);
+        }
+        if (why == SESSION_NO_MEMORY)
+            return reply_rpc_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, m->id, JRPC_INTERNAL_ERROR,
+                                   "cannot make a session (out of memory)");
         snprintf(msg, sizeof(msg),
                  "sbxd holds %llu MCP sessions (--mcp-max-sessions), none idle: end one "
                  "(DELETE /mcp) or try later",

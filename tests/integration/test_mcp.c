@@ -502,6 +502,45 @@ END_TEST
 /* Directories one session's subscriptions may be in (SBXD_MCP_SESSION_WATCH_DIRS). */
 #define MCP_SESSION_DIRS 8
 
+/* initialize from the loopback address src: the HTTP status, the session's id into sid when
+ * 200, the answer's text into msg. */
+static long mcp_init_from(const struct daemon *d, const char *src, char *sid, size_t len, char *msg,
+                          size_t msglen)
+{
+    static const char body[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+        "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"it\","
+        "\"version\":\"1\"}}}";
+    struct http_resp r;
+    ck_assert_int_eq(http_request_from(d, src, "POST", "/mcp", NULL, "application/json", body,
+                                       strlen(body), 0, &r),
+                     0);
+    long st = r.status;
+    const char *h = r.headers ? strcasestr(r.headers, "\nMcp-Session-Id: ") : NULL;
+    sid[0] = '\0';
+    if (st == 200 && h) {
+        h += 17;
+        size_t n = strcspn(h, "\r\n");
+        ck_assert(n > 0 && n < len);
+        memcpy(sid, h, n);
+        sid[n] = '\0';
+    }
+    if (msg)
+        snprintf(msg, msglen, "%s", r.body);
+    http_resp_free(&r);
+    return st;
+}
+
+/* ping in session sid: the HTTP status (200 alive, 404 gone). */
+static long mcp_ping(const struct daemon *d, const char *sid)
+{
+    struct http_resp r;
+    mcp_post(d, sid, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}", &r);
+    long st = r.status;
+    http_resp_free(&r);
+    return st;
+}
+
 /* A GET on a connection of its own, left open: the socket, its status in *status (the
  * answer's head read). extra: more header lines, each ending in "\r\n". */
 static int stream_get(const struct daemon *d, const char *path, const char *extra, long *status)
@@ -674,6 +713,55 @@ START_TEST(subscriptions_leave_rest_watches_theirs)
 }
 END_TEST
 
+/* One client holding every MCP session (32, each kept alive by its pings) kept everyone else
+ * out. A client address holds at most --mcp-max-client-sessions (16): at its cap its own
+ * session idle longest makes room (never another client's), and when every one of its
+ * sessions is in use (a GET stream open on each) its new one is refused with 429. */
+START_TEST(one_client_cannot_hold_every_session)
+{
+    struct daemon d; /* the defaults: 32 sessions, 16 a client */
+    daemon_start(&d, NULL, NULL);
+    char ids[32][64], msg[512];
+    for (int i = 0; i < 32; i++) { /* the global cap's worth, each pinged as it comes */
+        long st = mcp_init_from(&d, "127.0.0.21", ids[i], sizeof(ids[i]), msg, sizeof(msg));
+        ck_assert_msg(st == 200, "the client's session %d: %ld %s", i + 1, st, msg);
+        ck_assert_int_eq(mcp_ping(&d, ids[i]), 200);
+    }
+    char other[64];
+    long st = mcp_init_from(&d, "127.0.0.22", other, sizeof(other), msg, sizeof(msg));
+    ck_assert_msg(st == 200, "a second client got no session: %ld %s", st, msg);
+    ck_assert_int_eq(mcp_ping(&d, other), 200);
+    /* The first client kept its 16 latest; its older ones made room for them. */
+    for (int i = 0; i < 32; i++)
+        ck_assert_int_eq(mcp_ping(&d, ids[i]), i < 16 ? 404 : 200);
+    /* Every one of its sessions in use: refused, clearly. */
+    int streams[16];
+    for (int i = 0; i < 16; i++) {
+        char h[200];
+        snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", ids[16 + i]);
+        streams[i] = stream_get(&d, "/mcp", h, &st);
+        ck_assert_int_eq(st, 200);
+    }
+    char sid[64];
+    st = mcp_init_from(&d, "127.0.0.21", sid, sizeof(sid), msg, sizeof(msg));
+    ck_assert_msg(st == 429 && strstr(msg, "-32000") && strstr(msg, "--mcp-max-client-sessions"),
+                  "%ld %s", st, msg);
+    /* One ended (DELETE): room for the next. */
+    char h[200];
+    struct http_resp r;
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", ids[16]);
+    ck_assert_int_eq(http_request_with(&d, "DELETE", "/mcp", h, NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 204);
+    http_resp_free(&r);
+    st = mcp_init_from(&d, "127.0.0.21", sid, sizeof(sid), msg, sizeof(msg));
+    ck_assert_msg(st == 200, "%ld %s", st, msg);
+    for (int i = 0; i < 16; i++)
+        close(streams[i]);
+    ck_assert_int_eq(mcp_ping(&d, other), 200); /* never another client's */
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -685,6 +773,7 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, transport_rules);
     tcase_add_test(tc, huge_object_is_refused_at_once);
     tcase_add_test(tc, subscriptions_leave_rest_watches_theirs);
+    tcase_add_test(tc, one_client_cannot_hold_every_session);
     suite_add_tcase(s, tc);
     return s;
 }
