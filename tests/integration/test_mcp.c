@@ -7,8 +7,6 @@
  */
 #include <arpa/inet.h>
 #include <check.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -430,7 +428,10 @@ START_TEST(huge_object_is_refused_at_once)
     ck_assert_msg(rc == 0, "no answer to a 1 MiB message of 131,000 members in %.0f ms", ms);
     fprintf(stderr, "mcp: 1 MiB message of 131,000 members answered %ld in %.1f ms\n", r.status,
             ms);
-    ck_assert_msg(ms < 1000 * SLOW, "a 1 MiB message of 131,000 members took %.0f ms", ms);
+    /* (Under gVisor, 1 MiB through its network stack and 131,000 allocations by cJSON take
+     * about 1.5 s on their own; the pairwise check took 34 s on the host.) */
+    double bound = (under_gvisor() ? 4000 : 1000) * SLOW;
+    ck_assert_msg(ms < bound, "a 1 MiB message of 131,000 members took %.0f ms", ms);
     ck_assert_int_eq(r.status, 400);
     ck_assert_int_eq(rpc_code(&r), -32600);
     ck_assert_ptr_nonnull(strstr(r.body, "more than 8192 members"));
@@ -451,7 +452,7 @@ START_TEST(huge_object_is_refused_at_once)
                      0);
     ms = now_ms() - t0;
     free(msg);
-    ck_assert_msg(ms < 1000 * SLOW, "8,000 members took %.0f ms", ms);
+    ck_assert_msg(ms < bound, "8,000 members took %.0f ms", ms);
     ck_assert_msg(r.status == 400 && rpc_code(&r) == -32600 && strstr(r.body, "twice"), "%ld %s",
                   r.status, r.body);
     ck_assert_int_eq((int)jnum(r.json, "id"), 41);
@@ -628,14 +629,13 @@ START_TEST(subscriptions_leave_rest_watches_theirs)
     struct daemon d;
     const char *args[] = {"--max-watchers", "12", NULL};
     daemon_start(&d, args, NULL);
-    char p[PATH_MAX];
+    /* The files are made and changed through sbxd: under gVisor, inotify sees what the
+     * sandbox does, not what the host does to its files. */
+    struct http_resp r;
     for (int i = 0; i < 16; i++) {
-        snprintf(p, sizeof(p), "%s/d%d", d.ws, i);
-        ck_assert_int_eq(mkdir(p, 0755), 0);
-        snprintf(p, sizeof(p), "%s/d%d/f", d.ws, i);
-        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        ck_assert_int_ge(fd, 0);
-        close(fd);
+        http_reqf(&d, &r, "PUT", "", "/files/d%d/f", i);
+        ck_assert_msg(r.status == 201 || r.status == 200, "PUT d%d/f: %ld", i, r.status);
+        http_resp_free(&r);
     }
     char a[64], b[64], msg[512], first_refusal[2][512] = {"", ""};
     int took[2] = {0, 0};
@@ -661,13 +661,10 @@ START_TEST(subscriptions_leave_rest_watches_theirs)
     snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", a);
     int sa = stream_get(&d, "/mcp", h, &st);
     ck_assert_int_eq(st, 200);
-    snprintf(p, sizeof(p), "%s/d0/f", d.ws);
     bool seen = false;
     for (int i = 0; i < 20 && !seen; i++) { /* (written until the stream's watches are up) */
-        FILE *f = fopen(p, "a");
-        ck_assert_ptr_nonnull(f);
-        fputs("x\n", f);
-        fclose(f);
+        http_reqf(&d, &r, "PUT", "x", "/files/d0/f");
+        http_resp_free(&r);
         seen = stream_wait_for(sa, "notifications/resources/updated", (int)(250 * SLOW));
     }
     ck_assert_msg(seen, "the first session's stream told no change");
@@ -688,14 +685,12 @@ START_TEST(subscriptions_leave_rest_watches_theirs)
     /* The second session's stream is served too. */
     seen = false;
     for (int i = 0; i < 20 && !seen; i++) {
-        FILE *f = fopen(p, "a");
-        fputs("y\n", f);
-        fclose(f);
+        http_reqf(&d, &r, "PUT", "y", "/files/d0/f");
+        http_resp_free(&r);
         seen = stream_wait_for(sb, "notifications/resources/updated", (int)(250 * SLOW));
     }
     ck_assert_msg(seen, "the second session's stream told no change");
     /* An unsubscribe gives its directory back to the pool. */
-    struct http_resp r;
     char body[PATH_MAX + 256];
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"resources/unsubscribe\",\"params\":{"
