@@ -120,6 +120,11 @@ static const struct opt opts[] = {
      OFF(mcp_max_sessions), 0, 4096,
      "MCP sessions (POST /mcp initialize) alive at once; one more ends the longest idle when "
      "that is idle past a minute, else it is refused. 0: no MCP endpoint (404)."},
+    {"mcp-max-client-sessions", "N", "SBXD_MCP_MAX_CLIENT_SESSIONS", NULL, 0, "16", OPT_UINT,
+     OFF(mcp_max_client_sessions), 1, 4096,
+     "MCP sessions one client address holds at once; one more from it ends that address's "
+     "session idle longest (none with a call running or its stream open), else it is "
+     "refused with 429. Behind a proxy every session shares the proxy's address."},
     {"mcp-session-idle-s", "S", "SBXD_MCP_SESSION_IDLE_S", NULL, 0, "1800", OPT_UINT,
      OFF(mcp_session_idle_s), 1, 7 * 24 * 3600,
      "An MCP session not used for this long is ended (its id then answers 404)."},
@@ -131,7 +136,9 @@ static const struct opt opts[] = {
      "takes besides localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
      "is refused with 403 (DNS rebinding). Requests without an Origin are not browsers'."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
-     "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429."},
+     "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429. MCP "
+     "resource subscriptions have as many of their own: the directories they are in, over "
+     "every session (8 a session at most)."},
     {"watch-max-dirs", "N", "SBXD_WATCH_MAX_DIRS", NULL, 0, "8192", OPT_UINT, OFF(watch_max_dirs),
      1, 1000000,
      "Directories one recursive watch follows at most (each an inotify watch of the command "
@@ -187,7 +194,8 @@ static const struct opt opts[] = {
      "Open connections at once. Beyond it, the connection that has waited longest for a "
      "request is closed to make room; when every one is busy, requests get 503 and are "
      "closed (the health checks are still answered), and past 64 more, connections are "
-     "closed at accept."},
+     "closed at accept. The gRPC listener has as many: beyond, the oldest that carried no "
+     "call but health calls without the token makes room, else the new one is closed."},
     {"max-client-connections", "N", "SBXD_MAX_CLIENT_CONNECTIONS", NULL, 0, "128", OPT_UINT,
      OFF(max_client_connections), 1, 65536,
      "Open connections from one client address at once. Beyond it, that address's connection "

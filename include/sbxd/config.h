@@ -41,6 +41,7 @@ struct sbxd_config {
     uint64_t context_idle_s;
     uint64_t warm_contexts;
     uint64_t mcp_max_sessions; /* 0: no /mcp */
+    uint64_t mcp_max_client_sessions;
     uint64_t mcp_session_idle_s;
     uint64_t mcp_max_calls;     /* per session, at once */
     char mcp_allow_origin[128]; /* comma-separated origins, or "*" ("": loopback only) */

@@ -5,7 +5,9 @@
  * jrpc_parse sorts each message into a request (method and id), a notification (method, no
  * id), a response (id and exactly one of result and error), or an invalid one with the
  * JSON-RPC error it earns. Only the shape is judged here: what a method means is the
- * server's (route_mcp.c). The body must already be valid UTF-8 (utf8.h): JSON is.
+ * server's (route_mcp.c). A message in which any object names a member twice, or has more
+ * than SBXD_JSON_MAX_MEMBERS members, is invalid (jsonkeys.h: checked in O(n log n)). The
+ * body must already be valid UTF-8 (utf8.h): JSON is.
  */
 #ifndef SBXD_JSONRPC_H
 #define SBXD_JSONRPC_H

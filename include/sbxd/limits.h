@@ -47,6 +47,9 @@
 #define SBXD_WATCH_COALESCE_MS 5
 #define SBXD_WATCH_LINGER_S    30
 #define SBXD_WATCH_MAX_DEPTH   64
+/* Directories one MCP session's resource subscriptions may be in (each a watch of its GET
+ * stream, from the MCP sessions' own pool of --max-watchers). */
+#define SBXD_MCP_SESSION_WATCH_DIRS 8
 
 /* Bytes read from a child pipe per read(2). */
 #define SBXD_READ_CHUNK 65536
@@ -76,6 +79,9 @@
 /* Request shape limits (on top of --max-body-bytes). */
 #define SBXD_MAX_ARGS 65536
 #define SBXD_MAX_ENV  4096
+/* Members of one JSON object in a request (jsonkeys.h): more is refused before its names are
+ * checked for one given twice. Twice SBXD_MAX_ENV, the largest object a request needs. */
+#define SBXD_JSON_MAX_MEMBERS 8192
 
 /* Largest side of a pseudo-terminal, in columns or rows. */
 #define SBXD_PTY_MAX 1000

@@ -47,17 +47,26 @@ struct watch_event {
 };
 
 struct watch_limits {
-    unsigned max_watchers; /* subscribers at once (SBXD_E_BUSY beyond) */
+    unsigned max_watchers; /* subscribers at once in each pool (SBXD_E_BUSY beyond) */
     unsigned max_dirs;     /* directories one recursive hub watches at most */
+};
+
+/* Whose subscriber it is. Each pool has max_watchers of its own: MCP sessions' resource
+ * subscriptions once took every watcher (two sessions, 16 directories each), and REST watches
+ * got 429; now neither front can take the other's. */
+enum watch_pool {
+    WATCH_POOL_FILES, /* GET /files/DIR?watch=true */
+    WATCH_POOL_MCP,   /* the GET /mcp streams of resources/subscribe */
 };
 
 void watch_init(const struct watch_limits *l, int rootfd, const struct fs_user *u);
 
 struct watch_sub;
 
-/* Watch path (a directory beneath the root), from offset since (UINT64_MAX: from now). NULL
- * with err: SBXD_E_NOT_FOUND, SBXD_E_INVALID (not a directory), SBXD_E_BUSY (the limits). */
-struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since,
+/* Watch path (a directory beneath the root), from offset since (UINT64_MAX: from now), as a
+ * subscriber of pool. NULL with err: SBXD_E_NOT_FOUND, SBXD_E_INVALID (not a directory),
+ * SBXD_E_BUSY (the limits). */
+struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, enum watch_pool pool,
                              struct sbxd_err *err);
 
 /* The next event into *ev: waits up to timeout_ms (-1: no limit). 1: an event; 0: none within

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sbxd/limits.h"
+#include "sbxd/jsonkeys.h"
 #include "sbxd/request.h"
 #include "sbxd/utf8.h"
 
@@ -48,32 +49,27 @@ static int get_uint(const cJSON *item, const char *name, uint64_t min, uint64_t 
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Reject duplicate member names: cJSON keeps both, and which one wins would be a guess. */
+/* Reject duplicate member names: cJSON keeps both, and which one wins would be a guess. The
+ * check is jsonkeys.h's (sorted names, and a cap on members: a pairwise one was quadratic). */
 static int check_unique_keys(const cJSON *obj, const char *where, struct sbxd_err *err)
 {
-    int n = cJSON_GetArraySize(obj);
-    if (n < 2)
+    const char *dup = NULL;
+    switch (json_keys_check(obj, &dup)) {
+    case JSON_KEYS_OK:
         return 0;
-    const char **names = malloc(sizeof(*names) * (size_t)n);
-    if (!names)
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    int i = 0;
-    for (const cJSON *c = obj->child; c; c = c->next)
-        names[i++] = c->string;
-    qsort(names, (size_t)n, sizeof(*names), cmp_str);
-    int rc = 0;
-    for (i = 1; i < n; i++)
-        if (strcmp(names[i - 1], names[i]) == 0) {
-            rc = sbxd_fail(err, SBXD_E_INVALID, 0, "duplicate field '%s%s'", where, names[i]);
-            break;
-        }
-    free(names);
-    return rc;
+    case JSON_KEYS_DUPLICATE:
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "duplicate field '%s%.64s'", where, dup);
+    case JSON_KEYS_TOO_MANY:
+        if (!where[0])
+            return sbxd_fail(err, SBXD_E_INVALID, 0, "the body has more than %d fields",
+                             SBXD_JSON_MAX_MEMBERS);
+        /* where is "env." and the like: named without its dot */
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "'%.*s' has more than %d fields",
+                         (int)strlen(where) - 1, where, SBXD_JSON_MAX_MEMBERS);
+    case JSON_KEYS_NO_MEMORY:
+        break;
+    }
+    return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
 }
 
 static char *join_kv(const char *k, const char *v)

@@ -65,6 +65,7 @@ struct hub {
 struct watch_sub {
     struct hub *h;
     uint64_t next;
+    enum watch_pool pool;
     bool ended;
 };
 
@@ -72,7 +73,7 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a hub ended */
     struct hub *head;
-    unsigned subs, hubs;
+    unsigned subs[2], hubs; /* subs: per pool (enum watch_pool) */
     struct watch_limits lim;
     int rootfd;
     struct fs_user user;
@@ -456,7 +457,8 @@ static void *hub_main(void *arg)
 /* ---------------------------------------------------------------------------------- */
 /* Subscribers                                                                          */
 
-struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, struct sbxd_err *err)
+struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, enum watch_pool pool,
+                             struct sbxd_err *err)
 {
     char *p = strdup(path);
     if (!p) {
@@ -468,14 +470,15 @@ struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, s
         p[--len] = '\0';
     struct watch_sub *s = calloc(1, sizeof(*s));
     pthread_mutex_lock(&W.lock);
-    if (!s || W.stopping || W.subs >= W.lim.max_watchers) {
+    /* Each pool is bounded on its own: one front's watches never leave the other none. */
+    if (!s || W.stopping || W.subs[pool] >= W.lim.max_watchers) {
         pthread_mutex_unlock(&W.lock);
         if (s)
             sbxd_fail(err, W.stopping ? SBXD_E_UNAVAILABLE : SBXD_E_BUSY, 0,
                       W.stopping ? "sbxd is shutting down"
-                                 : "%u watches are open already (--max-watchers); close one or "
+                                 : "%u %swatches are open already (--max-watchers); close one or "
                                    "retry later",
-                      W.lim.max_watchers);
+                      W.lim.max_watchers, pool == WATCH_POOL_MCP ? "MCP subscription " : "");
         else
             sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         free(s);
@@ -487,11 +490,11 @@ struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, s
         h = h->next;
     if (h) {
         h->subs++;
-        W.subs++;
+        W.subs[pool]++;
         pthread_mutex_unlock(&W.lock);
         free(p);
     } else {
-        W.subs++; /* (held while the hub is made) */
+        W.subs[pool]++; /* (held while the hub is made) */
         pthread_mutex_unlock(&W.lock);
         h = calloc(1, sizeof(*h));
         if (!h) {
@@ -544,6 +547,7 @@ struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, s
         }
     }
     s->h = h;
+    s->pool = pool;
     pthread_mutex_lock(&h->lock);
     /* From now; or from since, where an offset the ring no longer holds (or one of an
      * earlier hub of this path) is reported by watch_next as an overflow. */
@@ -567,7 +571,7 @@ fail_hub:
     }
 fail:
     pthread_mutex_lock(&W.lock);
-    W.subs--;
+    W.subs[pool]--;
     pthread_mutex_unlock(&W.lock);
     free(p);
     free(s);
@@ -628,7 +632,7 @@ void watch_close(struct watch_sub *s)
         return;
     struct hub *h = s->h;
     pthread_mutex_lock(&W.lock);
-    W.subs--;
+    W.subs[s->pool]--;
     bool free_now = --h->subs == 0 && h->thread_ended;
     if (h->subs == 0)
         h->idle_since = time_mono_ns();

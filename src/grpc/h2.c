@@ -26,6 +26,18 @@
  * long; a stream whose answer the client takes no byte of that long (it opens no window) is
  * reset. nghttp2 itself refuses bad prefaces, floods of SETTINGS and PINGs,
  * CONTINUATION floods and rapid resets.
+ *
+ * Guests. Health calls need no token (a kubelet probe carries none), so anyone who reaches the
+ * port can make them: 7 connections of 100 Watch streams each once took every handler of the
+ * front, and 256 connections of one Watch each every connection, so token holders got
+ * RESOURCE_EXHAUSTED or were refused at accept. A health call without the token is a guest:
+ * guests have a budget of their own (GRPC_GUEST_CALLS handlers, of which GRPC_GUEST_WATCHES
+ * Watch streams, so that Watches never crowd out Checks; requests of GRPC_GUEST_MESSAGE bytes
+ * at most, GRPC_GUEST_BYTES held in all) that never counts against the calls of token holders.
+ * A connection that has carried no call but guests' is untrusted: at --max-connections the
+ * oldest untrusted one is closed to make room for a new one, so guests cannot hold every
+ * connection either (the newest is evicted last: a client's fresh connection has time for its
+ * first call). Without a token configured, every call but health is a token holder's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,6 +95,16 @@
 #define GRPC_ACCEPT_BATCH    64
 /* A :path longer than this is no method of ours. */
 #define GRPC_PATH_MAX 128
+/* Guests (health calls without the token): handlers at once across the front, Watch streams
+ * among them, the largest request (a HealthCheckRequest is a service's name), and request
+ * bytes held at once. */
+#define GRPC_GUEST_CALLS   32
+#define GRPC_GUEST_WATCHES 16
+#define GRPC_GUEST_MESSAGE 1024
+#define GRPC_GUEST_BYTES   (64u * 1024)
+/* Untrusted connections closed to make room whose threads have not ended yet: beyond, a new
+ * connection is refused at accept rather than cost one more thread. */
+#define GRPC_EVICTING_MAX 64
 
 /* ---- metrics ---- */
 
@@ -94,7 +116,7 @@
 
 static struct {
     uint64_t calls[MX_METHODS + 1][MX_CODES];
-    uint64_t conns_total, conns_refused;
+    uint64_t conns_total, conns_refused, conns_evicted;
     uint64_t conns_open, calls_running; /* gauges */
 } mx;
 
@@ -108,20 +130,23 @@ static inline uint64_t mx_get(const uint64_t *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-/* Request bytes held now (GRPC_REQUEST_BUDGET). */
-static size_t request_bytes;
+/* Request bytes held now: token holders' (GRPC_REQUEST_BUDGET) and guests' (GRPC_GUEST_BYTES),
+ * apart, so that guests can never starve the others' requests. */
+static size_t request_bytes, guest_bytes;
 
-static bool budget_take(size_t n)
+static bool budget_take(bool guest, size_t n)
 {
-    if (__atomic_add_fetch(&request_bytes, n, __ATOMIC_RELAXED) <= GRPC_REQUEST_BUDGET)
+    size_t *pool = guest ? &guest_bytes : &request_bytes;
+    size_t most = guest ? GRPC_GUEST_BYTES : GRPC_REQUEST_BUDGET;
+    if (__atomic_add_fetch(pool, n, __ATOMIC_RELAXED) <= most)
         return true;
-    __atomic_sub_fetch(&request_bytes, n, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(pool, n, __ATOMIC_RELAXED);
     return false;
 }
 
-static void budget_give(size_t n)
+static void budget_give(bool guest, size_t n)
 {
-    __atomic_sub_fetch(&request_bytes, n, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(guest ? &guest_bytes : &request_bytes, n, __ATOMIC_RELAXED);
 }
 
 /* ---- codes ---- */
@@ -207,6 +232,7 @@ struct grpc_call {
     char path[GRPC_PATH_MAX];
     bool path_long, post, content_type_ok, timeout_set, timeout_bad, encoding_set,
         encoding_identity, auth_ok;
+    bool guest; /* a health call without the token: the guests' budget (set with the headers) */
     unsigned nauth;
     int64_t timeout_ns;
     int64_t deadline_ns;     /* grpc-timeout's, absolute; 0: none */
@@ -258,6 +284,10 @@ struct conn {
     int64_t opened_ns, idle_since_ns, stall_since_ns, closing_deadline_ns;
     bool settings_seen, closing, stopping;
     char peer[64];
+
+    /* Atomic: a call other than a guest's came on it (set by the connection thread, read by
+     * the accepting one); it was chosen to make room (set by the accepting thread). */
+    bool trusted, evicted;
 };
 
 struct grpc_front {
@@ -270,14 +300,16 @@ struct grpc_front {
     uint16_t port;
     pthread_t acceptor;
     bool acceptor_started;
-    bool stopping;  /* atomic */
-    bool draining;  /* atomic */
-    unsigned calls; /* atomic: handlers running */
+    bool stopping;                       /* atomic */
+    bool draining;                       /* atomic */
+    unsigned calls;                      /* atomic: handlers running, guests' apart */
+    unsigned guest_calls, guest_watches; /* atomic: the guests' handlers, and Watches of them */
     int64_t paused_until_ns;
     pthread_mutex_t lock;
     pthread_cond_t ended; /* a thread ended (CLOCK_MONOTONIC) */
     struct conn *conns;   /* under lock */
     unsigned nconns;      /* under lock */
+    unsigned nevicting;   /* under lock: connections of nconns closing to make room */
     unsigned threads;     /* under lock: connection and handler threads alive */
     /* Handler threads are kept for the next calls (under lock): calls handed to idle ones,
      * oldest first, and how many wait for one. */
@@ -372,7 +404,7 @@ static void call_free(struct grpc_call *c)
         free(c->trailer[i][1]);
     }
     if (c->msg_cap)
-        budget_give(c->msg_cap);
+        budget_give(c->guest, c->msg_cap);
     free(c->msg);
     if (c->cancel_rd >= 0)
         close(c->cancel_rd);
@@ -457,7 +489,7 @@ static void call_answer(struct grpc_call *c, enum grpc_code code, const char *fm
     va_end(ap);
     c->answered = true;
     if (c->msg_cap)
-        budget_give(c->msg_cap);
+        budget_give(c->guest, c->msg_cap);
     free(c->msg);
     c->msg = NULL;
     c->msg_cap = 0;
@@ -634,6 +666,29 @@ void grpc_call_finish(struct grpc_call *c, enum grpc_code code, const char *fmt,
     wake(cn->ev_fd);
 }
 
+/* A guest's handler from the guests' budget: false when it is spent. A Watch takes one of the
+ * GRPC_GUEST_WATCHES too, so that Checks (a probe's) always find room. */
+static bool guest_take(struct grpc_front *g, bool watch)
+{
+    if (__atomic_add_fetch(&g->guest_calls, 1, __ATOMIC_ACQ_REL) > GRPC_GUEST_CALLS) {
+        __atomic_sub_fetch(&g->guest_calls, 1, __ATOMIC_RELEASE);
+        return false;
+    }
+    if (watch && __atomic_add_fetch(&g->guest_watches, 1, __ATOMIC_ACQ_REL) > GRPC_GUEST_WATCHES) {
+        __atomic_sub_fetch(&g->guest_watches, 1, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&g->guest_calls, 1, __ATOMIC_RELEASE);
+        return false;
+    }
+    return true;
+}
+
+static void guest_put(struct grpc_front *g, bool watch)
+{
+    if (watch)
+        __atomic_sub_fetch(&g->guest_watches, 1, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&g->guest_calls, 1, __ATOMIC_RELEASE);
+}
+
 /* One call on a handler thread, to its end. */
 static void call_run(struct grpc_call *c)
 {
@@ -645,10 +700,14 @@ static void call_run(struct grpc_call *c)
     pthread_mutex_unlock(&cn->lock);
     if (!over)
         grpc_call_finish(c, GRPC_INTERNAL, "the method ended without an answer");
-    pthread_mutex_lock(&cn->lock);
-    cn->handlers--;
-    pthread_mutex_unlock(&cn->lock);
-    __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
+    if (c->guest) {
+        guest_put(g, c->method->server_streaming);
+    } else {
+        pthread_mutex_lock(&cn->lock);
+        cn->handlers--;
+        pthread_mutex_unlock(&cn->lock);
+        __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
+    }
     mx_add(&mx.calls_running, -1);
     call_unref(c);
 }
@@ -1057,12 +1116,19 @@ static void call_headers(struct conn *cn, struct grpc_call *c)
     }
     /* The token guards everything but the health checks, as on the HTTP side (probes carry
      * no token). A second authorization header is refused rather than guessed between. */
-    if (g->token_len > 0 && !health && (c->nauth != 1 || !c->auth_ok)) {
+    bool token = g->token_len > 0 && c->nauth == 1 && c->auth_ok;
+    if (g->token_len > 0 && !health && !token) {
         metrics_limit(LIM_UNAUTHORIZED);
         call_answer(c, GRPC_UNAUTHENTICATED,
                     "this sbxd requires its token: authorization: Bearer <token>");
         return;
     }
+    /* A health call without the token is a guest, on a budget of its own (the top of this
+     * file); any other call that got this far makes its connection trusted: never closed to
+     * make room for a newcomer. */
+    c->guest = health && !token;
+    if (!c->guest)
+        __atomic_store_n(&cn->trusted, true, __ATOMIC_RELEASE);
     if (!c->method) {
         call_answer(c, GRPC_UNIMPLEMENTED, "unknown method %s", c->path_long ? "(long)" : c->path);
         return;
@@ -1093,10 +1159,12 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t stream_id, c
             if (c->prefix_len == 5) {
                 c->msg_len = (size_t)c->prefix[1] << 24 | (size_t)c->prefix[2] << 16 |
                              (size_t)c->prefix[3] << 8 | c->prefix[4];
-                if (c->msg_len > GRPC_MAX_MESSAGE) {
+                unsigned most = c->guest ? GRPC_GUEST_MESSAGE : GRPC_MAX_MESSAGE;
+                if (c->msg_len > most) {
                     call_answer(c, GRPC_RESOURCE_EXHAUSTED,
-                                "the request message (%zu bytes) is over the %u-byte limit",
-                                c->msg_len, GRPC_MAX_MESSAGE);
+                                "the request message (%zu bytes) is over the %u-byte limit%s",
+                                c->msg_len, most,
+                                c->guest ? " of a health call without the token" : "");
                     return 0;
                 }
             }
@@ -1116,14 +1184,14 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t stream_id, c
             if (cap > c->msg_len)
                 cap = c->msg_len;
             uint8_t *p = NULL;
-            if (!budget_take(cap - c->msg_cap)) {
+            if (!budget_take(c->guest, cap - c->msg_cap)) {
                 call_answer(c, GRPC_RESOURCE_EXHAUSTED,
                             "sbxd holds too many request bytes at once; retry later");
                 return 0;
             }
             p = realloc(c->msg, cap);
             if (!p) {
-                budget_give(cap - c->msg_cap);
+                budget_give(c->guest, cap - c->msg_cap);
                 call_answer(c, GRPC_RESOURCE_EXHAUSTED, "out of memory for the request");
                 return 0;
             }
@@ -1168,20 +1236,30 @@ static void call_start(struct conn *cn, struct grpc_call *c)
         call_answer(c, GRPC_DEADLINE_EXCEEDED, "the deadline (grpc-timeout) passed");
         return;
     }
-    pthread_mutex_lock(&cn->lock);
-    bool room = cn->handlers < GRPC_MAX_STREAMS;
-    if (room)
-        cn->handlers++;
-    pthread_mutex_unlock(&cn->lock);
-    if (!room || __atomic_add_fetch(&g->calls, 1, __ATOMIC_ACQ_REL) > g->max_calls) {
-        if (room) {
-            __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
-            pthread_mutex_lock(&cn->lock);
-            cn->handlers--;
-            pthread_mutex_unlock(&cn->lock);
+    if (c->guest) {
+        if (!guest_take(g, c->method->server_streaming)) {
+            call_answer(c, GRPC_RESOURCE_EXHAUSTED,
+                        "too many health calls without the token at once (%u, %u of them "
+                        "Watch); retry later",
+                        GRPC_GUEST_CALLS, GRPC_GUEST_WATCHES);
+            return;
         }
-        call_answer(c, GRPC_RESOURCE_EXHAUSTED, "too many calls at once; retry later");
-        return;
+    } else {
+        pthread_mutex_lock(&cn->lock);
+        bool room = cn->handlers < GRPC_MAX_STREAMS;
+        if (room)
+            cn->handlers++;
+        pthread_mutex_unlock(&cn->lock);
+        if (!room || __atomic_add_fetch(&g->calls, 1, __ATOMIC_ACQ_REL) > g->max_calls) {
+            if (room) {
+                __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
+                pthread_mutex_lock(&cn->lock);
+                cn->handlers--;
+                pthread_mutex_unlock(&cn->lock);
+            }
+            call_answer(c, GRPC_RESOURCE_EXHAUSTED, "too many calls at once; retry later");
+            return;
+        }
     }
     /* A socket pair rather than a pipe: the exec service peeks at its client's descriptor
      * with recv(), which a pipe would fail (ENOTSOCK) rather than report a hang-up. */
@@ -1206,10 +1284,14 @@ static void call_start(struct conn *cn, struct grpc_call *c)
         c->refs--;
         pthread_mutex_unlock(&cn->lock);
     }
-    __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
-    pthread_mutex_lock(&cn->lock);
-    cn->handlers--;
-    pthread_mutex_unlock(&cn->lock);
+    if (c->guest) {
+        guest_put(g, c->method->server_streaming);
+    } else {
+        __atomic_sub_fetch(&g->calls, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&cn->lock);
+        cn->handlers--;
+        pthread_mutex_unlock(&cn->lock);
+    }
     call_answer(c, GRPC_RESOURCE_EXHAUSTED, "cannot start the call (%s); retry later", strerror(e));
 }
 
@@ -1456,6 +1538,18 @@ static void conn_loop(struct conn *cn)
     int64_t idle_ns = (int64_t)cfg->idle_timeout_ms * 1000000;
     for (;;) {
         int64_t now = time_mono_ns();
+        if (__atomic_load_n(&cn->evicted, __ATOMIC_ACQUIRE)) {
+            /* Closed to make room (make_room_locked): its guests' calls end, a GOAWAY goes if
+             * the socket takes it at once, and the thread ends now rather than linger. */
+            conn_cancel_unfinished(cn, GRPC_DISCONNECTED);
+            static const char why[] = "sbxd is at --max-connections: an untrusted connection "
+                                      "made room";
+            nghttp2_submit_goaway(cn->h2, NGHTTP2_FLAG_NONE,
+                                  nghttp2_session_get_last_proc_stream_id(cn->h2), NGHTTP2_NO_ERROR,
+                                  (const uint8_t *)why, sizeof(why) - 1);
+            (void)conn_flush(cn, now);
+            return;
+        }
         if (!cn->stopping && __atomic_load_n(&g->stopping, __ATOMIC_ACQUIRE)) {
             cn->stopping = true;
             conn_cancel_unfinished(cn, GRPC_DISCONNECTED);
@@ -1546,6 +1640,8 @@ static void conn_end(struct conn *cn)
     if (cn->next)
         cn->next->prev = cn->prev;
     g->nconns--;
+    if (__atomic_load_n(&cn->evicted, __ATOMIC_ACQUIRE))
+        g->nevicting--;
     pthread_mutex_unlock(&g->lock);
     mx_add(&mx.conns_open, -1);
 }
@@ -1578,11 +1674,38 @@ static void format_peer(const struct sockaddr_storage *ss, char *out, size_t len
     }
 }
 
-/* A connection accepted: its thread, unless the front is full or stopping. Takes fd. */
+/* Under g's lock, at --max-connections: close the oldest untrusted connection (one that has
+ * carried no call but guests', or none yet) to make room for a new one. Guests' connections
+ * held every slot otherwise (256 connections of one health Watch each: a token holder was
+ * refused at accept). A trusted connection is never chosen; the newest untrusted one is
+ * chosen last, so a client's fresh connection has time to make its first call. False when
+ * none can be (all trusted, or too many still closing). */
+static bool make_room_locked(struct grpc_front *g)
+{
+    if (g->nevicting >= GRPC_EVICTING_MAX)
+        return false;
+    struct conn *victim = NULL;
+    for (struct conn *cn = g->conns; cn; cn = cn->next)
+        if (!__atomic_load_n(&cn->trusted, __ATOMIC_ACQUIRE) &&
+            !__atomic_load_n(&cn->evicted, __ATOMIC_ACQUIRE) &&
+            (!victim || cn->opened_ns < victim->opened_ns))
+            victim = cn;
+    if (!victim)
+        return false;
+    __atomic_store_n(&victim->evicted, true, __ATOMIC_RELEASE);
+    g->nevicting++;
+    wake(victim->ev_fd); /* (in the list, so its thread has not freed it) */
+    mx_add(&mx.conns_evicted, 1);
+    return true;
+}
+
+/* A connection accepted: its thread, unless the front is full (and no untrusted connection
+ * makes room) or stopping. Takes fd. */
 static void conn_open(struct grpc_front *g, int fd, const struct sockaddr_storage *ss)
 {
     pthread_mutex_lock(&g->lock);
-    bool room = g->nconns < g->cfg->max_connections && !g->stopping;
+    bool room =
+        !g->stopping && (g->nconns - g->nevicting < g->cfg->max_connections || make_room_locked(g));
     pthread_mutex_unlock(&g->lock);
     struct conn *cn = room ? calloc(1, sizeof(*cn)) : NULL;
     int ev = cn ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
@@ -1761,7 +1884,8 @@ uint16_t grpc_front_port(const struct grpc_front *g)
 
 unsigned grpc_front_calls(const struct grpc_front *g)
 {
-    return __atomic_load_n(&g->calls, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&g->calls, __ATOMIC_ACQUIRE) +
+           __atomic_load_n(&g->guest_calls, __ATOMIC_ACQUIRE);
 }
 
 void grpc_front_drain(struct grpc_front *g)
@@ -1847,4 +1971,8 @@ void grpc_metrics_render(struct jsonw *w)
                  "gRPC connections closed at accept: over --max-connections, or sbxd out of "
                  "descriptors or memory.");
     metrics_line(w, "sbxd_grpc_connections_refused_total", NULL, (double)mx_get(&mx.conns_refused));
+    metrics_head(w, "sbxd_grpc_connections_evicted_total", "counter",
+                 "gRPC connections that had carried no call but health calls without the token, "
+                 "closed at --max-connections to make room for a new one.");
+    metrics_line(w, "sbxd_grpc_connections_evicted_total", NULL, (double)mx_get(&mx.conns_evicted));
 }

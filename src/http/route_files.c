@@ -358,7 +358,7 @@ static enum MHD_Result files_watch(struct server *srv, struct MHD_Connection *c,
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     }
     struct sbxd_err err = {0};
-    s->sub = watch_open(path, recursive, since, &err);
+    s->sub = watch_open(path, recursive, since, WATCH_POOL_FILES, &err);
     if (!s->sub) {
         free(s->path);
         free(s);

@@ -8,6 +8,7 @@
  * result (mcp_tools.c). Errors that are not about one message (no session, a bad Origin, a
  * body too large) are HTTP statuses with a JSON-RPC error body whose id is null.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "sbxd/http.h"
 #include "sbxd/http_files.h"
 #include "sbxd/jsonrpc.h"
+#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/mcp.h"
 #include "sbxd/timeutil.h"
@@ -32,8 +34,11 @@
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 #define NVERSIONS (sizeof(versions) / sizeof(versions[0]))
 
-/* Resources one session may subscribe to, and directories its stream watches for them. */
+/* Resources one session may subscribe to (the directories they are in are bounded by
+ * SBXD_MCP_SESSION_WATCH_DIRS). */
 #define MCP_MAX_SUBS 64
+/* A GET stream that could not watch a directory of its subscriptions tries again this often. */
+#define MCP_WATCH_RETRY_NS (1000LL * 1000000LL)
 /* How often an idle GET stream says it is alive (an SSE comment). */
 #define MCP_HEARTBEAT_MS 15000
 /* A session idle this long may be ended to make room for a new one. */
@@ -43,6 +48,7 @@ struct mcp_session {
     struct mcp_session *next;
     char id[33];
     char version[16];
+    char addr[INET6_ADDRSTRLEN]; /* the client's address, without its port */
     unsigned refs;
     bool ended;
     bool stream; /* a GET stream is open */
@@ -51,15 +57,21 @@ struct mcp_session {
     struct mcp_call *inflight;
     char *subs[MCP_MAX_SUBS]; /* workspace paths subscribed to */
     unsigned nsubs;
+    unsigned ndirs;    /* the directories they are in: watches reserved in the MCP pool */
     uint64_t subs_gen; /* bumped at each change */
 };
 
 static pthread_mutex_t mcp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mcp_session *sessions;
 static unsigned nsessions;
+/* Directories watched for subscriptions, over every session not yet freed (atomic): the MCP
+ * pool of watch.h, --max-watchers of its own. A session's reservation goes when it is freed,
+ * after its GET stream (which holds it) has closed its watches. */
+static unsigned watch_dirs;
 
 static void session_free(struct mcp_session *s)
 {
+    __atomic_sub_fetch(&watch_dirs, s->ndirs, __ATOMIC_RELEASE);
     for (unsigned i = 0; i < s->nsubs; i++)
         free(s->subs[i]);
     free(s);
@@ -100,8 +112,33 @@ static void sweep_locked(const struct sbxd_config *cfg, int64_t now)
     }
 }
 
-static struct mcp_session *session_new(struct server *srv, const char *version)
+/* Why session_new made none. */
+enum session_refusal { SESSION_MADE, SESSION_FULL, SESSION_CLIENT_FULL, SESSION_NO_MEMORY };
+
+/* The session of addr idle longest and not in use (no request under way, no call running,
+ * no GET stream open), or of any client when addr is NULL (the lock held). */
+static struct mcp_session *idlest_locked(const char *addr)
 {
+    struct mcp_session *old = NULL;
+    for (struct mcp_session *o = sessions; o; o = o->next)
+        if (!o->refs && !o->calls && (!addr || strcmp(o->addr, addr) == 0) &&
+            (!old || o->last_ns < old->last_ns))
+            old = o;
+    return old;
+}
+
+static void evict_locked(struct mcp_session *s, const char *why)
+{
+    LOG_EVENT("info", "mcp_session", LOG_S("id", s->id), LOG_S("action", "evicted"),
+              LOG_S("reason", why), LOG_S("client", s->addr));
+    session_end_locked(s);
+    session_free(s);
+}
+
+static struct mcp_session *session_new(struct server *srv, const char *version, const char *addr,
+                                       enum session_refusal *why)
+{
+    *why = SESSION_NO_MEMORY;
     struct mcp_session *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
@@ -113,33 +150,46 @@ static struct mcp_session *session_new(struct server *srv, const char *version)
     for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
     snprintf(s->version, sizeof(s->version), "%s", version);
+    snprintf(s->addr, sizeof(s->addr), "%s", addr);
     s->refs = 1;
     int64_t now = time_mono_ns();
     s->last_ns = now;
     pthread_mutex_lock(&mcp_lock);
     sweep_locked(srv->cfg, now);
+    /* One client address holds at most --mcp-max-client-sessions: 32 sessions of one client,
+     * kept alive with pings, once left everybody else none. At its cap the client's own
+     * session idle longest makes room, whatever its idle time (a client that lost its ids is
+     * not locked out of its own sandbox); never another client's. */
+    unsigned mine = 0;
+    for (struct mcp_session *o = sessions; o; o = o->next)
+        mine += strcmp(o->addr, addr) == 0;
+    if (mine >= srv->cfg->mcp_max_client_sessions) {
+        struct mcp_session *old = idlest_locked(addr);
+        if (!old) {
+            pthread_mutex_unlock(&mcp_lock);
+            free(s);
+            *why = SESSION_CLIENT_FULL;
+            return NULL;
+        }
+        evict_locked(old, "the client's own, at --mcp-max-client-sessions");
+    }
     if (nsessions >= srv->cfg->mcp_max_sessions) {
         /* Room is made by the session idle longest, when it is idle past a minute. */
-        struct mcp_session *old = NULL;
-        for (struct mcp_session *o = sessions; o; o = o->next)
-            if (!o->refs && !o->calls && (!old || o->last_ns < old->last_ns))
-                old = o;
-        if (old && now - old->last_ns > MCP_EVICT_IDLE_NS) {
-            LOG_EVENT("info", "mcp_session", LOG_S("id", old->id), LOG_S("action", "evicted"));
-            session_end_locked(old);
-            session_free(old);
-        }
+        struct mcp_session *old = idlest_locked(NULL);
+        if (old && now - old->last_ns > MCP_EVICT_IDLE_NS)
+            evict_locked(old, "idle past a minute, at --mcp-max-sessions");
     }
     if (nsessions >= srv->cfg->mcp_max_sessions) {
         pthread_mutex_unlock(&mcp_lock);
         free(s);
-        errno = EBUSY;
+        *why = SESSION_FULL;
         return NULL;
     }
     s->next = sessions;
     sessions = s;
     nsessions++;
     pthread_mutex_unlock(&mcp_lock);
+    *why = SESSION_MADE;
     return s;
 }
 
@@ -414,6 +464,23 @@ static void empty_result(struct jsonw *w, const struct jrpc_msg *m)
     jrpc_write_result_end(w);
 }
 
+/* The length of path's directory part ("a/b" of "a/b/c"; 0 for a name at the root). */
+static size_t dir_len(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) : 0;
+}
+
+/* Whether one of s's first n subscriptions is in path's directory (the lock held). */
+static bool dir_subscribed_locked(const struct mcp_session *s, const char *path, unsigned n)
+{
+    size_t len = dir_len(path);
+    for (unsigned i = 0; i < n; i++)
+        if (dir_len(s->subs[i]) == len && memcmp(s->subs[i], path, len) == 0)
+            return true;
+    return false;
+}
+
 /* resources/subscribe and unsubscribe. */
 static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *params, bool on,
                      char *msg, size_t msglen)
@@ -447,18 +514,46 @@ static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *par
         if (strcmp(s->subs[i], path) == 0)
             at = i;
     if (on && at == s->nsubs) {
+        /* Each directory subscriptions are in is a watch of the session's GET stream, from
+         * the MCP pool (watch.h): at most SBXD_MCP_SESSION_WATCH_DIRS a session, and
+         * --max-watchers over all sessions, taken here so that a refusal is an answer, not a
+         * silent stream. Two sessions once took every watcher of the daemon: REST watches got
+         * 429. */
+        bool new_dir = !dir_subscribed_locked(s, path, s->nsubs);
         if (s->nsubs >= MCP_MAX_SUBS) {
             snprintf(msg, msglen, "a session subscribes to at most %d resources", MCP_MAX_SUBS);
+            code = JRPC_SERVER_ERROR;
+        } else if (new_dir && s->ndirs >= SBXD_MCP_SESSION_WATCH_DIRS) {
+            snprintf(msg, msglen,
+                     "this session's subscriptions are in %d directories already, the most a "
+                     "session watches: subscribe to resources in those, or unsubscribe first",
+                     SBXD_MCP_SESSION_WATCH_DIRS);
+            code = JRPC_SERVER_ERROR;
+        } else if (new_dir &&
+                   __atomic_load_n(&watch_dirs, __ATOMIC_ACQUIRE) >= srv->cfg->max_watchers) {
+            snprintf(msg, msglen,
+                     "the MCP sessions' subscriptions watch %llu directories, all their pool "
+                     "holds (--max-watchers): retry once a session unsubscribes or ends",
+                     (unsigned long long)srv->cfg->max_watchers);
             code = JRPC_SERVER_ERROR;
         } else {
             s->subs[s->nsubs++] = path;
             path = NULL;
             s->subs_gen++;
+            if (new_dir) {
+                s->ndirs++;
+                __atomic_add_fetch(&watch_dirs, 1, __ATOMIC_ACQ_REL);
+            }
         }
     } else if (!on && at < s->nsubs) {
-        free(s->subs[at]);
+        char *gone = s->subs[at];
         s->subs[at] = s->subs[--s->nsubs];
         s->subs_gen++;
+        if (!dir_subscribed_locked(s, gone, s->nsubs)) {
+            s->ndirs--;
+            __atomic_sub_fetch(&watch_dirs, 1, __ATOMIC_RELEASE);
+        }
+        free(gone);
     }
     pthread_mutex_unlock(&mcp_lock);
     free(path);
@@ -613,6 +708,20 @@ static void dispatch(struct server *srv, struct MHD_Connection *c, struct mcp_se
         jrpc_write_error(w, m->id, code, msg);
 }
 
+/* The address of a request's client ("10.0.0.7" of "10.0.0.7:41234", "::1" of
+ * "[::1]:41234"), what a per-client cap counts by. */
+static void client_addr(const char *client, char *out, size_t len)
+{
+    const char *end = strrchr(client, ':');
+    const char *start = client;
+    if (client[0] == '[') {
+        start = client + 1;
+        end = strchr(start, ']');
+    }
+    size_t n = end && end >= start ? (size_t)(end - start) : strlen(start);
+    snprintf(out, len, "%.*s", (int)n, start);
+}
+
 /* initialize: a new session, answered with its id. */
 static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const struct jrpc_msg *m)
@@ -623,9 +732,22 @@ static enum MHD_Result initialize(struct server *srv, struct MHD_Connection *c, 
         return reply_rpc_error(c, MHD_HTTP_BAD_REQUEST, m->id, JRPC_INVALID_PARAMS,
                                "initialize needs 'protocolVersion' (a string)");
     const char *version = version_known(pv->valuestring) ? pv->valuestring : versions[0];
-    struct mcp_session *s = session_new(srv, version);
+    char addr[INET6_ADDRSTRLEN];
+    client_addr(rc->client, addr, sizeof(addr));
+    enum session_refusal why;
+    struct mcp_session *s = session_new(srv, version, addr, &why);
     if (!s) {
-        char msg[200];
+        char msg[240];
+        if (why == SESSION_CLIENT_FULL) {
+            snprintf(msg, sizeof(msg),
+                     "this client (%s) holds %llu MCP sessions (--mcp-max-client-sessions), "
+                     "every one in use: end one (DELETE /mcp) or try later",
+                     addr, (unsigned long long)srv->cfg->mcp_max_client_sessions);
+            return reply_rpc_error(c, MHD_HTTP_TOO_MANY_REQUESTS, m->id, JRPC_SERVER_ERROR, msg);
+        }
+        if (why == SESSION_NO_MEMORY)
+            return reply_rpc_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, m->id, JRPC_INTERNAL_ERROR,
+                                   "cannot make a session (out of memory)");
         snprintf(msg, sizeof(msg),
                  "sbxd holds %llu MCP sessions (--mcp-max-sessions), none idle: end one "
                  "(DELETE /mcp) or try later",
@@ -780,15 +902,15 @@ static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct
 /* ------------------------------------------------------------------------------------ */
 /* GET /mcp: the session's stream, telling resources/updated for what it subscribed to.  */
 
-#define MCP_WATCH_DIRS 16
-
 struct get_stream {
     struct server *srv;
     struct mcp_session *s;
     uint64_t gen; /* subs_gen the watches were made for */
-    char *dirs[MCP_WATCH_DIRS];
-    struct watch_sub *subs[MCP_WATCH_DIRS];
+    char *dirs[SBXD_MCP_SESSION_WATCH_DIRS];
+    struct watch_sub *subs[SBXD_MCP_SESSION_WATCH_DIRS];
     unsigned ndirs;
+    bool missing;              /* a directory could not be watched ... */
+    int64_t retry_ns;          /* ... and is tried again then */
     char *paths[MCP_MAX_SUBS]; /* a copy of the session's subscriptions */
     unsigned npaths;
     struct jsonw pending;
@@ -808,41 +930,55 @@ static void get_stream_unwatch(struct get_stream *g)
     g->npaths = 0;
 }
 
-/* Watch the directories of the session's subscriptions, when they changed. */
+/* Watch the directories of the session's subscriptions, when they changed; those that could
+ * not be watched (the MCP pool full for a moment: another session's stream still holds
+ * watches it is giving back) again every MCP_WATCH_RETRY_NS. */
 static void get_stream_sync(struct get_stream *g)
 {
+    int64_t now = time_mono_ns();
     pthread_mutex_lock(&mcp_lock);
-    if (g->gen == g->s->subs_gen && (g->ndirs || !g->s->nsubs)) {
+    bool changed = g->gen != g->s->subs_gen;
+    if (!changed && !(g->missing && now >= g->retry_ns)) {
         pthread_mutex_unlock(&mcp_lock);
         return;
     }
-    g->gen = g->s->subs_gen;
-    get_stream_unwatch(g);
-    for (unsigned i = 0; i < g->s->nsubs; i++) {
-        char *p = strdup(g->s->subs[i]);
-        if (p)
-            g->paths[g->npaths++] = p;
+    if (changed) {
+        g->gen = g->s->subs_gen;
+        get_stream_unwatch(g);
+        for (unsigned i = 0; i < g->s->nsubs; i++) {
+            char *p = strdup(g->s->subs[i]);
+            if (p)
+                g->paths[g->npaths++] = p;
+        }
     }
     pthread_mutex_unlock(&mcp_lock);
-    for (unsigned i = 0; i < g->npaths && g->ndirs < MCP_WATCH_DIRS; i++) {
-        const char *slash = strrchr(g->paths[i], '/');
-        char *dir = slash ? strndup(g->paths[i], (size_t)(slash - g->paths[i])) : strdup("");
-        if (!dir)
+    g->missing = false;
+    for (unsigned i = 0; i < g->npaths && g->ndirs < SBXD_MCP_SESSION_WATCH_DIRS; i++) {
+        char *dir = strndup(g->paths[i], dir_len(g->paths[i]));
+        if (!dir) {
+            g->missing = true;
             continue;
+        }
         bool have = false;
         for (unsigned k = 0; k < g->ndirs && !have; k++)
             have = strcmp(g->dirs[k], dir) == 0;
         struct sbxd_err err = {0};
-        struct watch_sub *w = have ? NULL : watch_open(dir, false, UINT64_MAX, &err);
+        struct watch_sub *w =
+            have ? NULL : watch_open(dir, false, UINT64_MAX, WATCH_POOL_MCP, &err);
         if (!w) {
-            if (!have)
-                LOG_EVENT("warn", "mcp_watch", LOG_S("dir", dir), LOG_S("error", err.msg));
+            if (!have) {
+                g->missing = true;
+                if (changed) /* (logged once, not at every retry) */
+                    LOG_EVENT("warn", "mcp_watch", LOG_S("dir", dir), LOG_S("error", err.msg));
+            }
             free(dir);
             continue;
         }
         g->dirs[g->ndirs] = dir;
         g->subs[g->ndirs++] = w;
     }
+    if (g->missing)
+        g->retry_ns = now + MCP_WATCH_RETRY_NS;
 }
 
 static void sse_message_begin(struct jsonw *w)

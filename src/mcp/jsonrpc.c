@@ -3,7 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbxd/jsonkeys.h"
 #include "sbxd/jsonrpc.h"
+#include "sbxd/limits.h"
+
+#define JRPC_STR_(x) #x
+#define JRPC_STR(x)  JRPC_STR_(x)
 
 /* An id MCP allows: a string, or a number that is whole (never null, never a fraction). */
 static bool id_ok(const cJSON *id)
@@ -24,16 +29,6 @@ static void invalid(struct jrpc_msg *m, int code, const char *why)
     m->why = why;
 }
 
-/* Whether o has a member named key more than once (cJSON keeps both). */
-static bool duplicate_keys(const cJSON *o)
-{
-    for (const cJSON *a = o->child; a; a = a->next)
-        for (const cJSON *b = a->next; b; b = b->next)
-            if (a->string && b->string && strcmp(a->string, b->string) == 0)
-                return true;
-    return false;
-}
-
 static void classify(const cJSON *o, struct jrpc_msg *m)
 {
     memset(m, 0, sizeof(*m));
@@ -45,8 +40,23 @@ static void classify(const cJSON *o, struct jrpc_msg *m)
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     if (id_ok(id))
         m->id = id;
-    if (duplicate_keys(o)) {
-        invalid(m, JRPC_INVALID_REQUEST, "a member appears twice in the message");
+    /* A name given twice anywhere in the message (its params too) makes it ambiguous: which
+     * value a tool acts on would be a guess. jsonkeys.h sorts the names (a pairwise check
+     * cost a minute of CPU for one 1 MiB message, before any session was looked at) and
+     * refuses an object of more than SBXD_JSON_MAX_MEMBERS before sorting anything. */
+    switch (json_keys_check_tree(o, NULL)) {
+    case JSON_KEYS_OK:
+        break;
+    case JSON_KEYS_DUPLICATE:
+        invalid(m, JRPC_INVALID_REQUEST, "a member appears twice in an object of the message");
+        return;
+    case JSON_KEYS_TOO_MANY:
+        invalid(
+            m, JRPC_INVALID_REQUEST,
+            "an object of the message has more than " JRPC_STR(SBXD_JSON_MAX_MEMBERS) " members");
+        return;
+    case JSON_KEYS_NO_MEMORY:
+        invalid(m, JRPC_INTERNAL_ERROR, "out of memory");
         return;
     }
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "jsonrpc");

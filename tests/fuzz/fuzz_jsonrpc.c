@@ -6,8 +6,10 @@
  * JRPC_BATCH_MAX messages, each sorted consistently: a request has a method and an id, a
  * notification a method and no id, a response an id and no method, an invalid one an error
  * code and a reason. The answers written for them (an error, a result) must be JSON that
- * cJSON reads back, with the same id.
+ * cJSON reads back, with the same id. A message taken as valid names no member twice in any
+ * of its objects (checked against a pairwise comparison).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,22 @@
 #include "sbxd/utf8.h"
 
 #include "fuzz.h"
+
+/* The decoder's duplicate check against a plain one: whether any object in v names a member
+ * twice, every pair compared (inputs here are small; *budget bounds the pairs). */
+static bool naive_duplicate(const cJSON *v, long *budget)
+{
+    if (cJSON_IsObject(v))
+        for (const cJSON *a = v->child; a; a = a->next)
+            for (const cJSON *b = a->next; b && --*budget > 0; b = b->next)
+                if (strcmp(a->string, b->string) == 0)
+                    return true;
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        for (const cJSON *c = v->child; c; c = c->next)
+            if (naive_duplicate(c, budget))
+                return true;
+    return false;
+}
 
 static void check_answer(const struct jrpc_msg *m)
 {
@@ -79,10 +97,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
                 check(!m->method && m->id);
                 break;
             case JRPC_INVALID:
-                check(m->code == JRPC_INVALID_REQUEST && m->why && *m->why);
+                check((m->code == JRPC_INVALID_REQUEST || m->code == JRPC_INTERNAL_ERROR) &&
+                      m->why && *m->why);
                 break;
             }
             check(!m->id || cJSON_IsString(m->id) || cJSON_IsNumber(m->id));
+            /* A message the decoder took has no member named twice, at any depth. */
+            long budget = 1L << 24;
+            if (m->kind != JRPC_INVALID)
+                check(!naive_duplicate(m->json, &budget) || budget <= 0);
             check_answer(m);
         }
     }

@@ -27,6 +27,8 @@ MiB = 1024 * 1024
 
 EXECUTE = "/process.v1.ProcessService/Execute"
 START = "/process.v1.ProcessService/Start"
+CHECK = "/grpc.health.v1.Health/Check"
+WATCH = "/grpc.health.v1.Health/Watch"
 
 
 def sh(cmd):
@@ -968,6 +970,108 @@ class AuthTest(GrpcCase):
         self.assertEqual(r.status, SERVING)
 
 
+class GuestHealthTest(GrpcCase):
+    """Health needs no token (a kubelet probe carries none), so anyone who reaches the port can
+    make health calls. 7 connections of 100 Watch streams each once took every handler of the
+    front, and a connection per Watch every connection: token holders got RESOURCE_EXHAUSTED,
+    or were refused at accept. Health calls without the token have a budget of their own, and
+    at --max-connections a connection that carried nothing else makes room."""
+
+    DAEMON_ENV = {"SBXD_TOKEN": common.TOKEN}
+    # 8 connections and 8 + 2 + 0 + 2 = 12 handlers for the front: the attack at the scale of
+    # a test (the defaults are 256 connections and 608 handlers).
+    DAEMON_ARGS = ["--max-connections", "8", "--max-running", "2", "--max-queued", "0",
+                   "--max-processes", "2"]
+
+    def flood(self, conns, per_conn):
+        """conns raw connections, each with per_conn health Watch streams without the token,
+        until every stream is answered (its first message, or its trailers). Returns the
+        connections and the (served, refused) counts."""
+        req = common.grpc_message(hpb.HealthCheckRequest(service="").SerializeToString())
+        hs = []
+        for _ in range(conns):
+            h = RawH2(self.d.grpc_port)
+            self.addCleanup(h.close)
+            h.handshake()
+            for i in range(per_conn):
+                h.request(1 + 2 * i, WATCH, req)
+            hs.append(h)
+        served = refused = 0
+        for h in hs:
+            sids = [1 + 2 * i for i in range(per_conn)]
+            h.pump(lambda x: x.closed or all(x.messages(s) or x.stream_done(s) for s in sids),
+                   CALL_TIMEOUT)
+            for sid in sids:
+                if h.status(sid) == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]:
+                    refused += 1
+                elif h.messages(sid) and h.status(sid) is None:
+                    served += 1
+        return hs, served, refused
+
+    def token_holder_served(self):
+        """A token holder's Execute on a connection of its own is served."""
+        ch = self.d.new_channel()
+        try:
+            r, _ = self.execute(["echo", "in"], channel=ch)
+        except grpc.RpcError as e:
+            self.fail("a token holder's Execute failed: %s %s" % (e.code(), e.details()))
+        finally:
+            ch.close()
+        self.assertEqual(r.stdout, b"in\n")
+
+    def test_watch_streams_leave_token_holders_their_calls(self):
+        t0 = time.monotonic()
+        hs, served, refused = self.flood(7, 100)
+        print("\n    7 x 100 Watch without the token: %d served, %d refused (%.2f s)" %
+              (served, refused, time.monotonic() - t0), file=sys.stderr)
+        self.assertEqual(served + refused, 700, "not every Watch stream was answered")
+        self.assertLessEqual(served, 16, "more Watch streams without the token than their share")
+        self.token_holder_served()
+        # A probe's Check, without the token, still finds room beside the Watches.
+        ch = self.d.new_channel()
+        try:
+            st = self.d.health(ch).Check(hpb.HealthCheckRequest(service=""), timeout=5).status
+        finally:
+            ch.close()
+        self.assertEqual(st, SERVING)
+        # The Watches that were served are still open: the budget is theirs, not closed.
+        self.assertFalse(any(h.closed for h in hs))
+
+    def test_guest_connections_make_room(self):
+        # A connection that made a call with the token is trusted: never closed for room.
+        trusted = RawH2(self.d.grpc_port)
+        self.addCleanup(trusted.close)
+        trusted.handshake()
+        check = common.grpc_message(hpb.HealthCheckRequest(service="").SerializeToString())
+        trusted.request(1, CHECK, check, token=self.d.token)
+        self.assertTrue(trusted.pump(lambda x: x.stream_done(1), CALL_TIMEOUT))
+        self.assertEqual(trusted.status(1), 0)
+        before = self.metrics()
+        t0 = time.monotonic()
+        hs, served, refused = self.flood(8, 1)  # with the trusted one, one more than the cap
+        self.token_holder_served()
+        print("\n    8 connections of 1 Watch without the token, then a token holder: "
+              "%.2f s" % (time.monotonic() - t0), file=sys.stderr)
+        closed = [i for i, h in enumerate(hs) if h.wait_closed(0.5 if i < 2 else 0)]
+        self.assertGreaterEqual(len(closed), 2, "no connection of guests made room")
+        self.assertIn(0, closed, "the oldest connection of guests was not the one closed")
+        # The trusted connection is still there, and still served.
+        trusted.request(3, CHECK, check, token=self.d.token)
+        self.assertTrue(trusted.pump(lambda x: x.stream_done(3) or x.closed, CALL_TIMEOUT))
+        self.assertFalse(trusted.closed, "a trusted connection was closed to make room")
+        self.assertEqual(trusted.status(3), 0)
+        after = self.metrics()
+        self.assertGreaterEqual(after.get("sbxd_grpc_connections_evicted_total", 0) -
+                                before.get("sbxd_grpc_connections_evicted_total", 0), 2)
+
+    def metrics(self):
+        status, body = self.d.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines()
+                                         if ln.startswith("sbxd_grpc_"))}
+
+
 class DrainTest(unittest.TestCase):
     """SIGTERM with a command running: health turns NOT_SERVING (Watch sees it), new calls
     are UNAVAILABLE, the running command finishes, sbxd exits 0."""
@@ -1261,20 +1365,51 @@ class LimitsTest(GrpcCase):
         self.assertFalse(os.path.exists(os.path.join(self.d.ws, "ran-" + m)))
 
     def test_max_connections(self):
-        """Past --max-connections a connection is closed at once; once they go, a new client
-        is served."""
+        """Past --max-connections, a connection that carried no call (nor only health calls)
+        makes room for a new one, the oldest first; when every one has carried a call, a new
+        connection is closed at once. Once they go, a new client is served."""
         before = self.metrics()
         conns = []
         for _ in range(6):
             h = self.raw()
             h.handshake()
             conns.append(h)
-        refused = [h for h in conns if h.wait_closed(0.5)]
-        self.assertGreaterEqual(len(refused), 2, "6 connections over a limit of 4 were kept")
+        made_room = [i for i, h in enumerate(conns) if h.wait_closed(0.5 if i < 2 else 0)]
+        self.assertEqual(made_room, [0, 1], "6 idle connections over a limit of 4")
+        after = self.metrics()
+        self.assertEqual(after.get("sbxd_grpc_connections_evicted_total", 0) -
+                         before.get("sbxd_grpc_connections_evicted_total", 0), 2)
+        for h in conns:
+            h.close()
+        # Connections that made a call (no token here: any but health) are kept; one more is
+        # refused at accept.
+        signal = common.grpc_message(pb.SendSignalRequest(process_id=987654,
+                                                          signal=pb.SIGNAL_SIGTERM)
+                                     .SerializeToString())
+        busy = []
+        for _ in range(4):
+            h = self.raw()
+            h.handshake()
+            end = time.monotonic() + 5
+            while True:  # (until the closed ones above have gone)
+                h.request(1, "/process.v1.ProcessService/SendSignal", signal)
+                if h.pump(lambda x: x.stream_done(1) or x.closed, CALL_TIMEOUT) and not h.closed:
+                    break
+                self.assertLess(time.monotonic(), end, "no room for a connection")
+                time.sleep(0.05)
+                h = self.raw()
+                h.handshake()
+            self.assertEqual(h.status(1), grpc.StatusCode.NOT_FOUND.value[0])
+            busy.append(h)
+        before = self.metrics()
+        extra = self.raw()
+        extra.handshake()
+        self.assertTrue(extra.wait_closed(2), "a connection over the limit was kept")
         after = self.metrics()
         self.assertGreaterEqual(after.get("sbxd_grpc_connections_refused_total", 0) -
-                                before.get("sbxd_grpc_connections_refused_total", 0), 2)
-        for h in conns:
+                                before.get("sbxd_grpc_connections_refused_total", 0), 1)
+        self.assertFalse(any(h.wait_closed(0) for h in busy))
+        for h in busy:
             h.close()
         time.sleep(0.2)
 

@@ -413,8 +413,20 @@ int http_request_with(const struct daemon *d, const char *method, const char *pa
                       const char *header, const char *ctype, const char *body, size_t body_len,
                       long timeout_ms, struct http_resp *r)
 {
+    return http_request_from(d, NULL, method, path, header, ctype, body, body_len, timeout_ms, r);
+}
+
+int http_request_from(const struct daemon *d, const char *src, const char *method, const char *path,
+                      const char *header, const char *ctype, const char *body, size_t body_len,
+                      long timeout_ms, struct http_resp *r)
+{
     memset(r, 0, sizeof(*r));
     CURL *c = curl_easy_init();
+    if (src) { /* a client of another loopback address: bound to it before connecting */
+        char iface[64];
+        snprintf(iface, sizeof(iface), "host!%s", src);
+        curl_easy_setopt(c, CURLOPT_INTERFACE, iface);
+    }
     char url[PATH_MAX + 512];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", d->port, path);
     struct buf b = {0}, h = {0};

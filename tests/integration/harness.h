@@ -86,6 +86,11 @@ int http_request(const struct daemon *d, const char *method, const char *path, c
 int http_request_with(const struct daemon *d, const char *method, const char *path,
                       const char *header, const char *ctype, const char *body, size_t body_len,
                       long timeout_ms, struct http_resp *r);
+/* The same from the loopback address src ("127.0.0.2"; NULL: the system's choice), as a
+ * client of another address. */
+int http_request_from(const struct daemon *d, const char *src, const char *method, const char *path,
+                      const char *header, const char *ctype, const char *body, size_t body_len,
+                      long timeout_ms, struct http_resp *r);
 void http_resp_free(struct http_resp *r);
 
 /* One request whose path is printf-formatted (a JSON body or none, 60 s at most); asserts

@@ -5,11 +5,15 @@
  * whole tree, a message over --max-body-bytes, Origin, batches by version, one GET stream
  * per session, and file tools that never leave the workspace.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -443,6 +447,373 @@ START_TEST(displayed_images_are_held_under_the_output_cap)
 }
 END_TEST
 
+/* A JSON object text of n members with distinct three-character names ("k0":0 ...), one of
+ * them (the last) named as the first when dup: malloc'd. */
+static char *many_members(size_t n, bool dup, size_t *len)
+{
+    static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    char *o = malloc(n * 8 + 16);
+    ck_assert_ptr_nonnull(o);
+    size_t at = 0;
+    o[at++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        size_t k = dup && i == n - 1 ? 0 : i;
+        at += (size_t)sprintf(o + at, "%s\"%c%c%c\":0", i ? "," : "", chars[k / 64 / 64 % 64],
+                              chars[k / 64 % 64], chars[k % 64]);
+    }
+    o[at++] = '}';
+    o[at] = '\0';
+    *len = at;
+    return o;
+}
+
+/* One 1 MiB MCP message of ~130,000 members cost about a minute of CPU (the decoder compared
+ * every pair of names, before any session was looked at): now an object past
+ * SBXD_JSON_MAX_MEMBERS (8192) is refused at once, names are checked sorted, and a name
+ * given twice, at the top or deep in params, is still an invalid request. */
+START_TEST(huge_object_is_refused_at_once)
+{
+    struct http_resp r;
+    size_t len;
+    char *obj = many_members(131000, false, &len);
+    ck_assert_uint_gt(len, 1000000);
+    double t0 = now_ms();
+    int rc = http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", obj, len,
+                               (long)(10000 * SLOW), &r);
+    double ms = now_ms() - t0;
+    free(obj);
+    ck_assert_msg(rc == 0, "no answer to a 1 MiB message of 131,000 members in %.0f ms", ms);
+    fprintf(stderr, "mcp: 1 MiB message of 131,000 members answered %ld in %.1f ms\n", r.status,
+            ms);
+    /* (Under gVisor, 1 MiB through its network stack and 131,000 allocations by cJSON take
+     * about 1.5 s on their own; the pairwise check took 34 s on the host.) */
+    double bound = (under_gvisor() ? 4000 : 1000) * SLOW;
+    ck_assert_msg(ms < bound, "a 1 MiB message of 131,000 members took %.0f ms", ms);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    ck_assert_ptr_nonnull(strstr(r.body, "more than 8192 members"));
+    http_resp_free(&r);
+
+    /* Just under the cap, with the last name a repeat of the first, deep in params: sorted
+     * names find it, quickly. */
+    obj = many_members(8000, true, &len);
+    char *msg = malloc(len + 128);
+    int n = snprintf(msg, len + 128,
+                     "{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"ping\","
+                     "\"params\":{\"_meta\":%s}}",
+                     obj);
+    free(obj);
+    t0 = now_ms();
+    ck_assert_int_eq(http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", msg,
+                                       (size_t)n, (long)(10000 * SLOW), &r),
+                     0);
+    ms = now_ms() - t0;
+    free(msg);
+    ck_assert_msg(ms < bound, "8,000 members took %.0f ms", ms);
+    ck_assert_msg(r.status == 400 && rpc_code(&r) == -32600 && strstr(r.body, "twice"), "%ld %s",
+                  r.status, r.body);
+    ck_assert_int_eq((int)jnum(r.json, "id"), 41);
+    http_resp_free(&r);
+    /* The same 8,000 distinct: no fault in the shape (the session is what is missing). */
+    obj = many_members(8000, false, &len);
+    msg = malloc(len + 128);
+    n = snprintf(msg, len + 128,
+                 "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\","
+                 "\"params\":{\"_meta\":%s}}",
+                 obj);
+    free(obj);
+    ck_assert_int_eq(http_request_with(&g_sbxd, "POST", "/mcp", NULL, "application/json", msg,
+                                       (size_t)n, (long)(10000 * SLOW), &r),
+                     0);
+    free(msg);
+    ck_assert_msg(r.status == 400 && strstr(r.body, "Mcp-Session-Id"), "%ld %s", r.status, r.body);
+    http_resp_free(&r);
+
+    /* A name twice at the top, and in a tool's arguments (which value would be written?). */
+    mcp_post(&g_sbxd, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    char sid[64];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    mcp_post(&g_sbxd, sid,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"write_file\",\"arguments\":{\"path\":\"dup-a.txt\",\"path\":\"dup-b.txt\","
+             "\"content\":\"x\"}}}",
+             &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_int_eq(rpc_code(&r), -32600);
+    http_resp_free(&r);
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/dup-a.txt", g_sbxd.ws);
+    ck_assert_int_ne(stat(path, &st), 0);
+    snprintf(path, sizeof(path), "%s/dup-b.txt", g_sbxd.ws);
+    ck_assert_int_ne(stat(path, &st), 0);
+    char h[128];
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid);
+    ck_assert_int_eq(http_request_with(&g_sbxd, "DELETE", "/mcp", h, NULL, NULL, 0, 0, &r), 0);
+    http_resp_free(&r);
+}
+END_TEST
+
+/* Directories one session's subscriptions may be in (SBXD_MCP_SESSION_WATCH_DIRS). */
+#define MCP_SESSION_DIRS 8
+
+/* initialize from the loopback address src: the HTTP status, the session's id into sid when
+ * 200, the answer's text into msg. */
+static long mcp_init_from(const struct daemon *d, const char *src, char *sid, size_t len, char *msg,
+                          size_t msglen)
+{
+    static const char body[] =
+        "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+        "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"it\","
+        "\"version\":\"1\"}}}";
+    struct http_resp r;
+    ck_assert_int_eq(http_request_from(d, src, "POST", "/mcp", NULL, "application/json", body,
+                                       strlen(body), 0, &r),
+                     0);
+    long st = r.status;
+    const char *h = r.headers ? strcasestr(r.headers, "\nMcp-Session-Id: ") : NULL;
+    sid[0] = '\0';
+    if (st == 200 && h) {
+        h += 17;
+        size_t n = strcspn(h, "\r\n");
+        ck_assert(n > 0 && n < len);
+        memcpy(sid, h, n);
+        sid[n] = '\0';
+    }
+    if (msg)
+        snprintf(msg, msglen, "%s", r.body);
+    http_resp_free(&r);
+    return st;
+}
+
+/* ping in session sid: the HTTP status (200 alive, 404 gone). */
+static long mcp_ping(const struct daemon *d, const char *sid)
+{
+    struct http_resp r;
+    mcp_post(d, sid, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}", &r);
+    long st = r.status;
+    http_resp_free(&r);
+    return st;
+}
+
+/* A GET on a connection of its own, left open: the socket, its status in *status (the
+ * answer's head read). extra: more header lines, each ending in "\r\n". */
+static int stream_get(const struct daemon *d, const char *path, const char *extra, long *status)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: sbxd\r\n%s\r\n", path,
+                     extra ? extra : "");
+    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    char head[4096];
+    size_t got = 0;
+    *status = 0;
+    for (double end = now_ms() + 10000 * SLOW; got < sizeof(head) - 1 && now_ms() < end;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t k = recv(fd, head + got, 1, 0); /* a byte at a time: the body stays unread */
+        if (k <= 0)
+            break;
+        got++;
+        head[got] = '\0';
+        if (got >= 4 && memcmp(head + got - 4, "\r\n\r\n", 4) == 0)
+            break;
+    }
+    head[got] = '\0';
+    sscanf(head, "HTTP/1.1 %ld", status);
+    return fd;
+}
+
+/* Read fd until text has come, for at most ms: whether it did. */
+static bool stream_wait_for(int fd, const char *text, int ms)
+{
+    char buf[16384];
+    size_t got = 0;
+    for (double end = now_ms() + ms; now_ms() < end;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        if (got == sizeof(buf) - 1) { /* keep the tail: the text may straddle */
+            memmove(buf, buf + got - 256, 256);
+            got = 256;
+        }
+        ssize_t k = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (k <= 0)
+            return false;
+        got += (size_t)k;
+        buf[got] = '\0';
+        if (strstr(buf, text))
+            return true;
+    }
+    return false;
+}
+
+/* resources/subscribe to a file: the JSON-RPC error code (0: subscribed), its message into
+ * msg. */
+static int mcp_subscribe(const struct daemon *d, const char *sid, const char *rel, char *msg,
+                         size_t msglen)
+{
+    char body[PATH_MAX + 256];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"resources/subscribe\",\"params\":{"
+             "\"uri\":\"file://%s/%s\"}}",
+             d->ws, rel);
+    struct http_resp r;
+    mcp_post(d, sid, body, &r);
+    ck_assert_msg(r.status == 200, "subscribe %s: %ld %s", rel, r.status, r.body);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(r.json, "error");
+    int code = e ? (int)jnum(e, "code") : 0;
+    snprintf(msg, msglen, "%s", e ? jstr(e, "message") : "");
+    http_resp_free(&r);
+    return code;
+}
+
+/* Subscriptions to files in as many directories as they may: 16 of them in each of two
+ * sessions once made their GET streams take all --max-watchers, and REST watches got 429.
+ * Now a session's subscriptions are in at most 8 directories, the MCP sessions have a pool of
+ * --max-watchers of their own, each refusal is a JSON-RPC error at subscribe, and REST
+ * watches keep all theirs. */
+START_TEST(subscriptions_leave_rest_watches_theirs)
+{
+    struct daemon d;
+    const char *args[] = {"--max-watchers", "12", NULL};
+    daemon_start(&d, args, NULL);
+    /* The files are made and changed through sbxd: under gVisor, inotify sees what the
+     * sandbox does, not what the host does to its files. */
+    struct http_resp r;
+    for (int i = 0; i < 16; i++) {
+        http_reqf(&d, &r, "PUT", "", "/files/d%d/f", i);
+        ck_assert_msg(r.status == 201 || r.status == 200, "PUT d%d/f: %ld", i, r.status);
+        http_resp_free(&r);
+    }
+    char a[64], b[64], msg[512], first_refusal[2][512] = {"", ""};
+    int took[2] = {0, 0};
+    mcp_init(&d, "2025-06-18", a, sizeof(a));
+    mcp_init(&d, "2025-06-18", b, sizeof(b));
+    const char *sids[2] = {a, b};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 16; i++) {
+            char rel[32];
+            snprintf(rel, sizeof(rel), "d%d/f", i);
+            int code = mcp_subscribe(&d, sids[s], rel, msg, sizeof(msg));
+            if (code == 0)
+                took[s]++;
+            else if (!first_refusal[s][0]) {
+                ck_assert_int_eq(code, -32000);
+                snprintf(first_refusal[s], sizeof(first_refusal[s]), "%s", msg);
+            }
+        }
+    fprintf(stderr, "mcp: subscriptions taken in 16 directories: %d and %d\n", took[0], took[1]);
+    /* Each session's stream watches its directories: a change reaches the first. */
+    char h[200];
+    long st;
+    snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", a);
+    int sa = stream_get(&d, "/mcp", h, &st);
+    ck_assert_int_eq(st, 200);
+    bool seen = false;
+    for (int i = 0; i < 20 && !seen; i++) { /* (written until the stream's watches are up) */
+        http_reqf(&d, &r, "PUT", "x", "/files/d0/f");
+        http_resp_free(&r);
+        seen = stream_wait_for(sa, "notifications/resources/updated", (int)(250 * SLOW));
+    }
+    ck_assert_msg(seen, "the first session's stream told no change");
+    snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", b);
+    int sb = stream_get(&d, "/mcp", h, &st);
+    ck_assert_int_eq(st, 200);
+    /* Every REST watch is still there to take, and only those. */
+    int rest[13];
+    for (int i = 0; i < 13; i++) {
+        rest[i] = stream_get(&d, "/files/d15?watch=true", NULL, &st);
+        ck_assert_msg(st == (i < 12 ? 200 : 429), "REST watch %d: %ld", i + 1, st);
+    }
+    /* The caps, told when subscribing. */
+    ck_assert_int_eq(took[0], MCP_SESSION_DIRS);
+    ck_assert_msg(strstr(first_refusal[0], "8 directories"), "%s", first_refusal[0]);
+    ck_assert_int_eq(took[1], 12 - MCP_SESSION_DIRS);
+    ck_assert_msg(strstr(first_refusal[1], "--max-watchers"), "%s", first_refusal[1]);
+    /* The second session's stream is served too. */
+    seen = false;
+    for (int i = 0; i < 20 && !seen; i++) {
+        http_reqf(&d, &r, "PUT", "y", "/files/d0/f");
+        http_resp_free(&r);
+        seen = stream_wait_for(sb, "notifications/resources/updated", (int)(250 * SLOW));
+    }
+    ck_assert_msg(seen, "the second session's stream told no change");
+    /* An unsubscribe gives its directory back to the pool. */
+    char body[PATH_MAX + 256];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"resources/unsubscribe\",\"params\":{"
+             "\"uri\":\"file://%s/d7/f\"}}",
+             d.ws);
+    mcp_post(&d, a, body, &r);
+    ck_assert_int_eq(r.status, 200);
+    http_resp_free(&r);
+    ck_assert_int_eq(mcp_subscribe(&d, b, "d15/f", msg, sizeof(msg)), 0);
+    for (int i = 0; i < 13; i++)
+        close(rest[i]);
+    close(sa);
+    close(sb);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* One client holding every MCP session (32, each kept alive by its pings) kept everyone else
+ * out. A client address holds at most --mcp-max-client-sessions (16): at its cap its own
+ * session idle longest makes room (never another client's), and when every one of its
+ * sessions is in use (a GET stream open on each) its new one is refused with 429. */
+START_TEST(one_client_cannot_hold_every_session)
+{
+    struct daemon d; /* the defaults: 32 sessions, 16 a client */
+    daemon_start(&d, NULL, NULL);
+    char ids[32][64], msg[512];
+    for (int i = 0; i < 32; i++) { /* the global cap's worth, each pinged as it comes */
+        long st = mcp_init_from(&d, "127.0.0.21", ids[i], sizeof(ids[i]), msg, sizeof(msg));
+        ck_assert_msg(st == 200, "the client's session %d: %ld %s", i + 1, st, msg);
+        ck_assert_int_eq(mcp_ping(&d, ids[i]), 200);
+    }
+    char other[64];
+    long st = mcp_init_from(&d, "127.0.0.22", other, sizeof(other), msg, sizeof(msg));
+    ck_assert_msg(st == 200, "a second client got no session: %ld %s", st, msg);
+    ck_assert_int_eq(mcp_ping(&d, other), 200);
+    /* The first client kept its 16 latest; its older ones made room for them. */
+    for (int i = 0; i < 32; i++)
+        ck_assert_int_eq(mcp_ping(&d, ids[i]), i < 16 ? 404 : 200);
+    /* Every one of its sessions in use: refused, clearly. */
+    int streams[16];
+    for (int i = 0; i < 16; i++) {
+        char h[200];
+        snprintf(h, sizeof(h), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", ids[16 + i]);
+        streams[i] = stream_get(&d, "/mcp", h, &st);
+        ck_assert_int_eq(st, 200);
+    }
+    char sid[64];
+    st = mcp_init_from(&d, "127.0.0.21", sid, sizeof(sid), msg, sizeof(msg));
+    ck_assert_msg(st == 429 && strstr(msg, "-32000") && strstr(msg, "--mcp-max-client-sessions"),
+                  "%ld %s", st, msg);
+    /* One ended (DELETE): room for the next. */
+    char h[200];
+    struct http_resp r;
+    snprintf(h, sizeof(h), "Mcp-Session-Id: %s", ids[16]);
+    ck_assert_int_eq(http_request_with(&d, "DELETE", "/mcp", h, NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 204);
+    http_resp_free(&r);
+    st = mcp_init_from(&d, "127.0.0.21", sid, sizeof(sid), msg, sizeof(msg));
+    ck_assert_msg(st == 200, "%ld %s", st, msg);
+    for (int i = 0; i < 16; i++)
+        close(streams[i]);
+    ck_assert_int_eq(mcp_ping(&d, other), 200); /* never another client's */
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -453,6 +824,9 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, sessions_are_capped_and_expire);
     tcase_add_test(tc, transport_rules);
     tcase_add_test(tc, displayed_images_are_held_under_the_output_cap);
+    tcase_add_test(tc, huge_object_is_refused_at_once);
+    tcase_add_test(tc, subscriptions_leave_rest_watches_theirs);
+    tcase_add_test(tc, one_client_cannot_hold_every_session);
     suite_add_tcase(s, tc);
     return s;
 }

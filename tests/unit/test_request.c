@@ -1,4 +1,7 @@
 #include <check.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sbxd/limits.h"
@@ -158,6 +161,35 @@ START_TEST(rejects_bad_input)
 }
 END_TEST
 
+/* An env of n distinct names (one repeated at the end when dup): past SBXD_JSON_MAX_MEMBERS
+ * refused before any name is compared, under it a repeat found among thousands. */
+static char *env_body(int n, bool dup)
+{
+    char *b = malloc((size_t)n * 16 + 64);
+    int at = sprintf(b, "{\"command\":\"a\",\"env\":{");
+    for (int i = 0; i < n; i++)
+        at += sprintf(b + at, "%s\"V%d\":\"\"", i ? "," : "", dup && i == n - 1 ? 7 : i);
+    strcpy(b + at, "}}");
+    return b;
+}
+
+START_TEST(member_cap_and_sorted_duplicates)
+{
+    char *b = env_body(SBXD_JSON_MAX_MEMBERS + 1, false);
+    ck_assert_int_eq(parse(b), -1);
+    ck_assert_msg(strstr(err.msg, "'env' has more than 8192 fields"), "%s", err.msg);
+    free(b);
+    b = env_body(4000, true);
+    ck_assert_int_eq(parse(b), -1);
+    ck_assert_msg(strstr(err.msg, "duplicate field 'env.V7'"), "%s", err.msg);
+    free(b);
+    b = env_body(4000, false);
+    ck_assert_int_eq(parse(b), 0);
+    exec_request_free(&req);
+    free(b);
+}
+END_TEST
+
 START_TEST(raw_nul_byte)
 {
     const char body[] = "{\"command\":\"a\0b\"}";
@@ -256,6 +288,7 @@ Suite *request_suite(void)
     tcase_add_test(tc, full_request);
     tcase_add_test(tc, absolute_cwd);
     tcase_add_loop_test(tc, rejects_bad_input, 0, sizeof(bad) / sizeof(bad[0]));
+    tcase_add_test(tc, member_cap_and_sorted_duplicates);
     tcase_add_test(tc, raw_nul_byte);
     tcase_add_test(tc, nul_scanner);
     tcase_add_test(tc, build_argv_env_cwd);
