@@ -242,7 +242,8 @@ struct fs_shared_dirs {
 /*
  * Find the shared directories: every directory anybody may write (o+w, sticky or not) met by a
  * walk of the root file system SBXD_SHARED_FIND_MAX_DEPTH levels deep (across mounts, but not
- * into the kernel's own file systems: proc, sysfs, cgroup, devpts...; never through a link),
+ * into the kernel's own file systems: proc, sysfs, cgroup, devpts..., nor into /usr, /boot and
+ * the root's /bin, /sbin, /lib*; never through a link),
  * which does not go into such a directory (fs_clear_owned does), and every mount point anybody
  * may write, however deep; the keep directories and what they hold left out. 0, or -1 when
  * memory ran out (what was found is in d). Free with fs_shared_dirs_free.

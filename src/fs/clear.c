@@ -410,6 +410,14 @@ static int finder_pre(struct walk_entry *e, void *ctx)
             add_dir(f->out, path, &f->oom);
         return WALK_NEXT;
     }
+    /* The installed software's trees: thousands of directories (seconds of walking under
+     * gVisor, where each look is a round trip to its gofer), and none that anybody may write
+     * unless an image makes one there (then the mount table finds it if it is a mount). */
+    static const char *const system_trees[] = {"usr",   "boot",  "proc", "sys", "lib",
+                                               "lib64", "lib32", "bin",  "sbin"};
+    for (size_t i = 0; e->depth == 0 && i < sizeof(system_trees) / sizeof(system_trees[0]); i++)
+        if (strcmp(e->name, system_trees[i]) == 0)
+            return WALK_NEXT;
     if (!e->may_enter || walk_open(e, O_RDONLY | O_DIRECTORY) < 0)
         return WALK_NEXT;
     struct statfs sf;

@@ -592,8 +592,13 @@ START_TEST(reset_removes_ipc_and_residue_outside_the_workspace)
              "$(seq 70))f",
              (int)key, lock, wwf, deep, deep);
     char *made = sh_out(&d, cmd);
-    ck_assert_msg(strcmp(made, "shm OK\nmsg OK\nsem OK\nmq OK\n") == 0, "made: %s", made);
-    free(made);
+    /* gVisor (release 2022-12) has no POSIX message queues: there is none to leave. */
+    bool no_mq = under_gvisor() && strstr(made, "mq ENOSYS");
+    if (no_mq)
+        gvisor_skip("POSIX message queues removed by a reset",
+                    "gVisor (release 2022-12) has no POSIX message queues (mq_open: ENOSYS)");
+    bool made_all = strcmp(made, no_mq ? "shm OK\nmsg OK\nsem OK\nmq ENOSYS\n"
+                                       : "shm OK\nmsg OK\nsem OK\nmq OK\n") == 0;
     struct http_resp r;
     ck_assert_int_eq(http_request(&d, "POST", "/reset", NULL, "{}", 2, 60000, &r), 0);
     long status = r.status;
@@ -603,8 +608,10 @@ START_TEST(reset_removes_ipc_and_residue_outside_the_workspace)
     daemon_install_probe(&d);
     snprintf(cmd, sizeof(cmd), "./sbxd-probe attack find %d; rm -f sbxd-probe", (int)key);
     char *found = sh_out(&d, cmd);
-    const char *want = "shm ENOENT\nmsg ENOENT\nsem ENOENT\nmq ENOENT\n";
+    const char *want = no_mq ? "shm ENOENT\nmsg ENOENT\nsem ENOENT\nmq ENOSYS\n"
+                             : "shm ENOENT\nmsg ENOENT\nsem ENOENT\nmq ENOENT\n";
     if (under_gvisor() && strcmp(found, want) != 0) {
+        /* The sandbox's SysV objects are the next task's all the same. */
         gvisor_skip("SysV IPC objects removed by a reset",
                     "gVisor (release 2022-12) has no /proc/sysvipc, and its *_INFO and *_STAT "
                     "do not list the objects: sbxd cannot find them");
@@ -617,6 +624,8 @@ START_TEST(reset_removes_ipc_and_residue_outside_the_workspace)
     char rm[400];
     snprintf(rm, sizeof(rm), "rm -rf '%s' '%s' '%s'", ww, lock, deep);
     ck_assert_int_eq(system(rm), 0);
+    ck_assert_msg(made_all, "made: %s", made);
+    free(made);
     ck_assert_msg(status == 200 && strcmp(found, want) == 0 && !left_lock && !left_ww && !left_deep,
                   "reset: %ld %s\nthe next task found:\n%s/run/lock file left: %d, file in %s "
                   "left: %d, deep /tmp tree left: %d",
