@@ -156,7 +156,9 @@ static const struct opt opts[] = {
      "they are killed."},
     {"user", "UID:GID", "SBXD_USER", NULL, 0, "1000:1000", OPT_USER, OFF(user), 0, 0,
      "When sbxd runs as root, commands run as this user and group, with no supplementary "
-     "groups. Ignored otherwise (commands keep sbxd's own ids)."},
+     "groups. Ignored otherwise (commands keep sbxd's own ids). The user is sbxd's alone: a "
+     "reset kills every process that runs as it and removes its files from the directories "
+     "anybody may write and its IPC objects."},
     {"isolation", "MODE", "SBXD_ISOLATION", NULL, 0, "auto", OPT_CHOICE, OFF(isolation), 0, 0,
      "How a command's whole process tree is contained and killed: "
      "{auto|cgroup|pidns|uid|pgid}. cgroup: a cgroup v2 leaf per command (needs a delegated "
@@ -167,7 +169,8 @@ static const struct opt opts[] = {
      OFF(uid_range), 0, 0,
      "uid isolation: the uids commands run as, one per running command, but the last, which is "
      "sbxd's kill helper's (so COUNT-1 commands at once). They are sbxd's alone: processes "
-     "left in them by a killed sbxd are killed at start."},
+     "left in them by a killed sbxd are killed at start. Under every backend the last is the "
+     "real uid of the helper that kills the command user's processes at a reset."},
     {"require-isolation", "LIST", "SBXD_REQUIRE_ISOLATION", NULL, 0, "", OPT_LIST,
      OFF(require_isolation), 0, 0,
      "Refuse to start unless each of these is in force, and answer /healthz with 503 "

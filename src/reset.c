@@ -9,14 +9,23 @@
 
 #include "sbxd/background.h"
 #include "sbxd/context.h"
+#include "sbxd/ipc_clear.h"
 #include "sbxd/job.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/reset.h"
 #include "sbxd/timeutil.h"
 
-/* Where commands may leave files outside the workspace: every user may write there. */
-static const char *const shared_dirs[] = {"/tmp", "/var/tmp", "/dev/shm"};
+/* Where commands may leave files outside the workspace: every user may write there. These
+ * where they exist (/dev/mqueue: POSIX message queues, where it is mounted), and every other
+ * directory anybody may write that fs_find_shared finds at the first reset (an image's own,
+ * /var/lib/php/sessions or the like, or a tmpfs mounted for scratch): found once, since only
+ * root makes such a directory outside the others (a command's own, inside one of them, goes
+ * with its owner's entries). */
+static const char *const shared_dirs[] = {"/tmp",      "/var/tmp",    "/dev/shm",  "/run/lock",
+                                          "/var/lock", "/dev/mqueue", "/var/crash"};
+static struct fs_shared_dirs found_dirs;
+static bool found_yet;
 
 /* The uids commands run as: the command user, and under uid isolation the range (but its
  * last, the kill helper's). None when sbxd is not root: commands then run as sbxd's own
@@ -117,16 +126,45 @@ static int clear_shared(const struct reset_env *env, const struct fs_uid_span *u
         keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
     if (env->baseline_fd >= 0 && fstat(env->baseline_fd, &st) == 0)
         keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
+    if (!found_yet) {
+        int64_t t0 = time_mono_ns();
+        fs_find_shared(keep, nkeep, &found_dirs);
+        found_yet = true;
+        char list[1024] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < found_dirs.n && len < sizeof(list); i++)
+            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? " " : "",
+                                    found_dirs.paths[i]);
+        LOG_EVENT(found_dirs.cut ? "warn" : "info", "shared_dirs",
+                  LOG_I("found", (int64_t)found_dirs.n), LOG_S("paths", list),
+                  LOG_I("visited", (int64_t)found_dirs.visited), LOG_B("complete", !found_dirs.cut),
+                  LOG_D("ms", (double)(time_mono_ns() - t0) / 1e6));
+    }
+    size_t nfixed = sizeof(shared_dirs) / sizeof(shared_dirs[0]);
+    struct fs_keep seen[64];
+    unsigned nseen = 0;
     int rc = 0;
-    for (size_t i = 0; i < sizeof(shared_dirs) / sizeof(shared_dirs[0]); i++) {
+    for (size_t i = 0; i < nfixed + found_dirs.n; i++) {
+        const char *dir = i < nfixed ? shared_dirs[i] : found_dirs.paths[i - nfixed];
+        /* Each directory once (/var/lock is a link to /run/lock here and there). */
+        struct stat ds;
+        if (stat(dir, &ds) < 0 || !S_ISDIR(ds.st_mode))
+            continue;
+        bool again = false;
+        for (unsigned k = 0; k < nseen && !again; k++)
+            again = seen[k].dev == ds.st_dev && seen[k].ino == ds.st_ino;
+        if (again)
+            continue;
+        if (nseen < sizeof(seen) / sizeof(seen[0]))
+            seen[nseen++] = (struct fs_keep){ds.st_dev, ds.st_ino};
         struct fs_clear_stats s;
-        if (fs_clear_owned(shared_dirs[i], uids, nuids, keep, nkeep, &s) < 0) {
+        if (fs_clear_owned(dir, uids, nuids, keep, nkeep, &s) < 0) {
             if (!s.failed) {
                 s.failed = 1;
                 s.first_errno = errno;
-                snprintf(s.first, sizeof(s.first), "%s", shared_dirs[i]);
+                snprintf(s.first, sizeof(s.first), "%s", dir);
             }
-            fail_clear(err, shared_dirs[i], &s);
+            fail_clear(err, dir, &s);
             rc = -1;
         }
         rep->tmp.files += s.files;
@@ -170,6 +208,15 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
                   rep->strays_left, SBXD_RESET_STRAYS_MS);
         rc = -1;
     }
+    /* SysV IPC objects and POSIX message queues: state outside every file tree, which the
+     * next task would find by key or name (after the strays: nothing of theirs makes more). */
+    if (ipc_clear_users(uids, nuids, &rep->ipc) < 0) {
+        if (err->kind == SBXD_E_NONE)
+            sbxd_fail(err, SBXD_E_INTERNAL, rep->ipc.first_errno,
+                      "%u IPC objects of the command user could not be removed: %s",
+                      rep->ipc.failed, strerror(rep->ipc.first_errno));
+        rc = -1;
+    }
     if (clear_workspace(env, rep, err) < 0)
         rc = -1;
     int64_t t_ws = time_mono_ns();
@@ -186,7 +233,8 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
               LOG_I("files", (int64_t)(rep->ws.files + rep->tmp.files)),
               LOG_I("directories", (int64_t)(rep->ws.directories + rep->tmp.directories)),
               LOG_I("bytes", (int64_t)(rep->ws.bytes + rep->tmp.bytes)),
-              LOG_B("baseline", rep->baseline), LOG_D("duration_ms", rep->duration_ms),
+              LOG_I("ipc", rep->ipc.removed), LOG_B("baseline", rep->baseline),
+              LOG_D("duration_ms", rep->duration_ms),
               /* Where the time went: the kills, the ends, the strays, the workspace, /tmp. */
               LOG_D("kill_ms", (double)(t_killed - t0) / 1e6),
               LOG_D("end_ms", (double)(t_ended - t_killed) / 1e6),

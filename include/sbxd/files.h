@@ -224,11 +224,32 @@ struct fs_keep {
  * Remove from dir (/tmp, say) what a uid of `uids` owns: a file or symlink of theirs, a
  * directory of theirs whole (whoever owns what it holds); another directory is looked into
  * only when anybody may write into it, the only place a command could have put something.
- * What keep names stays, with all it holds. A missing dir is nothing to do. 0, or -1 when
- * something could not be removed (st says what).
+ * A directory of theirs deeper than SBXD_CLEAR_SHARED_MAX_DEPTH is moved up into dir and
+ * removed by another pass. What keep names stays, with all it holds. A missing dir is nothing
+ * to do. 0, or -1 when something could not be removed (st says what).
  */
 int fs_clear_owned(const char *dir, const struct fs_uid_span *uids, unsigned nuids,
                    const struct fs_keep *keep, unsigned nkeep, struct fs_clear_stats *st);
+
+/* Directories anybody may write, by path. */
+struct fs_shared_dirs {
+    char **paths;
+    size_t n;
+    uint64_t visited; /* entries the walk looked at */
+    bool cut;         /* it stopped at SBXD_SHARED_FIND_MAX_ENTRIES */
+};
+
+/*
+ * Find the shared directories: every directory anybody may write (o+w, sticky or not) met by a
+ * walk of the root file system SBXD_SHARED_FIND_MAX_DEPTH levels deep (across mounts, but not
+ * into the kernel's own file systems: proc, sysfs, cgroup, devpts..., nor into /usr, /boot and
+ * the root's /bin, /sbin, /lib*; never through a link),
+ * which does not go into such a directory (fs_clear_owned does), and every mount point anybody
+ * may write, however deep; the keep directories and what they hold left out. 0, or -1 when
+ * memory ran out (what was found is in d). Free with fs_shared_dirs_free.
+ */
+int fs_find_shared(const struct fs_keep *keep, unsigned nkeep, struct fs_shared_dirs *d);
+void fs_shared_dirs_free(struct fs_shared_dirs *d);
 
 /* Copy everything the directory src holds (taken) into the directory dst (which stays, and is
  * expected empty: a name already there fails the copy), as fs_copy copies a tree: symlinks as

@@ -134,11 +134,15 @@ void uid_slot_signal(uid_t uid, int sig);
 unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid);
 
 /*
- * Kill every live process (a zombie is dead already) whose real, effective or saved uid lies
- * in one of the n spans, sbxd itself never: found in /proc and killed one by one (through a
- * pidfd where the kernel has one, the uids checked again on it, so a pid reused meanwhile is
- * never hit), pass after pass until one finds none (what forked meanwhile is found by the
- * next), for at most ms. Returns how many were killed; *left: how many the last pass found.
+ * Kill every process whose real, effective or saved uid lies in one of the n spans, sbxd
+ * itself never: each uid of a span of one (the command user), and each uid a look at /proc
+ * finds, as a whole, with kill(-1) from the kill helper (whose real and saved uid is the last
+ * of --uid-range: no command can stop it, and it reaches nothing of sbxd's), and what /proc
+ * shows one by one (through a pidfd where the kernel has one, the uids checked again on it,
+ * so a pid reused meanwhile is never hit); pass after pass until the kill by uid reaches
+ * nothing (or only the dead), or, without the helper, until several looks in a row find
+ * nothing; for at most ms. Returns how many were killed (one for what the kill by uid reached
+ * and no look saw); *left: how many the last look found, when the time was up.
  */
 struct fs_uid_span;
 unsigned uid_procs_kill(const struct fs_uid_span *spans, unsigned n, int ms, unsigned *left);

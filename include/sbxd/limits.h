@@ -109,11 +109,16 @@
 #define SBXD_REOWN_MAX_DEPTH   64
 /* A reset's clear of the workspace (fs_clear_dir) removes what it visits, so it counts no
  * entries; a subtree deeper than SBXD_DELETE_MAX_DEPTH is moved up and emptied by another
- * pass, at most this many passes. In /tmp, /var/tmp and /dev/shm (fs_clear_owned), shared
- * with others, it visits at most so many entries, so many levels deep. */
+ * pass, at most this many passes. In the shared directories (fs_clear_owned: /tmp...), shared
+ * with others, a pass visits at most so many entries, so many levels deep, and moves a deeper
+ * subtree of the users' up for the next pass likewise. The shared directories are found by a
+ * walk of the root file system so many levels deep, visiting at most so many entries
+ * (fs_find_shared). */
 #define SBXD_CLEAR_MAX_PASSES         64
 #define SBXD_CLEAR_SHARED_MAX_ENTRIES 1000000u
 #define SBXD_CLEAR_SHARED_MAX_DEPTH   64
+#define SBXD_SHARED_FIND_MAX_DEPTH    3
+#define SBXD_SHARED_FIND_MAX_ENTRIES  200000u
 /* A reset waits at most this long for the killed jobs' processes to be reaped, then keeps
  * killing what still runs as the command users for at most this long. */
 #define SBXD_RESET_REAP_MS   5000

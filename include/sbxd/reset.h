@@ -8,9 +8,12 @@
  * gRPC's); the front quiesces (env->quiesce: requests under way, which may write files,
  * end); every background process is forgotten; what still runs as the command user or a uid of
  * --uid-range (a `setsid nohup` that left its tree where no backend follows it) is killed from
- * /proc; the workspace is emptied (fs_clear_dir), then given the baseline's tree when there is one;
- * what the command users own in /tmp, /var/tmp and /dev/shm is removed; commands may start again
- * and warm kernels are made anew.
+ * /proc (each of their uids killed as a whole first, by the kill helper); their System V IPC
+ * objects and POSIX message queues are removed (ipc_clear.h); the workspace is emptied
+ * (fs_clear_dir), then given the baseline's tree when there is one; what the command users own
+ * in the directories anybody may write (/tmp, /var/tmp, /dev/shm, /run/lock... and those
+ * fs_find_shared finds at the first reset) is removed; commands may start again and warm
+ * kernels are made anew.
  *
  * One reset at a time (the caller sees to it).
  */
@@ -25,6 +28,7 @@
 #include "sbxd/exec_service.h"
 #include "sbxd/files.h"
 #include "sbxd/harden.h"
+#include "sbxd/ipc_clear.h"
 #include "sbxd/isolation.h"
 
 struct reset_env {
@@ -41,14 +45,15 @@ struct reset_env {
 };
 
 struct reset_report {
-    unsigned processes;        /* killed: commands and background processes live, strays */
-    unsigned strays;           /* killed from /proc afterwards (counted in processes too) */
-    unsigned strays_left;      /* still found when the time for them was up */
-    unsigned contexts;         /* deleted */
-    unsigned background;       /* background processes forgotten, running or ended */
-    struct fs_clear_stats ws;  /* what the workspace held */
-    struct fs_clear_stats tmp; /* what the command users had in the shared directories */
-    bool baseline;             /* the workspace was given the baseline's tree */
+    unsigned processes;         /* killed: commands and background processes live, strays */
+    unsigned strays;            /* killed from /proc afterwards (counted in processes too) */
+    unsigned strays_left;       /* still found when the time for them was up */
+    unsigned contexts;          /* deleted */
+    unsigned background;        /* background processes forgotten, running or ended */
+    struct fs_clear_stats ws;   /* what the workspace held */
+    struct fs_clear_stats tmp;  /* what the command users had in the shared directories */
+    struct ipc_clear_stats ipc; /* their SysV IPC objects and POSIX message queues */
+    bool baseline;              /* the workspace was given the baseline's tree */
     struct fs_copy_stats restored;
     double duration_ms;
 };

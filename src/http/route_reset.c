@@ -75,6 +75,8 @@ static void write_report(struct jsonw *w, const struct reset_report *r)
     jw_uint(w, r->strays);
     write_clear(w, "workspace", &r->ws);
     write_clear(w, "tmp", &r->tmp);
+    jw_key(w, "ipc");
+    jw_uint(w, r->ipc.removed);
     jw_key(w, "baseline");
     jw_bool(w, r->baseline);
     if (r->baseline) {

@@ -13,6 +13,14 @@
  *                     pidfd_getfd of its stdin, kcmp, /proc/PID/mem, /proc/PID/environ and
  *                     whether it may be signalled (kill 0); "found N" first
  *   personality       the personality(2) values a command may and may not set
+ *   leave KEY         state a task leaves for the next outside the workspace: a SysV shared
+ *                     memory segment, message queue and semaphore set of key KEY and a POSIX
+ *                     message queue "/sbxd-KEY", each with something in it ("<what> OK")
+ *   find KEY          whether they are still there: "<what> OK" (found) or "<what> ENOENT"
+ *   forkrun FILE S    a fork-runner: a child that leaves the session (setsid) forks, the
+ *                     parent exits, the child forks again..., in a tight loop, each one
+ *                     appending to FILE every few ms; for at most S seconds (the first
+ *                     process sleeps that long, once the runner left its session)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -22,12 +30,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kcmp.h>
+#include <mqueue.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
 #include <sys/personality.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -198,8 +212,108 @@ static int personas(void)
     return 0;
 }
 
+/* The POSIX message queue's name for key. */
+static void mq_name(char *out, size_t n, key_t key)
+{
+    snprintf(out, n, "/sbxd-%x", (unsigned)key);
+}
+
+static int leave(key_t key)
+{
+    int shm = shmget(key, 4096, IPC_CREAT | 0600);
+    say("shm", shm);
+    char *p = shm >= 0 ? shmat(shm, NULL, 0) : (void *)-1;
+    if (p != (void *)-1) {
+        strcpy(p, "left by the last task");
+        shmdt(p);
+    }
+    int msg = msgget(key, IPC_CREAT | 0600);
+    struct {
+        long type;
+        char text[32];
+    } m = {1, "left by the last task"};
+    say("msg", msg < 0 ? -1 : msgsnd(msg, &m, sizeof(m.text), IPC_NOWAIT));
+    int sem = semget(key, 1, IPC_CREAT | 0600);
+    say("sem", sem < 0 ? -1 : semctl(sem, 0, SETVAL, 7));
+    char name[32];
+    mq_name(name, sizeof(name), key);
+    mqd_t q = mq_open(name, O_CREAT | O_WRONLY, 0600, NULL);
+    say("mq", q == (mqd_t)-1 ? -1 : mq_send(q, "left", 4, 0));
+    return 0;
+}
+
+static int find(key_t key)
+{
+    say("shm", shmget(key, 0, 0));
+    say("msg", msgget(key, 0));
+    say("sem", semget(key, 0, 0));
+    char name[32];
+    mq_name(name, sizeof(name), key);
+    mqd_t q = mq_open(name, O_RDONLY);
+    say("mq", q == (mqd_t)-1 ? -1 : 0);
+    return 0;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Each process lives for one fork: a look at /proc finds it gone, or finds its child that
+ * was not there a moment before. */
+static int forkrun(const char *file, int seconds)
+{
+    int ready[2];
+    if (pipe(ready) < 0)
+        return 1;
+    pid_t first = fork();
+    if (first < 0)
+        return 1;
+    if (first > 0) {
+        char c;
+        close(ready[1]);
+        if (read(ready[0], &c, 1) == 1)
+            printf("running\n");
+        fflush(stdout);
+        sleep((unsigned)seconds);
+        return 0;
+    }
+    close(ready[0]);
+    setsid();
+    (void)!write(ready[1], "r", 1);
+    close(ready[1]);
+    int64_t end = mono_ms() + (int64_t)seconds * 1000, last = 0;
+    for (;;) {
+        int64_t now = mono_ms();
+        if (now >= end)
+            _exit(0);
+        if (now - last >= 5) {
+            last = now;
+            int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            if (fd >= 0) {
+                (void)!write(fd, "still here\n", 11);
+                close(fd);
+            }
+        }
+        pid_t c = fork();
+        if (c > 0)
+            _exit(0);
+        if (c < 0)
+            usleep(100);
+        /* (the child: on it goes, with the time of the last write its parent had) */
+    }
+}
+
 int attack_main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[0], "leave"))
+        return leave((key_t)strtol(argv[1], NULL, 0));
+    if (argc == 2 && !strcmp(argv[0], "find"))
+        return find((key_t)strtol(argv[1], NULL, 0));
+    if (argc == 3 && !strcmp(argv[0], "forkrun"))
+        return forkrun(argv[1], atoi(argv[2]));
     if (argc == 2 && !strcmp(argv[0], "socket"))
         return sockets(atoi(argv[1]));
     if (argc == 2 && !strcmp(argv[0], "stop"))
@@ -209,6 +323,6 @@ int attack_main(int argc, char **argv)
     if (argc == 1 && !strcmp(argv[0], "personality"))
         return personas();
     fprintf(stderr, "usage: sbxd-probe attack [socket PORT | stop SECONDS | steal MARKER | "
-                    "personality]\n");
+                    "personality | leave KEY | find KEY | forkrun FILE SECONDS]\n");
     return 2;
 }

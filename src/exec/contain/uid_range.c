@@ -93,6 +93,7 @@ static unsigned uid_range_users(uid_t first, unsigned count, struct range_user *
 struct uid_signal {
     uid_t uid;
     int sig;
+    volatile bool became; /* set by the helper once it is uid (its memory is ours) */
 };
 
 /*
@@ -110,9 +111,10 @@ static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
 
 NO_SANITIZE static int uid_killer(void *arg)
 {
-    const struct uid_signal *u = arg;
+    struct uid_signal *u = arg;
     if (syscall(SYS_setresuid, helper_uid, u->uid, helper_uid) < 0)
         syscall(SYS_exit_group, 1);
+    u->became = true;
     /* Every process this uid may signal but ourselves: all that run as it. */
     if (u->sig)
         syscall(SYS_kill, -1, u->sig);
@@ -124,20 +126,29 @@ NO_SANITIZE static int uid_killer(void *arg)
  * The helper shares our memory and we wait until it is gone (CLONE_VFORK), so it needs no
  * allocation. setresuid is its own: credentials are per thread in the kernel, and the raw
  * call does not make glibc change every thread of the daemon. Returns its pid, or -1; when
- * reap is false it is reaped by the reaper.
+ * reap is false it is reaped by the reaper. *became: it took the uid (and so sent sig): known
+ * without a wait, since clone returns only once the helper is gone (CLONE_VFORK).
  */
-static pid_t uid_helper_run(uid_t uid, int sig, bool reap, int *status)
+static pid_t uid_helper_clone(uid_t uid, int sig, bool reap, int *status, bool *became)
 {
+    *became = false;
     if (helper_uid == (uid_t)-1)
         return -1;
     _Alignas(64) char stack[16384];
-    struct uid_signal arg = {uid, sig};
+    struct uid_signal arg = {uid, sig, false};
     pthread_mutex_lock(&helper_lock);
     pid_t pid = clone(uid_killer, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &arg);
     pthread_mutex_unlock(&helper_lock);
+    *became = pid > 0 && arg.became;
     if (pid > 0 && reap && waitpid(pid, status, 0) < 0)
         return -1;
     return pid;
+}
+
+static pid_t uid_helper_run(uid_t uid, int sig, bool reap, int *status)
+{
+    bool became;
+    return uid_helper_clone(uid, sig, reap, status, &became);
 }
 
 void uid_slot_signal(uid_t uid, int sig)
@@ -347,29 +358,48 @@ static bool in_spans(unsigned long u, const struct fs_uid_span *spans, unsigned 
     return false;
 }
 
+/* What /proc/PID/status says of a process: its state and its real, effective and saved
+ * uids. false when it is gone. */
+struct proc_ids {
+    char state;
+    unsigned long uid[3];
+};
+
+static bool proc_ids(pid_t pid, struct proc_ids *p)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool ok = false;
+    p->state = '?';
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "State: %c", &p->state) == 1)
+            continue;
+        if (sscanf(line, "Uid: %lu %lu %lu", &p->uid[0], &p->uid[1], &p->uid[2]) == 3) {
+            ok = true;
+            break;
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+static bool proc_live(const struct proc_ids *p)
+{
+    return p->state != 'Z' && p->state != 'X';
+}
+
 /* Whether the live process pid (a zombie is dead already) has a real, effective or saved
  * uid in the spans (the file-system uid is left out: it grants no signal, and sbxd's own
  * threads take the command user's for file access). */
 static bool runs_as(pid_t pid, const struct fs_uid_span *spans, unsigned n)
 {
-    char path[64], line[256], state = '?';
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return false;
-    bool match = false;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "State: %c", &state) == 1)
-            continue;
-        unsigned long u[3];
-        if (sscanf(line, "Uid: %lu %lu %lu", &u[0], &u[1], &u[2]) != 3)
-            continue;
-        match = state != 'Z' && state != 'X' &&
-                (in_spans(u[0], spans, n) || in_spans(u[1], spans, n) || in_spans(u[2], spans, n));
-        break;
-    }
-    fclose(f);
-    return match;
+    struct proc_ids p;
+    return proc_ids(pid, &p) && proc_live(&p) &&
+           (in_spans(p.uid[0], spans, n) || in_spans(p.uid[1], spans, n) ||
+            in_spans(p.uid[2], spans, n));
 }
 
 /* SIGKILL to pid, which runs_as said is one of them: through a pidfd, on which the uids are
@@ -386,45 +416,129 @@ static bool kill_stray(pid_t pid, const struct fs_uid_span *spans, unsigned n)
     return sent;
 }
 
+/* Uids signalled as a whole in one pass of uid_procs_kill. */
+#define KILL_UIDS_MAX 64
+
+struct strays {
+    const struct fs_uid_span *spans;
+    unsigned n;
+    pid_t seen[256]; /* killed already (a killed process stays a while before it is a zombie) */
+    unsigned nseen, killed;
+    uid_t uids[KILL_UIDS_MAX]; /* the uids to signal as a whole */
+    unsigned nuids;
+    bool helper; /* the kill helper may signal by uid (uid_whole_signal) */
+};
+
+static void note_uid(struct strays *s, uid_t uid)
+{
+    for (unsigned i = 0; i < s->nuids; i++)
+        if (s->uids[i] == uid)
+            return;
+    if (s->nuids < KILL_UIDS_MAX)
+        s->uids[s->nuids++] = uid;
+}
+
+/* One look at /proc: each live process of the spans killed by pidfd and its uid noted for the
+ * kill by uid. A live process whose real or saved uid is the helper's makes the helper unfit
+ * (its kill(-1) would reach that process too). Returns how many were found. */
+static unsigned strays_look(struct strays *s, pid_t self)
+{
+    unsigned found = 0;
+    DIR *d = opendir("/proc");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        struct proc_ids p;
+        if (pid == self || !proc_ids(pid, &p) || !proc_live(&p))
+            continue;
+        if (s->helper && (p.uid[0] == helper_uid || p.uid[2] == helper_uid)) {
+            s->helper = false;
+            LOG_EVENT("warn", "reset",
+                      LOG_S("message", "a process runs as the kill helper's uid (the last of "
+                                       "--uid-range): the reset kills by /proc alone"),
+                      LOG_I("pid", pid), LOG_I("uid", helper_uid));
+        }
+        int k = in_spans(p.uid[0], s->spans, s->n)   ? 0
+                : in_spans(p.uid[1], s->spans, s->n) ? 1
+                : in_spans(p.uid[2], s->spans, s->n) ? 2
+                                                     : -1;
+        if (k < 0)
+            continue;
+        found++;
+        note_uid(s, (uid_t)p.uid[k]);
+        if (!kill_stray(pid, s->spans, s->n))
+            continue;
+        bool again = false;
+        for (unsigned i = 0; i < s->nseen && !again; i++)
+            again = s->seen[i] == pid;
+        if (!again) {
+            s->killed++;
+            if (s->nseen < sizeof(s->seen) / sizeof(s->seen[0]))
+                s->seen[s->nseen++] = pid;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* sig to every process of each noted uid at once, from the kill helper: its real and saved
+ * uids are the last of --uid-range, which no command has (so none can stop it, and its
+ * kill(-1) reaches nothing of sbxd's: sbxd's real and saved uids stay root's). false when the
+ * helper could not run. */
+static bool uids_signal(const struct strays *s, int sig)
+{
+    for (unsigned i = 0; i < s->nuids; i++) {
+        /* Not waited for: the reaper may collect it first (it collects every child). */
+        bool became;
+        if (uid_helper_clone(s->uids[i], sig, false, NULL, &became) < 0 || !became)
+            return false;
+    }
+    return true;
+}
+
 unsigned uid_procs_kill(const struct fs_uid_span *spans, unsigned n, int ms, unsigned *left)
 {
     pid_t self = getpid();
-    pid_t seen[256]; /* killed already (a killed process stays a while before it is a zombie) */
-    unsigned nseen = 0, killed = 0;
+    struct strays s = {.spans = spans, .n = n};
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *left = 0;
     if (!n)
         return 0;
+    /*
+     * A process that forks and exits at once, over and over (a fork-runner), is hardly ever
+     * alive when a look at /proc reads it: a look finds nothing, and the next task's workspace
+     * gets its writes. So each uid a command may have is first frozen as a whole: kill(-1,
+     * SIGSTOP) as that uid, by the helper that no command can signal, is atomic with respect
+     * to fork (a child being forked then is stopped too, or never made), so nothing of that
+     * uid forks any more and the look that follows sees every one of them, counts it and
+     * kills it by pidfd; then kill(-1, SIGKILL) as the uid takes whatever the look missed.
+     * The reset is over when two passes in a row found nothing. The single uids (the command
+     * user) are signalled so each pass; the uids of a range (uid isolation's) once a look
+     * found one of them (each running command's own was killed as a whole with its job).
+     * Without the helper (the range is not mapped here, or a process runs as its uid), looks
+     * alone: never ended by one that found nothing, but by several in a row.
+     */
+    s.helper = helper_uid != (uid_t)-1 && !in_spans(helper_uid, spans, n);
+    unsigned quiet = 0;
     for (;;) {
-        unsigned found = 0;
-        DIR *d = opendir("/proc");
-        for (struct dirent *e; d && (e = readdir(d));) {
-            if (e->d_name[0] < '1' || e->d_name[0] > '9')
-                continue;
-            pid_t pid = (pid_t)atoi(e->d_name);
-            if (pid == self || !runs_as(pid, spans, n))
-                continue;
-            found++;
-            if (!kill_stray(pid, spans, n))
-                continue;
-            bool again = false;
-            for (unsigned k = 0; k < nseen && !again; k++)
-                again = seen[k] == pid;
-            if (!again) {
-                killed++;
-                if (nseen < sizeof(seen) / sizeof(seen[0]))
-                    seen[nseen++] = pid;
-            }
-        }
-        if (d)
-            closedir(d);
+        for (unsigned i = 0; i < n; i++)
+            if (spans[i].count == 1)
+                note_uid(&s, spans[i].first);
+        bool helped = s.helper && uids_signal(&s, SIGSTOP);
+        unsigned found = strays_look(&s, self);
+        helped = helped && s.helper && uids_signal(&s, SIGKILL);
+        /* (what this look found stays noted: the next pass freezes its uid first) */
+        quiet = found ? 0 : quiet + 1;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (!found ||
-            (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
-            *left = found;
-            return killed;
+        bool over = quiet >= (helped ? 2u : 5u);
+        if (over || (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= ms) {
+            *left = over ? 0 : found;
+            return s.killed;
         }
-        usleep(2000); /* the kernel completes the kills; then another look */
+        if (found)
+            usleep(2000); /* the kernel completes the kills; then another look */
     }
 }
