@@ -142,7 +142,9 @@ static const struct opt opts[] = {
     {"metadata-prefix", "PREFIX", "SBXD_METADATA_PREFIX", NULL, 0, "SANDBOX_", OPT_LIST,
      OFF(metadata_prefix), 0, 0,
      "GET /v1/metadata serves sbxd's environment variables whose names begin with this, "
-     "read once at start; names containing TOKEN, SECRET, PASSWORD, CREDENTIAL or KEY never."},
+     "read once at start; never a name containing TOKEN, SECRET, PASSWORD, PASSWD, CRED, KEY, "
+     "AUTH, BEARER, PRIVATE, CERT or PWD, nor a value with a URL that names a user "
+     "(scheme://user:password@host)."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
      "After SIGTERM, how long running commands and background processes may finish before "

@@ -121,11 +121,36 @@ bool http_is_head(void)
     return tl_rc && strcmp(tl_rc->method, "HEAD") == 0;
 }
 
-/* What /v1/metadata may serve: the variables with the prefix, never one whose name looks
- * like a credential (untrusted code in the sandbox can ask for it). */
+/*
+ * Whether a variable's value holds a URL with userinfo (scheme://user[:password]@host): a
+ * DATABASE_URL or a mirror with its password in it, whatever the variable is called. Every
+ * URL of the value is looked at (a comma-separated list of them too).
+ */
+static bool has_url_userinfo(const char *v)
+{
+    for (const char *p = strstr(v, "://"); p; p = strstr(p + 3, "://")) {
+        const char *auth = p + 3;
+        size_t n = strcspn(auth, "/?#, \t");
+        const char *at = memchr(auth, '@', n);
+        if (at)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * What /v1/metadata may serve: the variables with the prefix, never one whose name looks like
+ * a credential, nor one whose value holds a URL with a user or password. Untrusted code in
+ * the sandbox can ask for it (the port is reachable from inside), so an orchestrator's
+ * secret put under the prefix by mistake must not be handed to it. The name markers are the
+ * reference sandboxd's (agent-sandbox packages/sandboxd, sensitiveEnvMarkers: a substring of
+ * the upper-cased name), plus PWD (a password's usual short name): sbxd serves at most what
+ * it serves.
+ */
 static bool metadata_allowed(const char *entry, const char *prefix)
 {
-    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY"};
+    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY",
+                                         "AUTH",  "BEARER", "PRIVATE",  "CERT",   "PWD"};
     const char *eq = strchr(entry, '=');
     size_t pl = strlen(prefix);
     if (!eq || (size_t)(eq - entry) < pl || strncmp(entry, prefix, pl) != 0 || eq - entry >= 255)
@@ -138,7 +163,7 @@ static bool metadata_allowed(const char *entry, const char *prefix)
     for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
         if (strstr(name, secret[i]))
             return false;
-    return true;
+    return !has_url_userinfo(eq + 1);
 }
 
 static char **metadata_snapshot(const char *prefix)

@@ -334,6 +334,49 @@ START_TEST(nul_in_target_and_smuggling_headers_are_400)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------ */
+/* Secrets within the sandbox's reach.                                                    */
+
+/* /v1/metadata serves SANDBOX_* variables to anyone who can reach the port, commands in the
+ * sandbox included: none whose name says it holds a credential (the reference sandboxd's
+ * markers, and PWD), and no URL with a user or password in it. */
+START_TEST(metadata_withholds_credentials)
+{
+    const char *env[] = {"SANDBOX_ID=sbx-42",
+                         "SANDBOX_NAMESPACE=team-a",
+                         "SANDBOX_ENDPOINT=https://api.example.com/v1?x=1",
+                         "SANDBOX_DIR=/workspace",
+                         "SANDBOX_AUTH_HEADER=hidden-1",
+                         "SANDBOX_Bearer=hidden-2",
+                         "SANDBOX_DB_CREDS=hidden-3",
+                         "SANDBOX_DB_PASSWD=hidden-4",
+                         "SANDBOX_DB_PWD=hidden-5",
+                         "SANDBOX_TLS_CERT=hidden-6",
+                         "SANDBOX_PRIVATE_NOTE=hidden-7",
+                         "SANDBOX_DATABASE_URL=postgres://app:hidden-8@db.internal:5432/app",
+                         "SANDBOX_MIRROR=https://deploy@git.example.com/repo.git",
+                         "SANDBOX_PEERS=http://a.example,https://u:hidden-9@b.example/",
+                         "SANDBOX_OAUTHISH=hidden-10",
+                         NULL};
+    struct daemon d;
+    daemon_start(&d, NULL, env);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&d, "GET", "/v1/metadata", NULL, NULL, 0, 10000, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(r.json, "env");
+    ck_assert_msg(strcmp(jstr(e, "SANDBOX_ID"), "sbx-42") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_NAMESPACE"), "team-a") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_ENDPOINT"), "https://api.example.com/v1?x=1") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_DIR"), "/workspace") == 0,
+                  "an ordinary variable is missing: %s", r.body);
+    ck_assert_msg(cJSON_GetArraySize(e) == 4 && !strstr(r.body, "hidden") &&
+                      !strstr(r.body, "deploy@"),
+                  "a credential was served: %s", r.body);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *attacks_suite(void)
 {
     Suite *s = suite_create("attacks");
@@ -353,5 +396,9 @@ Suite *attacks_suite(void)
     TCase *client = tcase_create("hostile-client");
     tcase_add_test(client, nul_in_target_and_smuggling_headers_are_400);
     suite_add_tcase(s, client);
+    TCase *secrets = tcase_create("secrets");
+    tcase_set_timeout(secrets, 60 * SLOW);
+    tcase_add_test(secrets, metadata_withholds_credentials);
+    suite_add_tcase(s, secrets);
     return s;
 }
