@@ -169,9 +169,10 @@ static const struct opt opts[] = {
      "\"degraded\" should one fail later: cgroup, memory, pids, cpu, seccomp, tree_kill (any "
      "of cgroup, pidns, uid), pidns, uid, capabilities, non_root (comma-separated)."},
     {"degraded-ok", "", "SBXD_DEGRADED_OK", NULL, 0, "false", OPT_BOOL, OFF(degraded_ok), 0, 0,
-     "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), start "
-     "anyway: health checks answer 503 \"degraded\" with the reason and commands are refused "
-     "with 503. Without it sbxd refuses to start then."},
+     "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), or "
+     "--token-file is readable by the commands, start anyway: health checks answer 503 "
+     "\"degraded\" with the reason and commands are refused with 503. Without it sbxd refuses "
+     "to start then."},
     {"memory-max", "SIZE", "SBXD_MEMORY_MAX", NULL, 0, "0", OPT_SIZE, OFF(memory_max), 0,
      1ULL << 50,
      "Memory of a command (cgroup memory.max; RLIMIT_AS without cgroups): the default and the "
@@ -182,8 +183,9 @@ static const struct opt opts[] = {
     {"token-file", "PATH", "SBXD_TOKEN_FILE", NULL, 0, "", OPT_FILE, OFF(token_file), 0, 0,
      "Require 'Authorization: Bearer TOKEN' on every route but GET /healthz, /v1/health and "
      "GET / (401 without it), the token read once from this file (a trailing newline is "
-     "dropped). Or set SBXD_TOKEN: it is read once and wiped from sbxd's environment. Not "
-     "both. Empty: no token is required."},
+     "dropped); sbxd refuses to start when the commands' user could read it (mode 0400, "
+     "owned by root). Or set SBXD_TOKEN: it is read once and wiped from sbxd's environment. "
+     "Not both. Empty: no token is required."},
     {"max-connections", "N", "SBXD_MAX_CONNECTIONS", NULL, 0, "256", OPT_UINT, OFF(max_connections),
      1, 65536,
      "Open connections at once. Beyond it, the connection that has waited longest for a "
