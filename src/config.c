@@ -35,7 +35,7 @@ struct opt {
     const char *def;
     enum opt_type type;
     size_t off;
-    uint64_t min, max;
+    uint64_t min, max; /* OPT_LIST: max is the field's size (0: 128) */
     const char *help;
 };
 
@@ -125,11 +125,19 @@ static const struct opt opts[] = {
      "An MCP session not used for this long is ended (its id then answers 404)."},
     {"mcp-max-calls", "N", "SBXD_MCP_MAX_CALLS", NULL, 0, "8", OPT_UINT, OFF(mcp_max_calls), 1,
      1024, "Tool calls one MCP session may have running at once; more get a JSON-RPC error."},
-    {"mcp-allow-origin", "LIST", "SBXD_MCP_ALLOW_ORIGIN", NULL, 0, "", OPT_LIST,
-     OFF(mcp_allow_origin), 0, 0,
-     "Origins (scheme://host[:port], comma-separated, or *) whose browser requests /mcp "
-     "takes besides localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
-     "is refused with 403 (DNS rebinding). Requests without an Origin are not browsers'."},
+    {"allow-origin", "LIST", "SBXD_ALLOW_ORIGIN", "SBXD_MCP_ALLOW_ORIGIN", 0, "", OPT_LIST,
+     OFF(allow_origin), 0, sizeof(((struct sbxd_config *)0)->allow_origin),
+     "Origins (scheme://host[:port], comma-separated, or *) whose web pages sbxd serves besides "
+     "http(s)://localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
+     "header (a page of another site, or one rebound to this address) is refused with 403 on "
+     "every route. Requests without Origin (curl, the SDKs) are not affected. Older name: "
+     "--mcp-allow-origin, SBXD_MCP_ALLOW_ORIGIN."},
+    {"allow-host", "LIST", "SBXD_ALLOW_HOST", NULL, 0, "", OPT_LIST, OFF(allow_host), 0,
+     sizeof(((struct sbxd_config *)0)->allow_host),
+     "Host names (comma-separated; .example.com: it and every name under it; *: any) that a "
+     "request's Host may name besides IP addresses, localhost, names of one label and names "
+     "under .localhost, .internal, .svc and .cluster.local. Without a token, a request for "
+     "another name is refused with 403 (DNS rebinding); with one, every Host is served."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
      "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429."},
     {"watch-max-dirs", "N", "SBXD_WATCH_MAX_DIRS", NULL, 0, "8192", OPT_UINT, OFF(watch_max_dirs),
@@ -486,13 +494,15 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         return 0;
     case OPT_CHOICE:
         return apply_choice(o, field, val, src, errbuf, errlen);
-    case OPT_LIST:
-        if (strlen(val) >= 128) {
-            snprintf(errbuf, errlen, "--%s: value too long", o->flag);
+    case OPT_LIST: {
+        size_t size = o->max ? (size_t)o->max : 128; /* the field's size */
+        if (strlen(val) >= size) {
+            snprintf(errbuf, errlen, "--%s: value too long (%zu bytes at most)", o->flag, size - 1);
             return -1;
         }
-        snprintf(field, 128, "%s", val);
+        snprintf(field, size, "%s", val);
         return 0;
+    }
     case OPT_USER:
     case OPT_RANGE:
         return apply_pair(cfg, o, field, val, src, errbuf, errlen);
@@ -533,8 +543,18 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     return 0;
 }
 
+/* Older names of options, still taken. */
+static const struct {
+    const char *old, *now;
+} aliases[] = {{"mcp-allow-origin", "allow-origin"}};
+
 static const struct opt *find_opt(const char *name, size_t n)
 {
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strlen(aliases[i].old) == n && strncmp(aliases[i].old, name, n) == 0) {
+            name = aliases[i].now;
+            n = strlen(name);
+        }
     for (size_t i = 0; i < NOPTS; i++)
         if (strlen(opts[i].flag) == n && strncmp(opts[i].flag, name, n) == 0)
             return &opts[i];

@@ -258,17 +258,6 @@ unsigned http_method_bit(const char *m)
     return 0;
 }
 
-/* JSON bodies: application/json (any parameters), none at all, and the form type that
- * `curl -d` sends by default, so the documented one-liner works. */
-bool json_content_type(const char *ct)
-{
-    if (!ct || !*ct)
-        return true;
-    size_t n = strcspn(ct, "; \t");
-    return (n == 16 && strncasecmp(ct, "application/json", n) == 0) ||
-           (n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", n) == 0);
-}
-
 static void client_string(struct MHD_Connection *c, char *out, size_t len)
 {
     const union MHD_ConnectionInfo *ci =
@@ -367,11 +356,10 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
     }
     if (!rt->json_body)
         return MHD_YES;
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     rc->replied = true;
-    if (!json_content_type(ct))
-        return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+    enum MHD_Result ret;
+    if (!http_json_type(c, rc, &ret))
+        return ret;
     if (http_body_too_large(c, srv->cfg->max_body_bytes))
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",
