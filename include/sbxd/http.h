@@ -84,7 +84,6 @@ struct req_ctx {
     size_t discarded; /* bytes dropped so far */
     char client[64];
     bool holds_running; /* holds an exec_service_admit slot until the request completes */
-    bool browser;       /* sent by a browser: an Origin or Sec-Fetch-* header (web.h) */
     uint64_t reset_gen; /* srv->reset_gen when its head came */
     char method[8];
     char *url; /* as sent: percent-escapes are the route's to decode */
@@ -256,9 +255,9 @@ ssize_t events_fill(struct events *e, bool (*next)(void *cls, bool ready), void 
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
                                      void *cls, MHD_ContentReaderFreeCallback done);
 
-/* Whether the request's Content-Type is one its JSON body may come with (web.h: from a
- * browser, application/json only); false after replying 415. */
-bool http_json_type(struct MHD_Connection *c, const struct req_ctx *rc, enum MHD_Result *ret);
+/* Whether the request's Content-Type is one its JSON body may come with (web.h); false after
+ * replying 415. */
+bool http_json_type(struct MHD_Connection *c, enum MHD_Result *ret);
 
 /* A small JSON body (application/json, UTF-8): an object of known keys only, each once. NULL
  * after replying with the error (*ret). The caller frees the object. */

@@ -15,8 +15,11 @@
  *    .svc, .cluster.local (a Service's or a pod's name in the cluster) and .internal (names
  *    no public DNS delegates), or one --allow-host names. An IP address always is: rebinding
  *    needs a name. (Applied only without a token: a page cannot know the token.)
- *  - A JSON body from a browser (Origin or Sec-Fetch-* present) must say application/json,
- *    which a browser sends across origins only after a CORS preflight sbxd never grants.
+ *  - From a browser (an Origin or a Sec-Fetch-Site header), no "simple" POST: one whose
+ *    Content-Type is a form's, text/plain or none, which a page sends without a preflight.
+ *    Everything else a page sends across origins (JSON as application/json, PUT, DELETE,
+ *    custom headers) waits for a CORS preflight, which sbxd never grants; so a page sbxd's
+ *    Origin rule lets through (one of this machine) still changes nothing.
  */
 #ifndef SBXD_WEB_H
 #define SBXD_WEB_H
@@ -32,9 +35,17 @@ bool web_origin_allowed(const char *allow, const char *origin);
  * any host). Case and a trailing dot do not matter; a port is ignored. */
 bool web_host_allowed(const char *allow, const char *host);
 
-/* JSON bodies: application/json (any parameters); from a client that is not a browser also
- * none at all and the form type `curl -d` sends by default, so the documented one-liner
- * works. */
-bool web_json_type_ok(const char *content_type, bool browser);
+/* Whether the request is a browser's: Origin, or Sec-Fetch-Site (Node's fetch sends
+ * Sec-Fetch-Mode of its own accord, and is no browser). Header values, NULL when absent. */
+bool web_is_browser(const char *origin, const char *sec_fetch_site);
+
+/* Whether method and Content-Type (NULL: none) make a POST a page sends without asking
+ * first (a CORS "simple request"): a form's types, text/plain, or no type. */
+bool web_simple_post(const char *method, const char *content_type);
+
+/* JSON bodies: application/json (any parameters), none at all, and the form type that
+ * `curl -d` sends by default, so the documented one-liner works (a browser's POST of those
+ * never gets this far: web_simple_post). */
+bool web_json_type_ok(const char *content_type);
 
 #endif

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include "sbxd/auth.h"
@@ -352,34 +351,22 @@ static enum MHD_Result add_header_len(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-static enum MHD_Result find_sec_fetch(void *cls, enum MHD_ValueKind kind, const char *key,
-                                      const char *value)
-{
-    (void)kind;
-    (void)value;
-    if (strncasecmp(key, "Sec-Fetch-", 10) != 0)
-        return MHD_YES;
-    *(bool *)cls = true;
-    return MHD_NO;
-}
-
 /*
  * A web page in a person's browser must not drive sbxd (web.h): a page of another site posts
  * to 127.0.0.1:8888 without a preflight, and a page whose name was rebound to this address
  * reads the answers too. Every route, the health checks included, before the token and
- * before any route is chosen: a request with a foreign Origin, or (without a token, which no
- * page can know) a Host naming what only such a page would name, gets 403 and nothing else.
- * Whether the request is a browser's at all (an Origin or Sec-Fetch-* header) is kept for
- * the JSON routes' Content-Type rule. True when it was refused (*ret is the answer).
+ * before any route is chosen: a request with a foreign Origin, (without a token, which no
+ * page can know) a Host naming what only such a page would name, or a browser's POST that
+ * needed no preflight (a form's, text/plain, none: from a page this machine serves too),
+ * gets 403 and nothing else. True when it was refused (*ret is the answer).
  */
 static bool web_refused(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                         enum MHD_Result *ret)
 {
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    bool fetch_meta = false;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, find_sec_fetch, &fetch_meta);
-    rc->browser = origin != NULL || fetch_meta;
+    const char *site = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Site");
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     char msg[512];
     if (!web_origin_allowed(srv->cfg->allow_origin, origin))
         snprintf(msg, sizeof(msg),
@@ -392,6 +379,11 @@ static bool web_refused(struct server *srv, struct MHD_Connection *c, struct req
                  "rebinding): ask by IP address, localhost or the cluster's name, or name it "
                  "in --allow-host",
                  host);
+    else if (web_is_browser(origin, site) && web_simple_post(rc->method, ct))
+        snprintf(msg, sizeof(msg),
+                 "a browser's POST with %s%.100s%s is one a web page sends without asking "
+                 "first, and sbxd takes none: send JSON as application/json",
+                 ct ? "Content-Type '" : "no Content-Type", ct ? ct : "", ct ? "'" : "");
     else
         return false;
     metrics_limit(LIM_WEB_PAGE);

@@ -176,19 +176,13 @@ enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allo
                        MHD_HTTP_HEADER_ALLOW, allow);
 }
 
-bool http_json_type(struct MHD_Connection *c, const struct req_ctx *rc, enum MHD_Result *ret)
+bool http_json_type(struct MHD_Connection *c, enum MHD_Result *ret)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    if (web_json_type_ok(ct, rc->browser))
+    if (web_json_type_ok(ct))
         return true;
-    if (rc->browser && web_json_type_ok(ct, false))
-        *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "a browser's request must send its JSON as application/json (not "
-                           "'%.100s'): a web page sends other types without asking first",
-                           ct ? ct : "no Content-Type");
-    else
-        *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+    *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
+                       "Content-Type '%.100s' is not accepted; send application/json", ct);
     return false;
 }
 
@@ -196,7 +190,7 @@ bool http_json_type(struct MHD_Connection *c, const struct req_ctx *rc, enum MHD
 cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
                         enum MHD_Result *ret)
 {
-    if (!http_json_type(c, rc, ret))
+    if (!http_json_type(c, ret))
         return NULL;
     /* JSON is UTF-8, as for the bodies server.c collects (the routes that use this one also
      * take raw bodies, so the check is here). */

@@ -641,7 +641,7 @@ static struct mcp_session *request_session(struct server *srv, struct MHD_Connec
 static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    if (!web_json_type_ok(ct, rc->browser))
+    if (!web_json_type_ok(ct))
         return reply_rpc_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, NULL, JRPC_INVALID_REQUEST,
                                "send JSON-RPC messages as application/json");
     if (!accepts(c, "application/json"))

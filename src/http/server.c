@@ -358,7 +358,7 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
         return MHD_YES;
     rc->replied = true;
     enum MHD_Result ret;
-    if (!http_json_type(c, rc, &ret))
+    if (!http_json_type(c, &ret))
         return ret;
     if (http_body_too_large(c, srv->cfg->max_body_bytes))
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",

@@ -148,16 +148,28 @@ bool web_origin_allowed(const char *allow, const char *origin)
     return false;
 }
 
-bool web_json_type_ok(const char *ct, bool browser)
+bool web_is_browser(const char *origin, const char *sec_fetch_site)
 {
-    size_t n = ct ? strcspn(ct, "; \t") : 0;
-    if (n == 16 && strncasecmp(ct, "application/json", n) == 0)
-        return true;
-    /* A page can send a form type, text/plain or no type at all without a preflight: from a
-     * browser, JSON must say application/json (a cross-origin page then needs a CORS
-     * preflight, which sbxd never grants). curl -d sends the form type, and no browser
-     * header: it keeps working. */
-    if (browser)
-        return false;
-    return n == 0 || (n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", n) == 0);
+    return origin != NULL || sec_fetch_site != NULL;
+}
+
+/* Whether ct's essence (before any parameter) is type. */
+static bool type_is(const char *ct, const char *type)
+{
+    size_t n = strcspn(ct, "; \t");
+    return n == strlen(type) && strncasecmp(ct, type, n) == 0;
+}
+
+bool web_simple_post(const char *method, const char *ct)
+{
+    if (strcmp(method, "POST") != 0)
+        return false; /* GET and HEAD read; any other method needs a preflight */
+    return !ct || !*ct || type_is(ct, "application/x-www-form-urlencoded") ||
+           type_is(ct, "multipart/form-data") || type_is(ct, "text/plain");
+}
+
+bool web_json_type_ok(const char *ct)
+{
+    return !ct || !*ct || type_is(ct, "application/json") ||
+           type_is(ct, "application/x-www-form-urlencoded");
 }

@@ -206,25 +206,37 @@ START_TEST(cross_site_pages_change_nothing)
     ask(&d, "POST", "/execute", "", BROWSER "Origin: null\r\n", form,
         "{\"command\":\"touch pwned-execute\"}", &a);
     expect(&t, "POST /execute from Origin null", &a, 403);
-    /* A page allowed by its Origin (a local dev server's) still cannot send JSON under a
-     * type a form can have: that needs application/json, which a browser sends across
-     * origins only after a preflight sbxd never grants. */
+    /* A page allowed by its Origin (one of this machine: a local dev server's) still posts
+     * nothing a page may send without a preflight: a form, text, no type. (JSON needs
+     * application/json, which across origins waits for a preflight sbxd never grants.) */
     const char *local = BROWSER "Origin: http://localhost:5173\r\n"
                                 "Sec-Fetch-Site: same-site\r\nSec-Fetch-Mode: no-cors\r\n";
-    ask(&d, "POST", "/execute", "", local, form, "{\"command\":\"touch pwned-execute\"}", &a);
-    expect(&t, "POST /execute (form) from http://localhost:5173", &a, 415);
-    ask(&d, "POST", "/execute", "", local, NULL, "{\"command\":\"touch pwned-execute\"}", &a);
-    expect(&t, "POST /execute (no Content-Type) from http://localhost:5173", &a, 415);
-    ask(&d, "POST", "/processes", "", "Sec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: cross-site\r\n",
-        "text/plain", "{\"command\":\"touch pwned-process\"}", &a);
-    expect(&t, "POST /processes (text/plain, Sec-Fetch-* only)", &a, 415);
-    ask(&d, "POST", "/processes", "", "Sec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: cross-site\r\n",
+    char move[160];
+    snprintf(move, sizeof(move), "/files/canary.txt?move_to=pwned-move");
+    const struct {
+        const char *path, *ctype, *body;
+    } simple[] = {
+        {"/execute", form, "{\"command\":\"touch pwned-execute\"}"},
+        {"/execute", NULL, "{\"command\":\"touch pwned-execute\"}"},
+        {"/upload", mp_ct, mp},
+        {move, NULL, NULL},
+        {sig, "text/plain", "{\"signal\":\"SIGKILL\"}"},
+    };
+    for (size_t i = 0; i < sizeof(simple) / sizeof(simple[0]); i++) {
+        ask(&d, "POST", simple[i].path, "", local, simple[i].ctype, simple[i].body, &a);
+        char what[256];
+        snprintf(what, sizeof(what), "POST %s (%s) from http://localhost:5173", simple[i].path,
+                 simple[i].ctype ? simple[i].ctype : "no Content-Type");
+        expect(&t, what, &a, 403);
+    }
+    /* A browser without Origin (a form's POST from an older one): Sec-Fetch-Site says it. */
+    ask(&d, "POST", "/processes", "", "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Site: cross-site\r\n",
         form, "{\"command\":\"touch pwned-process\"}", &a);
-    expect(&t, "POST /processes (form, Sec-Fetch-* only)", &a, 415);
+    expect(&t, "POST /processes (form, Sec-Fetch-Site only)", &a, 403);
 
     /* Nothing ran, was written, started, signalled or reset. */
     static const char *const pwned[] = {"pwned-execute", "pwned-process", "pwned-code",
-                                        "pwned-upload", "pwned-put"};
+                                        "pwned-upload",  "pwned-put",     "pwned-move"};
     for (size_t i = 0; i < sizeof(pwned) / sizeof(pwned[0]); i++)
         if (in_ws(&d, pwned[i]))
             note(&t, "  %s exists in the workspace\n", pwned[i]);
@@ -279,6 +291,19 @@ START_TEST(curl_sdk_router_and_probes_are_served)
         snprintf(what, sizeof(what), "Origin %s", origins[i]);
         expect(&t, what, &a, 200);
     }
+    /* Node's fetch (Sec-Fetch-Mode: cors of its own accord): no browser, served, its FormData
+     * upload too. */
+    const char *node = "accept: */*\r\naccept-language: *\r\nsec-fetch-mode: cors\r\n"
+                       "user-agent: node\r\n";
+    ask(d, "POST", "/execute", "", node, "application/json", "{\"command\":\"true\"}", &a);
+    expect(&t, "node fetch POST /execute", &a, 200);
+    static const char node_ct[] = "multipart/form-data; boundary=----formdata-undici-0123";
+    static const char node_mp[] = "------formdata-undici-0123\r\nContent-Disposition: form-data; "
+                                  "name=\"file\"; filename=\"node.txt\"\r\n"
+                                  "Content-Type: application/octet-stream\r\n\r\nfrom node\r\n"
+                                  "------formdata-undici-0123--\r\n";
+    ask(d, "POST", "/upload", "", node, node_ct, node_mp, &a);
+    expect(&t, "node fetch POST /upload (FormData)", &a, 200);
     /* The SDK through the router (Host: the sandbox's Service), in-cluster by pod IP (v4
      * and v6), by the Service's short names, and from a container on the host. */
     static const char *const hosts[] = {"sbx-1234.team-a.svc.cluster.local:8888",
@@ -315,6 +340,8 @@ START_TEST(curl_sdk_router_and_probes_are_served)
     expect(&t, "kube-probe /v1/health", &a, 200);
     ck_assert_msg(t.bad == 0, "refused (%d):\n%s", t.bad, t.report);
     char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%.255s/node.txt", d->ws);
+    unlink(p);
     snprintf(p, sizeof(p), "%.255s/sdk/web.txt", d->ws);
     unlink(p);
     snprintf(p, sizeof(p), "%.255s/sdk", d->ws);

@@ -1,4 +1,5 @@
-/* What a web page may ask of sbxd: the Origin and Host rules and the JSON type (web.h). */
+/* What a web page may ask of sbxd: the Origin and Host rules, simple POSTs, the JSON type
+ * (web.h). */
 #include <check.h>
 
 #include "sbxd/web.h"
@@ -92,21 +93,34 @@ START_TEST(hosts)
 }
 END_TEST
 
-START_TEST(json_types)
+START_TEST(simple_posts)
 {
-    /* Not a browser: curl -d's form type and no type are JSON too. */
-    ck_assert(web_json_type_ok("application/json", false));
-    ck_assert(web_json_type_ok("Application/JSON; charset=utf-8", false));
-    ck_assert(web_json_type_ok("application/x-www-form-urlencoded", false));
-    ck_assert(web_json_type_ok(NULL, false));
-    ck_assert(web_json_type_ok("", false));
-    ck_assert(!web_json_type_ok("text/plain", false));
-    ck_assert(!web_json_type_ok("multipart/form-data; boundary=x", false));
-    /* A browser: only what needs a preflight across origins. */
-    ck_assert(web_json_type_ok("application/json", true));
-    ck_assert(!web_json_type_ok("application/x-www-form-urlencoded", true));
-    ck_assert(!web_json_type_ok(NULL, true));
-    ck_assert(!web_json_type_ok("text/plain;charset=UTF-8", true));
+    /* A browser is one by Origin or Sec-Fetch-Site; Node's fetch adds Sec-Fetch-Mode only. */
+    ck_assert(web_is_browser("http://localhost:3000", NULL));
+    ck_assert(web_is_browser(NULL, "cross-site"));
+    ck_assert(!web_is_browser(NULL, NULL));
+    /* What a page posts without asking first. */
+    ck_assert(web_simple_post("POST", NULL));
+    ck_assert(web_simple_post("POST", ""));
+    ck_assert(web_simple_post("POST", "application/x-www-form-urlencoded"));
+    ck_assert(web_simple_post("POST", "Multipart/Form-Data; boundary=----x"));
+    ck_assert(web_simple_post("POST", "text/plain;charset=UTF-8"));
+    /* What needs a preflight, and reads. */
+    ck_assert(!web_simple_post("POST", "application/json"));
+    ck_assert(!web_simple_post("POST", "application/octet-stream"));
+    ck_assert(!web_simple_post("POST", "text/plainx"));
+    ck_assert(!web_simple_post("PUT", "text/plain"));
+    ck_assert(!web_simple_post("DELETE", NULL));
+    ck_assert(!web_simple_post("GET", NULL));
+    /* JSON bodies: curl -d's form type and no type are taken (from a client that is no
+     * browser: a browser's are refused before, as simple posts). */
+    ck_assert(web_json_type_ok("application/json"));
+    ck_assert(web_json_type_ok("Application/JSON; charset=utf-8"));
+    ck_assert(web_json_type_ok("application/x-www-form-urlencoded"));
+    ck_assert(web_json_type_ok(NULL));
+    ck_assert(web_json_type_ok(""));
+    ck_assert(!web_json_type_ok("text/plain"));
+    ck_assert(!web_json_type_ok("multipart/form-data; boundary=x"));
 }
 END_TEST
 
@@ -116,7 +130,7 @@ Suite *web_suite(void)
     TCase *tc = tcase_create("web");
     tcase_add_test(tc, origins);
     tcase_add_test(tc, hosts);
-    tcase_add_test(tc, json_types);
+    tcase_add_test(tc, simple_posts);
     suite_add_tcase(s, tc);
     return s;
 }
