@@ -374,6 +374,8 @@ START_TEST(token_file_commands_can_read_is_refused)
                               "Authorization: Bearer tok-readable-by-commands", NULL, body,
                               strlen(body), 10000, &r);
             ck_assert(daemon_stop_clean(&d, 10000));
+            unlink(file);
+            rmdir(dir);
             ck_abort_msg("%s: sbxd started with --token-file mode %04o owner %u:%u, and a "
                          "command read it: HTTP %ld %.300s",
                          backend, (unsigned)exposed[i].mode, (unsigned)exposed[i].uid,
