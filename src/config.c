@@ -35,7 +35,7 @@ struct opt {
     const char *def;
     enum opt_type type;
     size_t off;
-    uint64_t min, max;
+    uint64_t min, max; /* OPT_LIST: max is the field's size (0: 128) */
     const char *help;
 };
 
@@ -130,11 +130,19 @@ static const struct opt opts[] = {
      "An MCP session not used for this long is ended (its id then answers 404)."},
     {"mcp-max-calls", "N", "SBXD_MCP_MAX_CALLS", NULL, 0, "8", OPT_UINT, OFF(mcp_max_calls), 1,
      1024, "Tool calls one MCP session may have running at once; more get a JSON-RPC error."},
-    {"mcp-allow-origin", "LIST", "SBXD_MCP_ALLOW_ORIGIN", NULL, 0, "", OPT_LIST,
-     OFF(mcp_allow_origin), 0, 0,
-     "Origins (scheme://host[:port], comma-separated, or *) whose browser requests /mcp "
-     "takes besides localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
-     "is refused with 403 (DNS rebinding). Requests without an Origin are not browsers'."},
+    {"allow-origin", "LIST", "SBXD_ALLOW_ORIGIN", "SBXD_MCP_ALLOW_ORIGIN", 0, "", OPT_LIST,
+     OFF(allow_origin), 0, sizeof(((struct sbxd_config *)0)->allow_origin),
+     "Origins (scheme://host[:port], comma-separated, or *) whose web pages sbxd serves besides "
+     "http(s)://localhost, 127.0.0.1 and [::1] at any port: a request with another Origin "
+     "header (a page of another site, or one rebound to this address) is refused with 403 on "
+     "every route. Requests without Origin (curl, the SDKs) are not affected. Older name: "
+     "--mcp-allow-origin, SBXD_MCP_ALLOW_ORIGIN."},
+    {"allow-host", "LIST", "SBXD_ALLOW_HOST", NULL, 0, "", OPT_LIST, OFF(allow_host), 0,
+     sizeof(((struct sbxd_config *)0)->allow_host),
+     "Host names (comma-separated; .example.com: it and every name under it; *: any) that a "
+     "request's Host may name besides IP addresses, localhost, names of one label and names "
+     "under .localhost, .internal, .svc and .cluster.local. Without a token, a request for "
+     "another name is refused with 403 (DNS rebinding); with one, every Host is served."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
      "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429. MCP "
      "resource subscriptions have as many of their own: the directories they are in, over "
@@ -149,7 +157,9 @@ static const struct opt opts[] = {
     {"metadata-prefix", "PREFIX", "SBXD_METADATA_PREFIX", NULL, 0, "SANDBOX_", OPT_LIST,
      OFF(metadata_prefix), 0, 0,
      "GET /v1/metadata serves sbxd's environment variables whose names begin with this, "
-     "read once at start; names containing TOKEN, SECRET, PASSWORD, CREDENTIAL or KEY never."},
+     "read once at start; never a name containing TOKEN, SECRET, PASSWORD, PASSWD, CRED, KEY, "
+     "AUTH, BEARER, PRIVATE, CERT or PWD, nor a value with a URL that names a user "
+     "(scheme://user:password@host)."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
      "After SIGTERM, how long running commands and background processes may finish before "
@@ -177,9 +187,10 @@ static const struct opt opts[] = {
      "\"degraded\" should one fail later: cgroup, memory, pids, cpu, seccomp, tree_kill (any "
      "of cgroup, pidns, uid), pidns, uid, capabilities, non_root (comma-separated)."},
     {"degraded-ok", "", "SBXD_DEGRADED_OK", NULL, 0, "false", OPT_BOOL, OFF(degraded_ok), 0, 0,
-     "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), start "
-     "anyway: health checks answer 503 \"degraded\" with the reason and commands are refused "
-     "with 503. Without it sbxd refuses to start then."},
+     "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), or "
+     "--token-file is readable by the commands, start anyway: health checks answer 503 "
+     "\"degraded\" with the reason and commands are refused with 503. Without it sbxd refuses "
+     "to start then."},
     {"memory-max", "SIZE", "SBXD_MEMORY_MAX", NULL, 0, "0", OPT_SIZE, OFF(memory_max), 0,
      1ULL << 50,
      "Memory of a command (cgroup memory.max; RLIMIT_AS without cgroups): the default and the "
@@ -190,8 +201,9 @@ static const struct opt opts[] = {
     {"token-file", "PATH", "SBXD_TOKEN_FILE", NULL, 0, "", OPT_FILE, OFF(token_file), 0, 0,
      "Require 'Authorization: Bearer TOKEN' on every route but GET /healthz, /v1/health and "
      "GET / (401 without it), the token read once from this file (a trailing newline is "
-     "dropped). Or set SBXD_TOKEN: it is read once and wiped from sbxd's environment. Not "
-     "both. Empty: no token is required."},
+     "dropped); sbxd refuses to start when the commands' user could read it (mode 0400, "
+     "owned by root). Or set SBXD_TOKEN: it is read once and wiped from sbxd's environment. "
+     "Not both. Empty: no token is required."},
     {"max-connections", "N", "SBXD_MAX_CONNECTIONS", NULL, 0, "256", OPT_UINT, OFF(max_connections),
      1, 65536,
      "Open connections at once. Beyond it, the connection that has waited longest for a "
@@ -493,13 +505,15 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         return 0;
     case OPT_CHOICE:
         return apply_choice(o, field, val, src, errbuf, errlen);
-    case OPT_LIST:
-        if (strlen(val) >= 128) {
-            snprintf(errbuf, errlen, "--%s: value too long", o->flag);
+    case OPT_LIST: {
+        size_t size = o->max ? (size_t)o->max : 128; /* the field's size */
+        if (strlen(val) >= size) {
+            snprintf(errbuf, errlen, "--%s: value too long (%zu bytes at most)", o->flag, size - 1);
             return -1;
         }
-        snprintf(field, 128, "%s", val);
+        snprintf(field, size, "%s", val);
         return 0;
+    }
     case OPT_USER:
     case OPT_RANGE:
         return apply_pair(cfg, o, field, val, src, errbuf, errlen);
@@ -540,8 +554,18 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     return 0;
 }
 
+/* Older names of options, still taken. */
+static const struct {
+    const char *old, *now;
+} aliases[] = {{"mcp-allow-origin", "allow-origin"}};
+
 static const struct opt *find_opt(const char *name, size_t n)
 {
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strlen(aliases[i].old) == n && strncmp(aliases[i].old, name, n) == 0) {
+            name = aliases[i].now;
+            n = strlen(name);
+        }
     for (size_t i = 0; i < NOPTS; i++)
         if (strlen(opts[i].flag) == n && strncmp(opts[i].flag, name, n) == 0)
             return &opts[i];

@@ -323,6 +323,35 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
     return 0;
 }
 
+/*
+ * A --token-file a command can read is a token every command has: any could drive sbxd as
+ * its client (a Kubernetes Secret volume is 0644 unless told otherwise). Decided once the
+ * isolation is known, as the commands' own credentials would decide it: the command user, and
+ * under uid isolation the range's uids with the command group. Refused at start (exit 2, one
+ * line), or with --degraded-ok served as degraded with no command run. 0, or an exit status.
+ */
+static int check_token_file(const struct sbxd_config *cfg, struct isolation *iso,
+                            const struct harden_plan *harden)
+{
+    if (!*cfg->token_file || isolation_degraded(iso, NULL, 0))
+        return 0; /* no file; or no command will ever run */
+    struct auth_readers who = {
+        .switch_user = harden->switch_user, .user_uid = harden->uid, .user_gid = harden->gid};
+    if (iso->tree_kill == ISO_KILL_UID) {
+        who.range_first = cfg->uid_first;
+        who.range_count = cfg->uid_count;
+    }
+    char why[512];
+    if (auth_file_exposed(cfg->token_file, &who, why, sizeof(why)) == 0)
+        return 0;
+    if (!cfg->degraded_ok) {
+        fprintf(stderr, "sbxd: %s\n", why);
+        return 2;
+    }
+    isolation_degrade_for_good(iso, why);
+    return 0;
+}
+
 /* The main thread from here on: signals (SIGCHLD: the reaper), the server's ticks, sweeps. Returns
  * on SIGTERM or SIGINT. */
 static void run_main_loop(struct server *srv, const sigset_t *set)
@@ -378,6 +407,8 @@ int main(int argc, char **argv)
     static struct isolation iso;
     struct harden_plan harden;
     rc = setup_isolation(&cfg, rootfd, workspace, &iso, &harden);
+    if (!rc && (rc = check_token_file(&cfg, &iso, &harden)))
+        harden_free(&harden);
     if (rc) {
         if (baseline_fd >= 0)
             close(baseline_fd);

@@ -43,8 +43,10 @@ struct sbxd_config {
     uint64_t mcp_max_sessions; /* 0: no /mcp */
     uint64_t mcp_max_client_sessions;
     uint64_t mcp_session_idle_s;
-    uint64_t mcp_max_calls;     /* per session, at once */
-    char mcp_allow_origin[128]; /* comma-separated origins, or "*" ("": loopback only) */
+    uint64_t mcp_max_calls; /* per session, at once */
+    char allow_origin[512]; /* web pages' origins served (comma-separated, or "*"; "": loopback
+                             * pages only) */
+    char allow_host[512];   /* Host names served besides the built-in ones ("*": any) */
     uint64_t max_watchers;
     uint64_t watch_max_dirs;
     uint64_t process_output_bytes;

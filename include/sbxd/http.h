@@ -255,8 +255,9 @@ ssize_t events_fill(struct events *e, bool (*next)(void *cls, bool ready), void 
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
                                      void *cls, MHD_ContentReaderFreeCallback done);
 
-/* Whether a request's Content-Type is one a JSON body may come with. */
-bool json_content_type(const char *ct);
+/* Whether the request's Content-Type is one its JSON body may come with (web.h); false after
+ * replying 415. */
+bool http_json_type(struct MHD_Connection *c, enum MHD_Result *ret);
 
 /* A small JSON body (application/json, UTF-8): an object of known keys only, each once. NULL
  * after replying with the error (*ret). The caller frees the object. */

@@ -74,7 +74,7 @@ struct isolation {
     int degraded;           /* atomic: 1, a required mechanism failed at run time (until it
                              * works again); 2, sbxd cannot run commands as --user and was
                              * started with --degraded-ok (for good) */
-    char degraded_why[256]; /* under degraded_lock */
+    char degraded_why[512]; /* under degraded_lock */
     pthread_mutex_t degraded_lock;
 };
 
@@ -94,6 +94,11 @@ int isolation_check_required(const struct isolation *iso, const struct harden_pl
  * degrade the daemon; returns whether this one is required. */
 bool isolation_degrade(struct isolation *iso, unsigned req, const char *what);
 void isolation_recovered(struct isolation *iso);
+
+/* sbxd must run no command at all (with --degraded-ok: a setting that would let commands do
+ * what they must not, such as read the token): degraded for good, for why. Before
+ * contain_choose. */
+void isolation_degrade_for_good(struct isolation *iso, const char *why);
 
 /* Whether degraded, with why (may be NULL). */
 bool isolation_degraded(struct isolation *iso, char *why, size_t len);

@@ -60,6 +60,8 @@ void mcp_session_put(struct mcp_session *s);
 
 /* A body over --max-body-bytes: the JSON-RPC error, with 413. */
 enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max);
+/* 403 with a JSON-RPC error: a web page's request (guard.c, web.h). */
+enum MHD_Result mcp_reply_forbidden(struct MHD_Connection *c, const char *why);
 /* End every session (shutdown, after the HTTP server stopped). */
 void mcp_shutdown(void);
 

@@ -296,6 +296,15 @@ bool isolation_degrade(struct isolation *iso, unsigned req, const char *what)
     return true;
 }
 
+void isolation_degrade_for_good(struct isolation *iso, const char *why)
+{
+    pthread_mutex_lock(&iso->degraded_lock);
+    snprintf(iso->degraded_why, sizeof(iso->degraded_why), "%s", why);
+    __atomic_store_n(&iso->degraded, DEGRADED_FOR_GOOD, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&iso->degraded_lock);
+    LOG_EVENT("error", "isolation_degraded", LOG_S("reason", why));
+}
+
 void isolation_recovered(struct isolation *iso)
 {
     if (!__atomic_load_n(&iso->degraded, __ATOMIC_ACQUIRE))

@@ -1,10 +1,12 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sbxd/auth.h"
@@ -129,4 +131,78 @@ bool auth_check(const char *token, size_t token_len, const char *header)
         diff |= (unsigned char)(g ^ (unsigned char)token[i]);
     }
     return diff == 0;
+}
+
+/*
+ * Whether uid:gid (no supplementary groups, no capabilities: a command's credentials) can
+ * open path for reading. A child takes those ids and tries: the kernel then judges the mode,
+ * the owner, ACLs and every ancestor's search permission exactly as for a command, with
+ * nothing for sbxd to get wrong. 1 yes, 0 no, -1 unknown.
+ */
+static int can_read_as(const char *path, uid_t uid, gid_t gid)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+            _exit(3);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        _exit(fd >= 0 ? 0 : (errno == EACCES || errno == EPERM) ? 1 : 2);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) > 1)
+        return -1;
+    return WEXITSTATUS(st) == 0;
+}
+
+int auth_file_exposed(const char *path, const struct auth_readers *r, char *why, size_t whylen)
+{
+    static const char fix[] = "make it root's alone (chmod 0400; a Kubernetes Secret volume: "
+                              "defaultMode: 0400)";
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        snprintf(why, whylen, "--token-file: cannot stat '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    /* Not root: every command runs as sbxd's own user, who reads what sbxd reads. */
+    if (!r->switch_user) {
+        snprintf(why, whylen,
+                 "--token-file '%s' is readable by the commands: sbxd is not root, so they run "
+                 "as its own user; pass the token in SBXD_TOKEN (wiped from sbxd's environment "
+                 "at start) or run sbxd as root with --user",
+                 path);
+        return 1;
+    }
+    /* Under uid isolation a command may run as any uid of the range: one that owns the file
+     * may read it (or chmod it) whatever its mode. The others stand for each other. */
+    bool owned = r->range_count && st.st_uid >= r->range_first &&
+                 st.st_uid - r->range_first < r->range_count;
+    struct {
+        uid_t uid;
+        gid_t gid;
+    } who[2] = {{r->user_uid, r->user_gid}, {r->range_first, r->user_gid}};
+    size_t n = r->range_count ? 2 : 1;
+    for (size_t i = 0; i < n; i++) {
+        int ok = owned ? 1 : can_read_as(path, who[i].uid, who[i].gid);
+        if (ok < 0) {
+            snprintf(why, whylen,
+                     "--token-file: cannot tell whether commands (uid %u, gid %u) can read "
+                     "'%s'",
+                     (unsigned)who[i].uid, (unsigned)who[i].gid, path);
+            return -1;
+        }
+        if (ok) {
+            snprintf(why, whylen,
+                     "--token-file '%s' (mode %04o, owner %u:%u) is readable by the commands "
+                     "(uid %u, gid %u): any command could read the token; %s",
+                     path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)st.st_gid,
+                     owned ? (unsigned)st.st_uid : (unsigned)who[i].uid, (unsigned)who[i].gid, fix);
+            return 1;
+        }
+    }
+    return 0;
 }

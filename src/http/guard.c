@@ -1,7 +1,7 @@
 /*
  * guard.c - what stands between the network and the routes: the connection caps (in all, and
  * per client address), the deadline for a request to arrive, the size of a request's head,
- * and the bearer token.
+ * the bearer token, and what a web page may send (web.h).
  *
  * Every open connection has an entry here from its accept (accept.c asks guard_admit) to
  * libmicrohttpd's "closed" notice; the entry is removed before libmicrohttpd closes the
@@ -30,8 +30,10 @@
 #include "sbxd/auth.h"
 #include "sbxd/http.h"
 #include "sbxd/log.h"
+#include "sbxd/mcp.h"
 #include "sbxd/metrics.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/web.h"
 
 /* A connection over a cap gets this long to send its request, which is then answered with the
  * refusal; one that sends nothing is refused by the watchdog when it runs out. */
@@ -349,6 +351,48 @@ static enum MHD_Result add_header_len(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/*
+ * A web page in a person's browser must not drive sbxd (web.h): a page of another site posts
+ * to 127.0.0.1:8888 without a preflight, and a page whose name was rebound to this address
+ * reads the answers too. Every route, the health checks included, before the token and
+ * before any route is chosen: a request with a foreign Origin, (without a token, which no
+ * page can know) a Host naming what only such a page would name, or a browser's POST that
+ * needed no preflight (a form's, text/plain, none: from a page this machine serves too),
+ * gets 403 and nothing else. True when it was refused (*ret is the answer).
+ */
+static bool web_refused(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                        enum MHD_Result *ret)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *site = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Site");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    char msg[512];
+    if (!web_origin_allowed(srv->cfg->allow_origin, origin))
+        snprintf(msg, sizeof(msg),
+                 "Origin '%.128s' is not allowed: sbxd serves web pages of this machine only "
+                 "(http(s)://localhost, 127.0.0.1, [::1]) and those --allow-origin names",
+                 origin);
+    else if (!srv->token_len && !web_host_allowed(srv->cfg->allow_host, host))
+        snprintf(msg, sizeof(msg),
+                 "Host '%.128s' is not a name sbxd answers to without a token (DNS "
+                 "rebinding): ask by IP address, localhost or the cluster's name, or name it "
+                 "in --allow-host",
+                 host);
+    else if (web_is_browser(origin, site) && web_simple_post(rc->method, ct))
+        snprintf(msg, sizeof(msg),
+                 "a browser's POST with %s%.100s%s is one a web page sends without asking "
+                 "first, and sbxd takes none: send JSON as application/json",
+                 ct ? "Content-Type '" : "no Content-Type", ct ? ct : "", ct ? "'" : "");
+    else
+        return false;
+    metrics_limit(LIM_WEB_PAGE);
+    *ret = rc->route && rc->route->fn == route_mcp
+               ? mcp_reply_forbidden(c, msg)
+               : reply_error(c, MHD_HTTP_FORBIDDEN, "PERMISSION_DENIED", "%s", msg);
+    return true;
+}
+
 enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                               const char *url, const char *method, enum MHD_Result *ret)
 {
@@ -387,6 +431,8 @@ enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, stru
                                   head, (unsigned long long)srv->cfg->max_header_bytes);
         return GUARD_STOP;
     }
+    if (web_refused(srv, c, rc, ret))
+        return GUARD_STOP;
     if (srv->token_len && !health &&
         !auth_check(srv->cfg->token, srv->token_len,
                     MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {

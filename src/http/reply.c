@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sbxd/http.h"
+#include "sbxd/web.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 #include "sbxd/jsonw.h"
@@ -175,16 +176,22 @@ enum MHD_Result reply_method_not_allowed(struct MHD_Connection *c, unsigned allo
                        MHD_HTTP_HEADER_ALLOW, allow);
 }
 
+bool http_json_type(struct MHD_Connection *c, enum MHD_Result *ret)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (web_json_type_ok(ct))
+        return true;
+    *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
+                       "Content-Type '%.100s' is not accepted; send application/json", ct);
+    return false;
+}
+
 /* A small JSON body: an object of known keys only. NULL after replying with the error. */
 cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char *const *keys,
                         enum MHD_Result *ret)
 {
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    if (!json_content_type(ct)) {
-        *ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+    if (!http_json_type(c, ret))
         return NULL;
-    }
     /* JSON is UTF-8, as for the bodies server.c collects (the routes that use this one also
      * take raw bodies, so the check is here). */
     size_t at = rc->body ? utf8_valid((const uint8_t *)rc->body, rc->body_len) : 0;

@@ -110,7 +110,7 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
     /* A reset makes the sandbox unfit for work until it is over: not ready, for a while. */
     bool resetting = !draining && server_resetting(srv);
-    char why[256];
+    char why[512];
     bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 1024);
@@ -145,7 +145,7 @@ enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct 
     (void)rc;
     bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
     bool resetting = !draining && server_resetting(srv);
-    char why[256];
+    char why[512];
     bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 128);
@@ -170,7 +170,7 @@ enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct 
 enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     (void)rc;
-    char why[256];
+    char why[512];
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
     struct jsonw w;

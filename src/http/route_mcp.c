@@ -25,6 +25,7 @@
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/mcp.h"
+#include "sbxd/web.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 #include "sbxd/watch.h"
@@ -342,6 +343,11 @@ static enum MHD_Result reply_empty(struct MHD_Connection *c, unsigned status)
     return ret;
 }
 
+enum MHD_Result mcp_reply_forbidden(struct MHD_Connection *c, const char *why)
+{
+    return reply_rpc_error(c, MHD_HTTP_FORBIDDEN, NULL, JRPC_INVALID_REQUEST, why);
+}
+
 enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max)
 {
     char msg[160];
@@ -352,53 +358,6 @@ enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max)
 
 /* ------------------------------------------------------------------------------------ */
 /* Checks on every request.                                                              */
-
-static bool list_has(const char *list, const char *word, size_t n)
-{
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len && (*p == ' ')) {
-            p++;
-            len--;
-        }
-        while (len && p[len - 1] == ' ')
-            len--;
-        if ((len == 1 && *p == '*') || (len == n && strncasecmp(p, word, n) == 0))
-            return true;
-        if (!e)
-            break;
-        p = e + 1;
-    }
-    return false;
-}
-
-/* A browser's request (it has an Origin) from a page of this machine, or of an origin
- * --mcp-allow-origin names. */
-static bool origin_allowed(const struct sbxd_config *cfg, const char *origin)
-{
-    if (!origin)
-        return true;
-    size_t olen = strlen(origin);
-    while (olen && origin[olen - 1] == '/')
-        olen--;
-    if (list_has(cfg->mcp_allow_origin, origin, olen))
-        return true;
-    const char *h;
-    if (strncasecmp(origin, "http://", 7) == 0)
-        h = origin + 7;
-    else if (strncasecmp(origin, "https://", 8) == 0)
-        h = origin + 8;
-    else
-        return false;
-    static const char *const local[] = {"localhost", "127.0.0.1", "[::1]"};
-    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
-        size_t n = strlen(local[i]);
-        if (strncasecmp(h, local[i], n) == 0 && (h[n] == '\0' || h[n] == ':' || h[n] == '/'))
-            return true;
-    }
-    return false;
-}
 
 static bool version_known(const char *v)
 {
@@ -804,7 +763,7 @@ static struct mcp_session *request_session(struct server *srv, struct MHD_Connec
 static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    if (!json_content_type(ct))
+    if (!web_json_type_ok(ct))
         return reply_rpc_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, NULL, JRPC_INVALID_REQUEST,
                                "send JSON-RPC messages as application/json");
     if (!accepts(c, "application/json"))
@@ -1128,13 +1087,7 @@ enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct r
     if (!srv->cfg->mcp_max_sessions)
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "the MCP endpoint is off (--mcp-max-sessions 0)");
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (!origin_allowed(srv->cfg, origin)) {
-        LOG_EVENT("warn", "mcp_origin", LOG_S("origin", origin), LOG_S("client", rc->client));
-        return reply_rpc_error(c, MHD_HTTP_FORBIDDEN, NULL, JRPC_INVALID_REQUEST,
-                               "Origin not allowed: /mcp takes browser requests from "
-                               "localhost only, unless --mcp-allow-origin names the origin");
-    }
+    /* (Origin and Host: checked for every route before any, guard.c and web.h.) */
     if (strcmp(rc->method, "POST") == 0) {
         if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
             return reply_rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, JRPC_SERVER_ERROR,

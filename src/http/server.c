@@ -121,11 +121,36 @@ bool http_is_head(void)
     return tl_rc && strcmp(tl_rc->method, "HEAD") == 0;
 }
 
-/* What /v1/metadata may serve: the variables with the prefix, never one whose name looks
- * like a credential (untrusted code in the sandbox can ask for it). */
+/*
+ * Whether a variable's value holds a URL with userinfo (scheme://user[:password]@host): a
+ * DATABASE_URL or a mirror with its password in it, whatever the variable is called. Every
+ * URL of the value is looked at (a comma-separated list of them too).
+ */
+static bool has_url_userinfo(const char *v)
+{
+    for (const char *p = strstr(v, "://"); p; p = strstr(p + 3, "://")) {
+        const char *auth = p + 3;
+        size_t n = strcspn(auth, "/?#, \t");
+        const char *at = memchr(auth, '@', n);
+        if (at)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * What /v1/metadata may serve: the variables with the prefix, never one whose name looks like
+ * a credential, nor one whose value holds a URL with a user or password. Untrusted code in
+ * the sandbox can ask for it (the port is reachable from inside), so an orchestrator's
+ * secret put under the prefix by mistake must not be handed to it. The name markers are the
+ * reference sandboxd's (agent-sandbox packages/sandboxd, sensitiveEnvMarkers: a substring of
+ * the upper-cased name), plus PWD (a password's usual short name): sbxd serves at most what
+ * it serves.
+ */
 static bool metadata_allowed(const char *entry, const char *prefix)
 {
-    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY"};
+    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY",
+                                         "AUTH",  "BEARER", "PRIVATE",  "CERT",   "PWD"};
     const char *eq = strchr(entry, '=');
     size_t pl = strlen(prefix);
     if (!eq || (size_t)(eq - entry) < pl || strncmp(entry, prefix, pl) != 0 || eq - entry >= 255)
@@ -138,7 +163,7 @@ static bool metadata_allowed(const char *entry, const char *prefix)
     for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
         if (strstr(name, secret[i]))
             return false;
-    return true;
+    return !has_url_userinfo(eq + 1);
 }
 
 static char **metadata_snapshot(const char *prefix)
@@ -231,17 +256,6 @@ unsigned http_method_bit(const char *m)
     if (strcmp(m, "DELETE") == 0)
         return HTTP_DELETE;
     return 0;
-}
-
-/* JSON bodies: application/json (any parameters), none at all, and the form type that
- * `curl -d` sends by default, so the documented one-liner works. */
-bool json_content_type(const char *ct)
-{
-    if (!ct || !*ct)
-        return true;
-    size_t n = strcspn(ct, "; \t");
-    return (n == 16 && strncasecmp(ct, "application/json", n) == 0) ||
-           (n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", n) == 0);
 }
 
 static void client_string(struct MHD_Connection *c, char *out, size_t len)
@@ -342,11 +356,10 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
     }
     if (!rt->json_body)
         return MHD_YES;
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     rc->replied = true;
-    if (!json_content_type(ct))
-        return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE",
-                           "Content-Type '%.100s' is not accepted; send application/json", ct);
+    enum MHD_Result ret;
+    if (!http_json_type(c, &ret))
+        return ret;
     if (http_body_too_large(c, srv->cfg->max_body_bytes))
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",

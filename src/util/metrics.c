@@ -13,7 +13,8 @@ static const char *const front_names[FRONT_N] = {"rest", "grpc"};
 static const char *const limit_names[LIM_N] = {
     "max_running",     "max_processes",    "max_connections", "max_client_connections",
     "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized",
-    "stdin_pending",   "stdin_timeout",    "max_queued",      "queue_timeout"};
+    "stdin_pending",   "stdin_timeout",    "max_queued",      "queue_timeout",
+    "web_page"};
 
 /* Execution durations, seconds: from a quick `true` to a long build. */
 static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,

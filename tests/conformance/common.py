@@ -84,8 +84,11 @@ def http_request(port, method, target, body=None, headers=None, timeout=HTTP_TIM
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     t0 = time.monotonic()
     try:
-        conn.putrequest(method, target, skip_accept_encoding=True)
         hdrs = dict(headers or {})
+        # A Host of the caller's (a Service's name, a pod IP: as the router sends it) replaces
+        # http.client's own.
+        conn.putrequest(method, target, skip_accept_encoding=True,
+                        skip_host=any(k.lower() == "host" for k in hdrs))
         if body is not None and not any(k.lower() == "content-length" for k in hdrs):
             hdrs["Content-Length"] = str(len(body))
         for k, v in hdrs.items():

@@ -594,6 +594,23 @@ class TestSdkCalls(LegacyCase):
         self.assertEqual(self.sdk_read("sdk/blob.bin"), content)
 
 
+class TestSdkCallsThroughTheRouter(TestSdkCalls):
+    """The same calls as the agent-sandbox router forwards them: every header but Host and
+    Authorization passed on, and Host the sandbox's Service name (the router's
+    {id}.{namespace}.svc.cluster.local:{port}). sbxd must serve them (its Host check refuses
+    only names a web page could have)."""
+
+    SDK_HEADERS = dict(TestSdkCalls.SDK_HEADERS,
+                       Host="sbx-1234.team-a.svc.cluster.local:8888")
+
+
+class TestSdkCallsByPodIp(TestSdkCalls):
+    """The SDK's in-cluster connection by pod IP (SandboxInClusterConnectionConfig), or the
+    router with X-Sandbox-Pod-IP: Host is the pod's address."""
+
+    SDK_HEADERS = dict(TestSdkCalls.SDK_HEADERS, Host="10.0.0.7:8888")
+
+
 class _Background:
     """A legacy POST /execute running in a thread (its result in .result)."""
 

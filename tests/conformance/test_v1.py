@@ -12,7 +12,9 @@ import common
 from common import DaemonTestCase, contract, multipart, quote
 
 FILES = "/files/{path}"
-FORBIDDEN_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "KEY")
+# The reference sandboxd's markers (packages/sandboxd, sensitiveEnvMarkers), and PWD.
+FORBIDDEN_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY", "AUTH",
+                        "BEARER", "PRIVATE", "CERT", "PWD")
 
 
 class V1Case(common.SharedDaemonCase):

@@ -1,6 +1,7 @@
 /*
  * fuzz_route - routing and the file routes' path decoding (http_route_find in
- * src/http/server.c, http_files_path in src/http/route_files.c).
+ * src/http/server.c, http_files_path in src/http/route_files.c), and the web page checks of
+ * Host and Origin (src/http/web.c) on the same bytes.
  *
  * The input is a URL as libmicrohttpd hands it over (escapes kept, no query). The route found
  * must be one whose path the URL starts with; the workspace path of a file route must be
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "sbxd/http.h"
+#include "sbxd/web.h"
 
 #include "fuzz.h"
 
@@ -103,6 +105,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t ulen = strlen(url); /* what a C string of it carries */
     check_route(url);
     check_files_path(url, ulen);
+    /* Host and Origin: a list can only add to what is served, "*" serves anything, and a
+     * name refused by default stays refused under a list that does not name it. */
+    bool host = web_host_allowed("", url);
+    check(!host || web_host_allowed("sandbox.example.com,.apps.example", url));
+    check(web_host_allowed("*", url));
+    bool origin = web_origin_allowed("", url);
+    check(!origin || web_origin_allowed("https://app.example", url));
+    check(web_origin_allowed("*", url));
     free(url);
     return 0;
 }

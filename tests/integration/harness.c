@@ -210,6 +210,16 @@ void daemon_start_as(struct daemon *d, uid_t uid, gid_t gid, const char *const *
 
 void daemon_start(struct daemon *d, const char *const *args, const char *const *env)
 {
+    static char why[16384];
+    if (daemon_try_start(d, args, env, why, sizeof(why)) != -1) {
+        fprintf(stderr, "%s\n", why);
+        abort();
+    }
+}
+
+int daemon_try_start(struct daemon *d, const char *const *args, const char *const *env, char *why,
+                     size_t whylen)
+{
     memset(d, 0, sizeof(*d));
     snprintf(d->ws, sizeof(d->ws), "/tmp/sbxd-it-ws-XXXXXX");
     if (!mkdtemp(d->ws)) {
@@ -299,16 +309,16 @@ void daemon_start(struct daemon *d, const char *const *args, const char *const *
             free(log);
             if (under_gvisor())
                 sandbox_locate(d);
-            return;
+            return -1;
         }
         free(log);
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             char *l = daemon_log_read(d);
-            fprintf(stderr, "sbxd exited during start-up (status %d):\n%s\n", st, l);
+            snprintf(why, whylen, "sbxd exited during start-up (status %d):\n%s", st, l);
             free(l);
             daemon_discard(d);
-            abort();
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }
         usleep(10000);
     }

@@ -38,6 +38,10 @@ int wrap_argv(const char **argv, int max);
 /* Start sbxd with extra arguments (NULL-terminated, may be NULL) and extra environment
  * entries ("K=V", NULL-terminated, may be NULL). Aborts the test run if it does not come up. */
 void daemon_start(struct daemon *d, const char *const *args, const char *const *env);
+/* The same, but sbxd may refuse to start: -1 when it listens (d is up), else its exit
+ * status, with what it said (its log) in why. */
+int daemon_try_start(struct daemon *d, const char *const *args, const char *const *env, char *why,
+                     size_t whylen);
 /* The same, with sbxd running as uid:gid (the test must be root; its workspace is theirs). */
 void daemon_start_as(struct daemon *d, uid_t uid, gid_t gid, const char *const *args,
                      const char *const *env);

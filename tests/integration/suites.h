@@ -19,6 +19,7 @@ Suite *hardening_suite(void);
 Suite *attacks_suite(void);
 Suite *reset_suite(void);
 Suite *mcp_suite(void);
+Suite *web_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -334,6 +335,136 @@ START_TEST(nul_in_target_and_smuggling_headers_are_400)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------------------ */
+/* Secrets within the sandbox's reach.                                                    */
+
+/* A token file the command user can read (a Kubernetes Secret's default mode is 0644): any
+ * command would read the token and drive sbxd as its client. sbxd refuses to start; with
+ * --degraded-ok it serves health checks as degraded and runs nothing. Per backend: under uid
+ * isolation commands run as uids of the range, with the command group. */
+START_TEST(token_file_commands_can_read_is_refused)
+{
+    const char *backend = backends[_i];
+    char dir[] = "/tmp/sbxd-tokmode-XXXXXX", file[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 0755), 0); /* every ancestor searchable: the file's mode decides */
+    snprintf(file, sizeof(file), "%s/token", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("tok-readable-by-commands\n", f);
+    fclose(f);
+    static char why[16384];
+    struct daemon d;
+    const char *args[] = {"--isolation", backend, "--token-file", file, NULL, NULL};
+    const struct {
+        mode_t mode;
+        uid_t uid;
+        gid_t gid;
+    } exposed[] = {{0644, 0, 0}, {0604, 0, 0}, {0640, 0, 1000}, {0400, 1000, 0}};
+    for (size_t i = 0; i < sizeof(exposed) / sizeof(exposed[0]); i++) {
+        ck_assert_int_eq(chown(file, exposed[i].uid, exposed[i].gid), 0);
+        ck_assert_int_eq(chmod(file, exposed[i].mode), 0);
+        int st = daemon_try_start(&d, args, NULL, why, sizeof(why));
+        if (st == -1) {
+            /* It started: replay the attack, a command reading the token. */
+            char body[256];
+            snprintf(body, sizeof(body), "{\"command\":\"cat %s\"}", file);
+            struct http_resp r;
+            http_request_with(&d, "POST", "/execute",
+                              "Authorization: Bearer tok-readable-by-commands", NULL, body,
+                              strlen(body), 10000, &r);
+            ck_assert(daemon_stop_clean(&d, 10000));
+            unlink(file);
+            rmdir(dir);
+            ck_abort_msg("%s: sbxd started with --token-file mode %04o owner %u:%u, and a "
+                         "command read it: HTTP %ld %.300s",
+                         backend, (unsigned)exposed[i].mode, (unsigned)exposed[i].uid,
+                         (unsigned)exposed[i].gid, r.status, r.body);
+        }
+        ck_assert_msg(st == 2 && strstr(why, "sbxd: --token-file") && strstr(why, file) &&
+                          strstr(why, "commands"),
+                      "%s, mode %04o: exit %d: %s", backend, (unsigned)exposed[i].mode, st, why);
+    }
+    /* Root's alone: sbxd starts, and a command cannot read it. */
+    ck_assert_int_eq(chown(file, 0, 0), 0);
+    ck_assert_int_eq(chmod(file, 0400), 0);
+    ck_assert_msg(daemon_try_start(&d, args, NULL, why, sizeof(why)) == -1, "%s", why);
+    char body[256];
+    snprintf(body, sizeof(body), "{\"command\":\"cat %s\"}", file);
+    struct http_resp r;
+    ck_assert_int_eq(http_request_with(&d, "POST", "/execute",
+                                       "Authorization: Bearer tok-readable-by-commands", NULL, body,
+                                       strlen(body), 10000, &r),
+                     0);
+    ck_assert_msg(r.status == 200 && jnum(r.json, "exit_code") != 0 &&
+                      !strstr(r.body, "tok-readable"),
+                  "%s", r.body);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+    /* --degraded-ok: up, 503 degraded with the reason, no command run. */
+    if (strcmp(backend, "pidns") == 0) {
+        ck_assert_int_eq(chmod(file, 0644), 0);
+        args[4] = "--degraded-ok";
+        ck_assert_msg(daemon_try_start(&d, args, NULL, why, sizeof(why)) == -1, "%s", why);
+        ck_assert_int_eq(http_request(&d, "GET", "/healthz", NULL, NULL, 0, 10000, &r), 0);
+        ck_assert_msg(r.status == 503 && strcmp(jstr(r.json, "status"), "degraded") == 0 &&
+                          strstr(jstr(r.json, "reason"), "--token-file"),
+                      "%s", r.body);
+        http_resp_free(&r);
+        ck_assert_int_eq(http_request_with(&d, "POST", "/execute",
+                                           "Authorization: Bearer tok-readable-by-commands", NULL,
+                                           body, strlen(body), 10000, &r),
+                         0);
+        assert_error(&r, 503, "UNAVAILABLE");
+        ck_assert_ptr_null(strstr(r.body, "tok-readable"));
+        http_resp_free(&r);
+        ck_assert(daemon_stop_clean(&d, 10000));
+    }
+    unlink(file);
+    rmdir(dir);
+}
+END_TEST
+
+/* /v1/metadata serves SANDBOX_* variables to anyone who can reach the port, commands in the
+ * sandbox included: none whose name says it holds a credential (the reference sandboxd's
+ * markers, and PWD), and no URL with a user or password in it. */
+START_TEST(metadata_withholds_credentials)
+{
+    const char *env[] = {"SANDBOX_ID=sbx-42",
+                         "SANDBOX_NAMESPACE=team-a",
+                         "SANDBOX_ENDPOINT=https://api.example.com/v1?x=1",
+                         "SANDBOX_DIR=/workspace",
+                         "SANDBOX_AUTH_HEADER=hidden-1",
+                         "SANDBOX_Bearer=hidden-2",
+                         "SANDBOX_DB_CREDS=hidden-3",
+                         "SANDBOX_DB_PASSWD=hidden-4",
+                         "SANDBOX_DB_PWD=hidden-5",
+                         "SANDBOX_TLS_CERT=hidden-6",
+                         "SANDBOX_PRIVATE_NOTE=hidden-7",
+                         "SANDBOX_DATABASE_URL=postgres://app:hidden-8@db.internal:5432/app",
+                         "SANDBOX_MIRROR=https://deploy@git.example.com/repo.git",
+                         "SANDBOX_PEERS=http://a.example,https://u:hidden-9@b.example/",
+                         "SANDBOX_OAUTHISH=hidden-10",
+                         NULL};
+    struct daemon d;
+    daemon_start(&d, NULL, env);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&d, "GET", "/v1/metadata", NULL, NULL, 0, 10000, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(r.json, "env");
+    ck_assert_msg(strcmp(jstr(e, "SANDBOX_ID"), "sbx-42") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_NAMESPACE"), "team-a") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_ENDPOINT"), "https://api.example.com/v1?x=1") == 0 &&
+                      strcmp(jstr(e, "SANDBOX_DIR"), "/workspace") == 0,
+                  "an ordinary variable is missing: %s", r.body);
+    ck_assert_msg(cJSON_GetArraySize(e) == 4 && !strstr(r.body, "hidden") &&
+                      !strstr(r.body, "deploy@"),
+                  "a credential was served: %s", r.body);
+    http_resp_free(&r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 Suite *attacks_suite(void)
 {
     Suite *s = suite_create("attacks");
@@ -353,5 +484,10 @@ Suite *attacks_suite(void)
     TCase *client = tcase_create("hostile-client");
     tcase_add_test(client, nul_in_target_and_smuggling_headers_are_400);
     suite_add_tcase(s, client);
+    TCase *secrets = tcase_create("secrets");
+    tcase_set_timeout(secrets, 60 * SLOW);
+    tcase_add_loop_test(secrets, token_file_commands_can_read_is_refused, 0, NBACKENDS);
+    tcase_add_test(secrets, metadata_withholds_credentials);
+    suite_add_tcase(s, secrets);
     return s;
 }

@@ -375,6 +375,32 @@ def check_sandboxd(o, spec, defaults, where):
           sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3) >= 10)
 
 
+def check_secrets(o, spec, token, where):
+    """Every Secret volume is root's alone (0400): commands run as another user and must not
+    read it (sbxd refuses a --token-file they could read). With components/token,
+    SBXD_TOKEN_FILE names a file of such a volume, mounted read-only."""
+    n = "%s: %s" % (where, ident(o))
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    for v in vols.values():
+        if "secret" in v:
+            sec = v["secret"]
+            check("%s: Secret volume %s has defaultMode 0400" % (n, v["name"]),
+                  sec.get("defaultMode") == 0o400 and
+                  all(i.get("mode", 0o400) == 0o400 for i in sec.get("items", [])),
+                  json.dumps(sec))
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    tf = env.get("SBXD_TOKEN_FILE")
+    if not token:
+        check("%s: no token file without components/token" % n, tf is None, tf)
+        return
+    mounts = [m for m in c.get("volumeMounts", []) if tf and tf.startswith(m["mountPath"] + "/")]
+    check("%s: SBXD_TOKEN_FILE %s is in a read-only Secret volume of mode 0400" % (n, tf),
+          len(mounts) == 1 and mounts[0].get("readOnly") is True and
+          vols.get(mounts[0]["name"], {}).get("secret", {}).get("defaultMode") == 0o400,
+          json.dumps(mounts))
+
+
 def normalised_pod(meta, spec):
     return json.dumps(spec, sort_keys=True)
 
@@ -527,69 +553,76 @@ def main():
     image = "%s:%s" % (imgs[0]["newName"], imgs[0]["newTag"]) if imgs else "?"
     tmp = tempfile.mkdtemp(prefix="sbxd-k8s-")
     try:
+        # Every set of opt-ins; components/token (which touches nothing the others do) alone
+        # and with all of them, to keep the renderings few.
+        others = [o for o in optins if o != "token"]
+        sets = [c for n in range(len(others) + 1) for c in itertools.combinations(others, n)]
+        if "token" in optins:
+            sets += [("token",), tuple(others) + ("token",)]
         for flavour in FLAVOURS:
-            for n in range(len(optins) + 1):
-                for opts in itertools.combinations(optins, n):
-                    kdir = os.path.join(tmp, "k8s")
-                    shutil.rmtree(kdir, ignore_errors=True)
-                    shutil.copytree(K8S, kdir)
-                    k = copy.deepcopy(kz)
-                    k["components"] = ["components/" + c for c in (flavour,) + opts]
-                    with open(os.path.join(kdir, "kustomization.yaml"), "w") as f:
-                        yaml.safe_dump(k, f)
-                    where = "+".join((flavour,) + opts)
+            for opts in sets:
+                kdir = os.path.join(tmp, "k8s")
+                shutil.rmtree(kdir, ignore_errors=True)
+                shutil.copytree(K8S, kdir)
+                k = copy.deepcopy(kz)
+                k["components"] = ["components/" + c for c in (flavour,) + opts]
+                with open(os.path.join(kdir, "kustomization.yaml"), "w") as f:
+                    yaml.safe_dump(k, f)
+                where = "+".join((flavour,) + opts)
+                try:
+                    py = render_py(kdir)
+                except Exception as e:
+                    check("%s: rendered in Python" % where, False, e)
+                    continue
+                objs = py
+                if kubectl:
                     try:
-                        py = render_py(kdir)
-                    except Exception as e:
-                        check("%s: rendered in Python" % where, False, e)
+                        objs = render_kubectl(kdir)
+                    except ValueError as e:
+                        check("%s: kubectl kustomize succeeds" % where, False, e)
                         continue
-                    objs = py
-                    if kubectl:
-                        try:
-                            objs = render_kubectl(kdir)
-                        except ValueError as e:
-                            check("%s: kubectl kustomize succeeds" % where, False, e)
-                            continue
-                        check("%s: kubectl kustomize succeeds, and agrees with the Python "
-                              "rendering" % where, by_id(objs) == by_id(py),
-                              "they differ: see render_py")
-                    kinds = {o["kind"] for o in objs}
-                    check("%s: renders %s" % (where, ", ".join(sorted(kinds))),
-                          kinds == KINDS[flavour], "expected %s" % sorted(KINDS[flavour]))
-                    imgs_seen = {c["image"] for _, _, s in pod_specs(objs) for c in s["containers"]}
-                    check("%s: every pod runs %s" % (where, image), imgs_seen == {image},
-                          imgs_seen)
-                    for o in objs:
-                        if gvk(o)[0].endswith("agents.x-k8s.io"):
-                            validate(crds, o, where)
-                    for o, meta, spec in pod_specs(objs):
-                        add = set(spec["containers"][0]["securityContext"]["capabilities"]["add"])
-                        want = CAPABILITIES | ({"SYS_ADMIN"} if "pidns" in opts else set())
-                        check("%s: %s capabilities %s" % (where, ident(o), ",".join(sorted(add))),
-                              add == want)
-                    for o, meta, spec in pod_specs(objs):
-                        if "sandboxd" in opts:
-                            check_sandboxd(o, spec, defaults, where)
-                        else:
-                            c = spec["containers"][0]
-                            check("%s: %s: no gRPC port or probe without components/sandboxd"
-                                  % (where, ident(o)),
-                                  [p.get("containerPort") for p in c.get("ports", [])] == [8888]
-                                  and "startupProbe" not in c and
-                                  "grpc" not in c.get("livenessProbe", {}))
+                    check("%s: kubectl kustomize succeeds, and agrees with the Python "
+                          "rendering" % where, by_id(objs) == by_id(py),
+                          "they differ: see render_py")
+                kinds = {o["kind"] for o in objs}
+                check("%s: renders %s" % (where, ", ".join(sorted(kinds))),
+                      kinds == KINDS[flavour], "expected %s" % sorted(KINDS[flavour]))
+                imgs_seen = {c["image"] for _, _, s in pod_specs(objs) for c in s["containers"]}
+                check("%s: every pod runs %s" % (where, image), imgs_seen == {image},
+                      imgs_seen)
+                for o in objs:
+                    if gvk(o)[0].endswith("agents.x-k8s.io"):
+                        validate(crds, o, where)
+                for o, meta, spec in pod_specs(objs):
+                    add = set(spec["containers"][0]["securityContext"]["capabilities"]["add"])
+                    want = CAPABILITIES | ({"SYS_ADMIN"} if "pidns" in opts else set())
+                    check("%s: %s capabilities %s" % (where, ident(o), ",".join(sorted(add))),
+                          add == want)
+                for o, meta, spec in pod_specs(objs):
+                    check_secrets(o, spec, "token" in opts, where)
+                for o, meta, spec in pod_specs(objs):
                     if "sandboxd" in opts:
-                        svcs = [o for o in objs if o["kind"] == "Service"]
-                        check("%s: the Service forwards 8888 http and 9090 grpc" % where,
-                              all([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]]
-                                  == [(8888, "http"), (9090, "grpc")] for s in svcs))
-                    if "egress-internet" in opts:
-                        eg = [o["spec"].get("egress") for o in objs if o["kind"] == "NetworkPolicy"]
-                        eg += [o["spec"]["networkPolicy"].get("egress") for o in objs
-                               if o["kind"] == "SandboxTemplate"]
-                        check("%s: egress opened to DNS and public addresses only" % where,
-                              all(e and len(e) == 2 for e in eg) and
-                              all("10.0.0.0/8" in json.dumps(e) and "169.254.0.0/16" in
-                                  json.dumps(e) for e in eg))
+                        check_sandboxd(o, spec, defaults, where)
+                    else:
+                        c = spec["containers"][0]
+                        check("%s: %s: no gRPC port or probe without components/sandboxd"
+                              % (where, ident(o)),
+                              [p.get("containerPort") for p in c.get("ports", [])] == [8888]
+                              and "startupProbe" not in c and
+                              "grpc" not in c.get("livenessProbe", {}))
+                if "sandboxd" in opts:
+                    svcs = [o for o in objs if o["kind"] == "Service"]
+                    check("%s: the Service forwards 8888 http and 9090 grpc" % where,
+                          all([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]]
+                              == [(8888, "http"), (9090, "grpc")] for s in svcs))
+                if "egress-internet" in opts:
+                    eg = [o["spec"].get("egress") for o in objs if o["kind"] == "NetworkPolicy"]
+                    eg += [o["spec"]["networkPolicy"].get("egress") for o in objs
+                           if o["kind"] == "SandboxTemplate"]
+                    check("%s: egress opened to DNS and public addresses only" % where,
+                          all(e and len(e) == 2 for e in eg) and
+                          all("10.0.0.0/8" in json.dumps(e) and "169.254.0.0/16" in
+                              json.dumps(e) for e in eg))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -604,6 +637,8 @@ def main():
                                "SANDBOXD_REST_ADDR", "SandboxdPodTunnelConnectionConfig")
                    if w not in text]
         check("docs/kubernetes.md explains the sandboxd mode", not missing, missing)
+        missing = [w for w in ("components/token", "defaultMode: 0400") if w not in text]
+        check("docs/kubernetes.md explains the token component", not missing, missing)
 
     print("\nk8s: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0

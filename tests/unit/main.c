@@ -17,6 +17,7 @@ int main(void)
     srunner_add_suite(sr, walk_suite());
     srunner_add_suite(sr, job_suite());
     srunner_add_suite(sr, jupyter_suite());
+    srunner_add_suite(sr, web_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

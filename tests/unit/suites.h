@@ -21,5 +21,6 @@ Suite *contain_suite(void);
 Suite *walk_suite(void);
 Suite *job_suite(void);
 Suite *jupyter_suite(void);
+Suite *web_suite(void);
 
 #endif

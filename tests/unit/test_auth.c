@@ -1,8 +1,10 @@
 /* The bearer token: loading (and wiping) it, and the comparison. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sbxd/auth.h"
@@ -87,6 +89,54 @@ START_TEST(load_refuses_unusable_tokens)
 }
 END_TEST
 
+/* Whether commands could read the token file: each identity tried with its own credentials,
+ * so mode, owner, group and the directories on the way all count. */
+START_TEST(token_file_exposure)
+{
+    char dir[] = "/tmp/sbxd-unit-tokdir-XXXXXX", path[64], why[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/token", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* Not root: commands run as sbxd's own user. */
+    struct auth_readers me = {.switch_user = false};
+    ck_assert_int_eq(auth_file_exposed(path, &me, why, sizeof(why)), 1);
+    ck_assert_ptr_nonnull(strstr(why, "SBXD_TOKEN"));
+    if (geteuid() != 0)
+        return; /* the rest switches ids */
+    struct auth_readers cmd = {.switch_user = true, .user_uid = 1000, .user_gid = 1000};
+    struct auth_readers ranged = cmd;
+    ranged.range_first = 100000;
+    ranged.range_count = 1024;
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(path, 0400), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &ranged, why, sizeof(why)), 0);
+    ck_assert_int_eq(chmod(path, 0644), 0); /* a Secret volume's default */
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 1);
+    ck_assert_ptr_nonnull(strstr(why, "mode 0644"));
+    ck_assert_int_eq(chmod(path, 0640), 0); /* the command group's */
+    ck_assert_int_eq(chown(path, 0, 1000), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 1);
+    ck_assert_int_eq(chown(path, 0, 0), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 0);
+    ck_assert_int_eq(chmod(path, 0604), 0); /* others': a range uid's too */
+    ck_assert_int_eq(auth_file_exposed(path, &ranged, why, sizeof(why)), 1);
+    ck_assert_int_eq(chmod(dir, 0700), 0); /* unreachable: the directory stops them */
+    ck_assert_int_eq(auth_file_exposed(path, &ranged, why, sizeof(why)), 0);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(path, 0400), 0); /* a uid of the range owns it: it could chmod it */
+    ck_assert_int_eq(chown(path, 100007, 0), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 0);
+    ck_assert_int_eq(auth_file_exposed(path, &ranged, why, sizeof(why)), 1);
+    ck_assert_int_eq(chown(path, 1000, 1000), 0); /* the command user's */
+    ck_assert_int_eq(auth_file_exposed(path, &cmd, why, sizeof(why)), 1);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -95,6 +145,7 @@ Suite *auth_suite(void)
     tcase_add_test(tc, load_from_the_environment_wipes_it);
     tcase_add_test(tc, load_from_a_file);
     tcase_add_test(tc, load_refuses_unusable_tokens);
+    tcase_add_test(tc, token_file_exposure);
     suite_add_tcase(s, tc);
     return s;
 }

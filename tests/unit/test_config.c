@@ -249,6 +249,41 @@ START_TEST(sizes)
 }
 END_TEST
 
+/* --allow-origin and --allow-host (lists longer than 128 bytes); the older name of
+ * --allow-origin, as a flag and as a variable. */
+START_TEST(web_lists)
+{
+    char *argv0[] = {"sbxd", NULL};
+    char *none[] = {NULL};
+    ck_assert_int_eq(parse(argv0, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.allow_origin, "");
+    ck_assert_str_eq(cfg.allow_host, "");
+    char *old_env[] = {"SBXD_MCP_ALLOW_ORIGIN=https://old.example", NULL};
+    ck_assert_int_eq(parse(argv0, old_env), CONFIG_RUN);
+    ck_assert_str_eq(cfg.allow_origin, "https://old.example");
+    char *both_env[] = {"SBXD_MCP_ALLOW_ORIGIN=https://old.example",
+                        "SBXD_ALLOW_ORIGIN=https://new.example", NULL};
+    ck_assert_int_eq(parse(argv0, both_env), CONFIG_RUN);
+    ck_assert_str_eq(cfg.allow_origin, "https://new.example");
+    char *old_flag[] = {"sbxd", "--mcp-allow-origin", "https://app.example", NULL};
+    ck_assert_int_eq(parse(old_flag, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.allow_origin, "https://app.example");
+    static char hosts[400];
+    snprintf(hosts, sizeof(hosts), "--allow-host=");
+    while (strlen(hosts) < 300)
+        strcat(hosts, "sandbox.example.com,");
+    char *long_list[] = {"sbxd", hosts, NULL};
+    ck_assert_int_eq(parse(long_list, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.allow_host, hosts + 13);
+    static char huge[700];
+    memset(huge, 'a', sizeof(huge) - 1);
+    memcpy(huge, "--allow-host=", 13);
+    char *too_long[] = {"sbxd", huge, NULL};
+    ck_assert_int_eq(parse(too_long, none), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--allow-host"));
+}
+END_TEST
+
 START_TEST(listen_forms)
 {
     struct sockaddr_storage ss;
@@ -281,6 +316,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, grpc_listen_forms);
     tcase_add_test(tc, workspace_baseline);
     tcase_add_test(tc, archive_limits);
+    tcase_add_test(tc, web_lists);
     suite_add_tcase(s, tc);
     return s;
 }

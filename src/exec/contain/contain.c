@@ -12,7 +12,7 @@ static int refuse_prepare(struct contain *c, const char *id, const struct cg_lim
                           struct spawn_spec *spec, struct sbxd_err *err)
 {
     (void)id, (void)lim, (void)spec;
-    char why[256] = "";
+    char why[512] = "";
     isolation_degraded(c->iso, why, sizeof(why));
     return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "sbxd is degraded and runs no command: %s", why);
 }
