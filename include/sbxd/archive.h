@@ -13,10 +13,12 @@
  * with O_NOFOLLOW, in a temporary directory beside the destination; names that are absolute
  * or hold "..", symlinks whose target leaves the workspace, hard links to anything but a file
  * extracted before, devices, fifos and setuid or setgid bits refuse the whole archive. The
- * entry count and the bytes written are bounded (a bomb is refused). Only a whole, valid
- * archive reaches the destination: it is renamed in place (a new directory), merged into it
- * (an existing one: files of the same name replaced), or swapped with it (replace). A failed
- * extraction leaves the destination as it was and no temporary directory.
+ * entry count and the bytes the archive expands to (its headers too) are bounded (a bomb is
+ * refused), and so is the memory of the records kept of the directories made (one per
+ * directory). Only a whole, valid archive reaches the destination: it is renamed in place (a
+ * new directory), merged into it (an existing one: files of the same name replaced), or
+ * swapped with it (replace). A failed extraction leaves the destination as it was and no
+ * temporary directory.
  */
 #ifndef SBXD_ARCHIVE_H
 #define SBXD_ARCHIVE_H
@@ -66,7 +68,7 @@ void ar_pack_close(struct ar_pack *p);
 
 struct ar_limits {
     uint64_t max_entries; /* entries of any type */
-    uint64_t max_bytes;   /* bytes written, all files together */
+    uint64_t max_bytes;   /* bytes expanded: the files' contents and the headers together */
 };
 
 struct ar_extract;

@@ -51,6 +51,7 @@
     X(archive_read_next_header)                                                                    \
     X(archive_read_data)                                                                           \
     X(archive_read_free)                                                                           \
+    X(archive_filter_bytes)                                                                        \
     X(archive_entry_new)                                                                           \
     X(archive_entry_free)                                                                          \
     X(archive_entry_clear)                                                                         \
@@ -505,13 +506,15 @@ bool ar_link_inside(const char *name, const char *target, unsigned depth)
 /* ---------------------------------------------------------------------------------- */
 /* Extraction                                                                           */
 
+/* A directory the extraction made (or that the archive names): its mode and time are set at
+ * the end, deepest first. One record per directory, however often the archive names it. */
 struct dir_rec {
     char *path;
-    mode_t mode;
-    int64_t mtime_s, mtime_ns;
-    bool has_mtime;
+    uint32_t len;
     unsigned level;
-    size_t seq; /* the order noted: a later record of a directory wins */
+    mode_t mode;
+    bool has_mtime;
+    int64_t mtime_s, mtime_ns;
 };
 
 struct ar_extract {
@@ -532,8 +535,12 @@ struct ar_extract {
     struct sbxd_err err;
     struct ar_stats st;
     uint64_t entries;
+    uint64_t header_bytes; /* of the archive's bytes, those that are not files' contents */
     struct dir_rec *dirs;
     size_t ndirs, capdirs;
+    uint32_t *dir_slots; /* a hash set of dirs by path: index + 1, 0 for a free slot */
+    size_t nslots;       /* a power of two, over twice ndirs */
+    size_t path_memory;  /* what the records' paths hold */
     /* The directory of the last file made, kept open for the next one. */
     char *cache_path;
     int cache_fd;
@@ -554,38 +561,159 @@ static la_ssize_t extract_read_cb(struct archive *a, void *cls, const void **out
     }
 }
 
-/* Note the directory path (its first len bytes) for its mode and time at the end. */
-static int dir_note(struct ar_extract *x, const char *path, size_t len, mode_t mode,
-                    struct archive_entry *e)
+/* The archive's bytes (expanded) left before --max-archive-bytes: its files' contents and
+ * its headers (names, link targets, padding) count alike, so that a bomb of headers (100,000
+ * entries naming a 3.8 KB path: 512 MB of them in 2.6 MB gzipped) is bounded as one of
+ * contents is. */
+static uint64_t room_left(const struct ar_extract *x)
 {
-    if (x->ndirs == x->capdirs) {
-        size_t cap = x->capdirs ? 2 * x->capdirs : 64;
+    uint64_t used = x->st.bytes + x->header_bytes;
+    return used >= x->lim.max_bytes ? 0 : x->lim.max_bytes - used;
+}
+
+static uint64_t path_hash(const char *s, size_t n)
+{
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The record of the directory path (its first len bytes), or NULL. */
+static struct dir_rec *dir_find(const struct ar_extract *x, const char *path, size_t len)
+{
+    if (!x->nslots)
+        return NULL;
+    size_t mask = x->nslots - 1;
+    for (size_t i = path_hash(path, len) & mask;; i = (i + 1) & mask) {
+        uint32_t k = x->dir_slots[i];
+        if (!k)
+            return NULL;
+        const struct dir_rec *r = &x->dirs[k - 1];
+        if (r->len == len && memcmp(r->path, path, len) == 0)
+            return (struct dir_rec *)r;
+    }
+}
+
+static void dir_slot_put(uint32_t *slots, size_t nslots, const struct dir_rec *r, uint32_t k)
+{
+    size_t mask = nslots - 1, i = path_hash(r->path, r->len) & mask;
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = k;
+}
+
+/* A record for the directory path (its first len bytes), not recorded yet. The records, their
+ * set and their paths hold at most SBXD_ARCHIVE_DIR_MEMORY_PER_ENTRY bytes per entry the
+ * limits allow: an archive that makes more directories than that (or names them with longer
+ * paths) is refused, never a memory exhaustion. */
+static struct dir_rec *dir_add(struct ar_extract *x, const char *path, size_t len)
+{
+    uint64_t most = x->lim.max_entries > UINT64_MAX / SBXD_ARCHIVE_DIR_MEMORY_PER_ENTRY
+                        ? UINT64_MAX
+                        : x->lim.max_entries * SBXD_ARCHIVE_DIR_MEMORY_PER_ENTRY;
+    if (most < SBXD_ARCHIVE_DIR_MEMORY_MIN)
+        most = SBXD_ARCHIVE_DIR_MEMORY_MIN;
+    size_t cap = x->capdirs, nslots = x->nslots;
+    if (x->ndirs == cap)
+        cap = cap ? 2 * cap : 64;
+    if (2 * (x->ndirs + 1) > nslots)
+        nslots = nslots ? 2 * nslots : 128;
+    size_t pathmem = (len + 1 + 8 + 15) / 16 * 16; /* (malloc's header and rounding) */
+    if (x->path_memory + pathmem + cap * sizeof(*x->dirs) + nslots * sizeof(*x->dir_slots) > most) {
+        sbxd_fail(&x->err, SBXD_E_TOO_LARGE, E2BIG,
+                  "the archive makes more directories than sbxd keeps track of (%llu bytes of "
+                  "records, their paths included: %d per entry --max-archive-entries allows) "
+                  "at '%.*s'",
+                  (unsigned long long)most, SBXD_ARCHIVE_DIR_MEMORY_PER_ENTRY,
+                  (int)(len < 200 ? len : 200), path);
+        return NULL;
+    }
+    if (cap != x->capdirs) {
         struct dir_rec *d = realloc(x->dirs, cap * sizeof(*d));
         if (!d)
-            return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+            goto oom;
         x->dirs = d;
         x->capdirs = cap;
     }
+    if (nslots != x->nslots) {
+        uint32_t *slots = calloc(nslots, sizeof(*slots));
+        if (!slots)
+            goto oom;
+        for (size_t i = 0; i < x->ndirs; i++)
+            dir_slot_put(slots, nslots, &x->dirs[i], (uint32_t)i + 1);
+        free(x->dir_slots);
+        x->dir_slots = slots;
+        x->nslots = nslots;
+    }
     struct dir_rec *r = &x->dirs[x->ndirs];
-    memset(r, 0, sizeof(*r));
-    if (!(r->path = strndup(path, len)))
-        return sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    r->mode = mode;
-    r->seq = x->ndirs;
+    *r = (struct dir_rec){.path = strndup(path, len), .len = (uint32_t)len};
+    if (!r->path)
+        goto oom;
     for (const char *s = r->path; (s = strchr(s, '/')); s++)
         r->level++;
+    x->ndirs++;
+    x->path_memory += pathmem;
+    dir_slot_put(x->dir_slots, x->nslots, r, (uint32_t)x->ndirs);
+    return r;
+oom:
+    sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    return NULL;
+}
+
+/* Note the directory path (its first len bytes) for its mode and time at the end: with e (an
+ * entry of the archive that names it), mode and the entry's time, a later entry winning as
+ * tar has it; without (made on the way to an entry), mode if it is not noted yet. A directory
+ * named 100,000 times is one record. */
+static int dir_note(struct ar_extract *x, const char *path, size_t len, mode_t mode,
+                    struct archive_entry *e)
+{
+    struct dir_rec *r = dir_find(x, path, len);
+    if (r && !e)
+        return 0;
+    if (!r && !(r = dir_add(x, path, len)))
+        return -1;
+    r->mode = mode;
     if (e && L.archive_entry_mtime_is_set(e)) {
         r->has_mtime = true;
         r->mtime_s = L.archive_entry_mtime(e);
         r->mtime_ns = L.archive_entry_mtime_nsec(e);
     }
-    x->ndirs++;
     return 0;
 }
 
-/* Open the directory path beneath the temporary directory, one component at a time with
- * O_NOFOLLOW, making what is missing (each noted with the default mode) when make: an fd,
- * or -1 with x->err. A symlink or a file where a directory goes refuses the archive. */
+/* Open the directory comp of dfd, whose path beneath the temporary directory is the first
+ * len bytes of path, with O_NOFOLLOW, making it when missing and make (noted with the default
+ * mode): an fd, or -1 with x->err. A symlink or a file where a directory goes refuses the
+ * archive (entry: the entry on whose way it is). */
+static int open_child(struct ar_extract *x, int dfd, const char *comp, const char *path, size_t len,
+                      bool make, const char *entry)
+{
+    int sub = open_sub(dfd, comp);
+    if (sub < 0 && errno == ENOENT && make) {
+        if (mkdirat(dfd, comp, 0700) < 0 && errno != EEXIST)
+            return sbxd_fail_errno(&x->err, fs_errno_kind(errno), errno,
+                                   "cannot make a directory for '%.200s'", entry);
+        x->st.directories++;
+        if (dir_note(x, path, len, x->u.dir_mode, NULL) < 0)
+            return -1;
+        sub = open_sub(dfd, comp);
+    }
+    if (sub < 0) {
+        int e = errno;
+        if (e == ELOOP || e == ENOTDIR)
+            return sbxd_fail(&x->err, SBXD_E_DENIED, e,
+                             "'%.200s' goes through '%.200s', which is not a directory of the "
+                             "archive (a symlink or a file)",
+                             entry, comp);
+        return sbxd_fail_errno(&x->err, fs_errno_kind(e), e, "cannot open a directory of '%.200s'",
+                               entry);
+    }
+    return sub;
+}
+
+/* Open the directory path beneath the temporary directory, one component at a time (as
+ * open_child), making what is missing when make: an fd, or -1 with x->err. */
 static int open_dir(struct ar_extract *x, const char *path, bool make, const char *entry)
 {
     int fd = dup(x->tfd);
@@ -598,32 +726,10 @@ static int open_dir(struct ar_extract *x, const char *path, bool make, const cha
         size_t n = (size_t)(end - s);
         memcpy(comp, s, n);
         comp[n] = '\0';
-        int sub = open_sub(fd, comp);
-        if (sub < 0 && errno == ENOENT && make) {
-            if (mkdirat(fd, comp, 0700) < 0 && errno != EEXIST) {
-                int e = errno;
-                close(fd);
-                return sbxd_fail_errno(&x->err, fs_errno_kind(e), e,
-                                       "cannot make a directory for '%.200s'", entry);
-            }
-            x->st.directories++;
-            if (dir_note(x, path, (size_t)(end - path), x->u.dir_mode, NULL) < 0) {
-                close(fd);
-                return -1;
-            }
-            sub = open_sub(fd, comp);
-        }
-        int e = errno;
+        int sub = open_child(x, fd, comp, path, (size_t)(end - path), make, entry);
         close(fd);
-        if (sub < 0) {
-            if (e == ELOOP || e == ENOTDIR)
-                return sbxd_fail(&x->err, SBXD_E_DENIED, e,
-                                 "'%.200s' goes through '%.200s', which is not a directory of the "
-                                 "archive (a symlink or a file)",
-                                 entry, comp);
-            return sbxd_fail_errno(&x->err, fs_errno_kind(e), e,
-                                   "cannot open a directory of '%.200s'", entry);
-        }
+        if (sub < 0)
+            return -1;
         fd = sub;
         s = *end ? end + 1 : end;
     }
@@ -678,8 +784,7 @@ static int extract_file(struct ar_extract *x, struct archive *a, struct archive_
     int dfd = parent_of(x, path, leaf, true);
     if (dfd < 0)
         return -1;
-    if (L.archive_entry_size_is_set(e) &&
-        (uint64_t)L.archive_entry_size(e) > x->lim.max_bytes - x->st.bytes)
+    if (L.archive_entry_size_is_set(e) && (uint64_t)L.archive_entry_size(e) > room_left(x))
         return sbxd_fail(&x->err, SBXD_E_TOO_LARGE, EFBIG,
                          "the archive expands past %llu bytes (--max-archive-bytes) at '%.200s'",
                          (unsigned long long)x->lim.max_bytes, path);
@@ -700,7 +805,7 @@ static int extract_file(struct ar_extract *x, struct archive *a, struct archive_
         if (n < 0)
             return sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL,
                              "the archive is damaged at '%.200s': %s", path, ar_why(a));
-        if ((uint64_t)n > x->lim.max_bytes - x->st.bytes)
+        if ((uint64_t)n > room_left(x))
             return sbxd_fail(
                 &x->err, SBXD_E_TOO_LARGE, EFBIG,
                 "the archive expands past %llu bytes (--max-archive-bytes) at '%.200s'",
@@ -815,14 +920,19 @@ static int extract_entry(struct ar_extract *x, struct archive *a, struct archive
     else if (rc == 0 && type == AE_IFLNK)
         rc = extract_link(x, e, path, false);
     else if (rc == 0 && type == AE_IFDIR) {
-        if (*path) {
-            int fd = open_dir(x, path, true, path);
+        /* A directory made before is its record alone: an archive that names one deep
+         * directory 100,000 times costs neither a walk down to it nor memory each time. */
+        size_t len = strlen(path);
+        if (*path && !dir_find(x, path, len)) {
+            char leaf[NAME_MAX + 1];
+            int dfd = parent_of(x, path, leaf, true);
+            int fd = dfd < 0 ? -1 : open_child(x, dfd, leaf, path, len, true, path);
             rc = fd < 0 ? -1 : 0;
             if (fd >= 0)
                 close(fd);
         }
         if (rc == 0)
-            rc = dir_note(x, path, strlen(path), mode & 0777, e);
+            rc = dir_note(x, path, len, mode & 0777, e);
     } else if (rc == 0)
         rc = sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
                        "'%.200s' is a %s: only files, directories and links are extracted", path,
@@ -837,15 +947,17 @@ static int extract_entry(struct ar_extract *x, struct archive *a, struct archive
 static int level_desc(const void *a, const void *b)
 {
     const struct dir_rec *x = a, *y = b;
-    if (x->level != y->level)
-        return x->level < y->level ? 1 : -1;
-    return x->seq < y->seq ? -1 : 1;
+    return x->level < y->level ? 1 : x->level > y->level ? -1 : 0;
 }
 
-/* The directories' modes and times, deepest first (a directory made read-only last). */
+/* The directories' modes and times, deepest first (a directory made read-only last). The
+ * records' set is no use after. */
 static int apply_dirs(struct ar_extract *x)
 {
     qsort(x->dirs, x->ndirs, sizeof(*x->dirs), level_desc);
+    free(x->dir_slots);
+    x->dir_slots = NULL;
+    x->nslots = 0;
     for (size_t i = 0; i < x->ndirs; i++) {
         struct dir_rec *r = &x->dirs[i];
         int fd = *r->path ? open_dir(x, r->path, false, r->path) : dup(x->tfd);
@@ -889,6 +1001,7 @@ static void *extract_main(void *arg)
                   a ? ar_why(a) : "out of memory");
     } else {
         for (;;) {
+            int64_t at = L.archive_filter_bytes(a, 0);
             r = L.archive_read_next_header(a, &e);
             if (r == ARCHIVE_EOF)
                 break;
@@ -896,6 +1009,18 @@ static void *extract_main(void *arg)
                 sbxd_fail(&x->err, SBXD_E_INVALID, EINVAL, "the archive is damaged%s: %s",
                           x->entries ? "" : " or not an archive sbxd reads (tar or zip)",
                           ar_why(a));
+                break;
+            }
+            /* The bytes from one entry's contents to the next one's (headers, long names,
+             * padding, contents passed over) count against --max-archive-bytes too. */
+            int64_t now = L.archive_filter_bytes(a, 0);
+            if (at >= 0 && now > at)
+                x->header_bytes += (uint64_t)(now - at);
+            if (x->st.bytes + x->header_bytes > x->lim.max_bytes) {
+                sbxd_fail(&x->err, SBXD_E_TOO_LARGE, EFBIG,
+                          "the archive expands past %llu bytes (--max-archive-bytes, its headers "
+                          "counted with its files)",
+                          (unsigned long long)x->lim.max_bytes);
                 break;
             }
             if (++x->entries > x->lim.max_entries) {
@@ -1164,6 +1289,7 @@ int ar_extract_end(struct ar_extract *x, bool whole, struct ar_stats *st, struct
     for (size_t i = 0; i < x->ndirs; i++)
         free(x->dirs[i].path);
     free(x->dirs);
+    free(x->dir_slots);
     free(x->cache_path);
     int fds[] = {x->in[0], x->in[1], x->tfd, x->cache_fd, x->pfd};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)

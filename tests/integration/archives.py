@@ -2,6 +2,7 @@
 OUTDIR/NAME. The hostile ones must all be refused by PUT ?archive= with nothing written."""
 import io
 import os
+import struct
 import sys
 import tarfile
 import zipfile
@@ -28,20 +29,53 @@ def info(name, type_=tarfile.REGTYPE, data=b"", mode=0o644, linkname=""):
 
 
 def bomb_gz(size):
-    """A tar.gz of one file of size zero bytes, made a MiB at a time."""
+    """A tar.gz of one file of size zero bytes (a multiple of a MiB), its MiB deflated once."""
     head = tarfile.TarInfo("zeros")
     head.size = size
     head.mtime = 1700000000
     raw = head.tobuf(format=tarfile.PAX_FORMAT)
+    return gz_repeat(bytes(1 << 20), size >> 20, bytes((512 - size % 512) % 512 + 1024), raw)
+
+
+def gz_repeat(unit, times, tail, head=b""):
+    """A gzip of head, unit times over, then tail, made in a blink: each part is deflated on
+    its own after a full flush (no reference back into the one before), so unit's deflated
+    bytes are the same each time."""
+    def deflated(b, mode):
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        return c.compress(b) + c.flush(mode)
+    seg = deflated(unit, zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(head)
+    for _ in range(times):
+        crc = zlib.crc32(unit, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + len(unit) * times + len(tail)) & 0xFFFFFFFF
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + deflated(head, zlib.Z_FULL_FLUSH) +
+            seg * times + deflated(tail, zlib.Z_FINISH) + struct.pack("<II", crc, size))
+
+
+DEEP = "/".join(["d" * 60] * 63)  # 63 levels, 3,842 bytes: a pax header names it
+
+
+def deep_dir_flood():
+    """100,000 entries (2.6 MB gzipped) that all name one directory 63 levels deep."""
+    one = info(DEEP, tarfile.DIRTYPE, mode=0o755)[0].tobuf(format=tarfile.PAX_FORMAT)
+    return gz_repeat(one * 100, 1000, bytes(1024))
+
+
+def deep_dirs_distinct(n):
+    """n directories side by side beneath DEEP, each named by its whole path (3.8 KB)."""
     z = zlib.compressobj(1, zlib.DEFLATED, 31)
-    out = [z.compress(raw)]
-    chunk = bytes(1 << 20)
-    left = size
-    while left:
-        n = min(left, len(chunk))
-        out.append(z.compress(chunk[:n]))
-        left -= n
-    out.append(z.compress(bytes((512 - size % 512) % 512 + 1024)))
+    out = []
+    # Each entry's bytes differ only in the pax record's last name (the ustar header holds
+    # the first 100 bytes of the path only): one entry made, then renamed n times.
+    tmpl = info(DEEP + "/x%06d" % 0, tarfile.DIRTYPE, mode=0o755)[0].tobuf(
+        format=tarfile.PAX_FORMAT)
+    at = tmpl.index(b"/x000000/\n")
+    for i in range(n):
+        b = b"%s/x%06d%s" % (tmpl[:at], i, tmpl[at + 8:])
+        out.append(z.compress(b))
+    out.append(z.compress(bytes(1024)))
     out.append(z.flush())
     return b"".join(out)
 
@@ -141,6 +175,11 @@ def main(out):
         z.writestr("../zip-pwned", b"pwned\n")
     with open(os.path.join(out, "zip_dotdot.zip"), "wb") as f:
         f.write(buf.getvalue())
+    # Directories: 100,000 entries naming one; 1,000 distinct ones, 3.8 KB of path each.
+    with open(os.path.join(out, "deep_dir_flood.tar.gz"), "wb") as f:
+        f.write(deep_dir_flood())
+    with open(os.path.join(out, "deep_dirs_distinct.tar.gz"), "wb") as f:
+        f.write(deep_dirs_distinct(1000))
 
 
 if __name__ == "__main__":
