@@ -11,10 +11,12 @@
 #include <limits.h>
 #include <locale.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include "sbxd/cleanup.h"
 #include "sbxd/limits.h"
 #include "sbxd/resolve.h"
+#include "sbxd/timeutil.h"
 
 #include "files_internal.h"
 
@@ -539,8 +542,9 @@ struct ar_extract {
     struct dir_rec *dirs;
     size_t ndirs, capdirs;
     uint32_t *dir_slots; /* a hash set of dirs by path: index + 1, 0 for a free slot */
-    size_t nslots;       /* a power of two, over twice ndirs */
-    size_t path_memory;  /* what the records' paths hold */
+    unsigned char hash_key[crypto_shorthash_KEYBYTES]; /* the set's, drawn for this one */
+    size_t nslots;                                     /* a power of two, over twice ndirs */
+    size_t path_memory;                                /* what the records' paths hold */
     /* The directory of the last file made, kept open for the next one. */
     char *cache_path;
     int cache_fd;
@@ -571,12 +575,16 @@ static uint64_t room_left(const struct ar_extract *x)
     return used >= x->lim.max_bytes ? 0 : x->lim.max_bytes - used;
 }
 
-static uint64_t path_hash(const char *s, size_t n)
+/* The set's hash of a path: SipHash under a key drawn for the extraction, so that no archive
+ * can be made of names that all land in one probe chain (each new directory would then cost
+ * a comparison with every one before it). */
+static size_t path_hash(const struct ar_extract *x, const char *s, size_t n)
 {
-    uint64_t h = 14695981039346656037ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
+    unsigned char h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, (const unsigned char *)s, n, x->hash_key);
+    uint64_t v;
+    memcpy(&v, h, sizeof(v));
+    return (size_t)v;
 }
 
 /* The record of the directory path (its first len bytes), or NULL. */
@@ -585,7 +593,7 @@ static struct dir_rec *dir_find(const struct ar_extract *x, const char *path, si
     if (!x->nslots)
         return NULL;
     size_t mask = x->nslots - 1;
-    for (size_t i = path_hash(path, len) & mask;; i = (i + 1) & mask) {
+    for (size_t i = path_hash(x, path, len) & mask;; i = (i + 1) & mask) {
         uint32_t k = x->dir_slots[i];
         if (!k)
             return NULL;
@@ -595,9 +603,10 @@ static struct dir_rec *dir_find(const struct ar_extract *x, const char *path, si
     }
 }
 
-static void dir_slot_put(uint32_t *slots, size_t nslots, const struct dir_rec *r, uint32_t k)
+static void dir_slot_put(const struct ar_extract *x, uint32_t *slots, size_t nslots,
+                         const struct dir_rec *r, uint32_t k)
 {
-    size_t mask = nslots - 1, i = path_hash(r->path, r->len) & mask;
+    size_t mask = nslots - 1, i = path_hash(x, r->path, r->len) & mask;
     while (slots[i])
         i = (i + 1) & mask;
     slots[i] = k;
@@ -641,7 +650,7 @@ static struct dir_rec *dir_add(struct ar_extract *x, const char *path, size_t le
         if (!slots)
             goto oom;
         for (size_t i = 0; i < x->ndirs; i++)
-            dir_slot_put(slots, nslots, &x->dirs[i], (uint32_t)i + 1);
+            dir_slot_put(x, slots, nslots, &x->dirs[i], (uint32_t)i + 1);
         free(x->dir_slots);
         x->dir_slots = slots;
         x->nslots = nslots;
@@ -654,7 +663,7 @@ static struct dir_rec *dir_add(struct ar_extract *x, const char *path, size_t le
         r->level++;
     x->ndirs++;
     x->path_memory += pathmem;
-    dir_slot_put(x->dir_slots, x->nslots, r, (uint32_t)x->ndirs);
+    dir_slot_put(x, x->dir_slots, x->nslots, r, (uint32_t)x->ndirs);
     return r;
 oom:
     sbxd_fail(&x->err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
@@ -665,6 +674,16 @@ oom:
  * entry of the archive that names it), mode and the entry's time, a later entry winning as
  * tar has it; without (made on the way to an entry), mode if it is not noted yet. A directory
  * named 100,000 times is one record. */
+static void dir_set(struct dir_rec *r, mode_t mode, struct archive_entry *e)
+{
+    r->mode = mode;
+    if (e && L.archive_entry_mtime_is_set(e)) {
+        r->has_mtime = true;
+        r->mtime_s = L.archive_entry_mtime(e);
+        r->mtime_ns = L.archive_entry_mtime_nsec(e);
+    }
+}
+
 static int dir_note(struct ar_extract *x, const char *path, size_t len, mode_t mode,
                     struct archive_entry *e)
 {
@@ -673,12 +692,7 @@ static int dir_note(struct ar_extract *x, const char *path, size_t len, mode_t m
         return 0;
     if (!r && !(r = dir_add(x, path, len)))
         return -1;
-    r->mode = mode;
-    if (e && L.archive_entry_mtime_is_set(e)) {
-        r->has_mtime = true;
-        r->mtime_s = L.archive_entry_mtime(e);
-        r->mtime_ns = L.archive_entry_mtime_nsec(e);
-    }
+    dir_set(r, mode, e);
     return 0;
 }
 
@@ -923,16 +937,19 @@ static int extract_entry(struct ar_extract *x, struct archive *a, struct archive
         /* A directory made before is its record alone: an archive that names one deep
          * directory 100,000 times costs neither a walk down to it nor memory each time. */
         size_t len = strlen(path);
-        if (*path && !dir_find(x, path, len)) {
+        struct dir_rec *known = dir_find(x, path, len);
+        if (known) {
+            dir_set(known, mode & 0777, e);
+        } else {
             char leaf[NAME_MAX + 1];
             int dfd = parent_of(x, path, leaf, true);
             int fd = dfd < 0 ? -1 : open_child(x, dfd, leaf, path, len, true, path);
             rc = fd < 0 ? -1 : 0;
             if (fd >= 0)
                 close(fd);
+            if (rc == 0)
+                rc = dir_note(x, path, len, mode & 0777, e);
         }
-        if (rc == 0)
-            rc = dir_note(x, path, len, mode & 0777, e);
     } else if (rc == 0)
         rc = sbxd_fail(&x->err, SBXD_E_DENIED, EPERM,
                        "'%.200s' is a %s: only files, directories and links are extracted", path,
@@ -1065,6 +1082,10 @@ struct ar_extract *ar_extract_begin(int rootfd, const char *path, bool replace,
     x->pfd = x->tfd = x->cache_fd = -1;
     x->in[0] = x->in[1] = -1;
     x->dest = norm;
+    if (getrandom(x->hash_key, sizeof(x->hash_key), 0) != (ssize_t)sizeof(x->hash_key)) {
+        uint64_t t = time_mono_ns() ^ (uint64_t)(uintptr_t)x; /* (the cost of a guess: CPU) */
+        memcpy(x->hash_key, &t, sizeof(t));
+    }
     if (ar_entry_name(path, norm, err) < 0)
         goto fail;
     for (const char *s = norm; *norm && s; s = strchr(s + 1, '/'))
