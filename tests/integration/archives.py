@@ -54,6 +54,7 @@ def gz_repeat(unit, times, tail, head=b""):
             seg * times + deflated(tail, zlib.Z_FINISH) + struct.pack("<II", crc, size))
 
 
+UP8 = "e/" * 8 + "/".join([".."] * 8)  # e -> . makes it climb 8 levels
 DEEP = "/".join(["d" * 60] * 63)  # 63 levels, 3,842 bytes: a pax header names it
 
 
@@ -78,6 +79,23 @@ def deep_dirs_distinct(n):
     out.append(z.compress(bytes(1024)))
     out.append(z.flush())
     return b"".join(out)
+
+
+def symlinks_zip(links, files=()):
+    """A zip of symlinks (name, target) and files (name, bytes). A reader of the stream sees
+    no central directory, so each link's type is also in an "xl" extra field of its local
+    header (version made by: Unix; external attributes: S_IFLNK), as libarchive writes it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files:
+            z.writestr(name, data)
+        for name, target in links:
+            zi = zipfile.ZipInfo(name, (2023, 11, 14, 22, 13, 20))
+            zi.create_system = 3
+            zi.external_attr = 0o120777 << 16
+            zi.extra = struct.pack("<HHBHI", 0x6C78, 7, 0x05, 3 << 8 | 20, zi.external_attr)
+            z.writestr(zi, target)
+    return buf.getvalue()
 
 
 class Unseekable(io.RawIOBase):
@@ -129,6 +147,21 @@ def main(out):
         "fifo.tar": [info("p", tarfile.FIFOTYPE)],
         "setuid.tar": [info("su", data=b"#!/bin/sh\n", mode=0o4755)],
         "reserved_name.tar": [info(".sbxd-upload-0000000000000000", data=b"x")],
+        # Links whose targets stay inside as text, but not once the links they go through are
+        # followed (each climbs 8 levels, 3 of them below the destinations of the test).
+        "symlink_dot_up.tar": [info("e", tarfile.SYMTYPE, linkname="."),
+                               info("l", tarfile.SYMTYPE, linkname=UP8)],
+        "symlink_up_then_dot.tar": [info("l", tarfile.SYMTYPE, linkname=UP8),
+                                    info("e", tarfile.SYMTYPE, linkname=".")],
+        "symlink_chain.tar": [info("a", tarfile.SYMTYPE, linkname="b"),
+                              info("b", tarfile.SYMTYPE, linkname=".."),
+                              info("l", tarfile.SYMTYPE, linkname="a/../..")],
+        "symlink_loop.tar": [info("a", tarfile.SYMTYPE, linkname="b"),
+                             info("b", tarfile.SYMTYPE, linkname="a")],
+        "symlink_inner_link.tar": [info("sub", tarfile.DIRTYPE),
+                                   info("sub/up", tarfile.SYMTYPE, linkname=".."),
+                                   info("l", tarfile.SYMTYPE,
+                                        linkname="sub/up/sub/up/sub/up/../../..")],
     }
     for name, members in hostile.items():
         with open(os.path.join(out, name), "wb") as f:
@@ -175,6 +208,30 @@ def main(out):
         z.writestr("../zip-pwned", b"pwned\n")
     with open(os.path.join(out, "zip_dotdot.zip"), "wb") as f:
         f.write(buf.getvalue())
+    # The same links in zips, and "d -> ., l -> d/.." for the workspace root.
+    with open(os.path.join(out, "symlink_dot_up.zip"), "wb") as f:
+        f.write(symlinks_zip([("e", "."), ("l", UP8)]))
+    with open(os.path.join(out, "symlink_chain.zip"), "wb") as f:
+        f.write(symlinks_zip([("a", "b"), ("b", ".."), ("l", "a/../..")]))
+    with open(os.path.join(out, "symlink_dot_parent.tar"), "wb") as f:
+        f.write(tar_bytes([info("d", tarfile.SYMTYPE, linkname="."),
+                           info("l", tarfile.SYMTYPE, linkname="d/..")]))
+    with open(os.path.join(out, "symlink_dot_parent.zip"), "wb") as f:
+        f.write(symlinks_zip([("d", "."), ("l", "d/..")]))
+    # Through a link the workspace has (w -> .) when merged; through the destination's path.
+    with open(os.path.join(out, "symlink_via_workspace.tar"), "wb") as f:
+        f.write(tar_bytes([info("l", tarfile.SYMTYPE, linkname=UP8.replace("e/", "w/"))]))
+    with open(os.path.join(out, "symlink_up3.tar"), "wb") as f:
+        f.write(tar_bytes([info("l", tarfile.SYMTYPE, linkname="../../..")]))
+    # Links that stay inside however they are followed: chains, "." and "..", dangling.
+    benign = [("a", "sub"), ("b", "a"), ("c", "b/f"), ("up", "sub/.."), ("dot", "."),
+              ("via", "dot/dot/sub/f"), ("back", "sub/../a/f"), ("sub/p", "../b"),
+              ("dang", "nothing/x"), ("outer", "../x")]
+    with open(os.path.join(out, "links_benign.tar"), "wb") as f:
+        f.write(tar_bytes([info("sub", tarfile.DIRTYPE, mode=0o755), info("sub/f", data=b"f\n")] +
+                          [info(n, tarfile.SYMTYPE, linkname=t) for n, t in benign]))
+    with open(os.path.join(out, "links_benign.zip"), "wb") as f:
+        f.write(symlinks_zip(benign, [("sub/f", b"f\n")]))
     # Directories: 100,000 entries naming one; 1,000 distinct ones, 3.8 KB of path each.
     with open(os.path.join(out, "deep_dir_flood.tar.gz"), "wb") as f:
         f.write(deep_dir_flood())
