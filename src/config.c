@@ -77,8 +77,8 @@ static const struct opt opts[] = {
      "size is announced); also the largest archive a PUT ?archive= takes."},
     {"max-archive-bytes", "SIZE", "SBXD_MAX_ARCHIVE_BYTES", NULL, 0, "1GiB", OPT_SIZE,
      OFF(max_archive_bytes), 1, 1ULL << 50,
-     "Bytes an archive may expand to, all its files together (PUT ?archive=: 413 past it, "
-     "nothing extracted)."},
+     "Bytes an archive may expand to, its files and its headers (names, link targets) together "
+     "(PUT ?archive=: 413 past it, nothing extracted)."},
     {"max-archive-entries", "N", "SBXD_MAX_ARCHIVE_ENTRIES", NULL, 0, "100000", OPT_UINT,
      OFF(max_archive_entries), 1, 100000000,
      "Entries an archive may hold (PUT ?archive=: 413 past it) and a GET ?archive= may pack."},

@@ -11,9 +11,13 @@
  * Extraction never lets libarchive write to disk: sbxd reads each entry's header and bytes
  * and makes the entry itself, one component at a time relative to the fd of its directory
  * with O_NOFOLLOW, in a temporary directory beside the destination; names that are absolute
- * or hold "..", symlinks whose target leaves the workspace, hard links to anything but a file
- * extracted before, devices, fifos and setuid or setgid bits refuse the whole archive. The
- * entry count and the bytes written are bounded (a bomb is refused). Only a whole, valid
+ * or hold "..", symlinks that lead out of the workspace, hard links to anything but a file
+ * extracted before, devices, fifos and setuid or setgid bits refuse the whole archive. A
+ * symlink is judged by its text as it comes, then where it leads once the whole archive is
+ * extracted: followed through the tree as it will be, every link on its way followed (the
+ * archive's, and the workspace's where the archive is merged). The entry count and the bytes
+ * the archive expands to (its headers too) are bounded (a bomb is refused), and so is the
+ * memory of the records kept of the directories made (one per directory). Only a whole, valid
  * archive reaches the destination: it is renamed in place (a new directory), merged into it
  * (an existing one: files of the same name replaced), or swapped with it (replace). A failed
  * extraction leaves the destination as it was and no temporary directory.
@@ -66,7 +70,7 @@ void ar_pack_close(struct ar_pack *p);
 
 struct ar_limits {
     uint64_t max_entries; /* entries of any type */
-    uint64_t max_bytes;   /* bytes written, all files together */
+    uint64_t max_bytes;   /* bytes expanded: the files' contents and the headers together */
 };
 
 struct ar_extract;
@@ -97,8 +101,9 @@ int ar_extract_end(struct ar_extract *x, bool whole, struct ar_stats *st, struct
 int ar_entry_name(const char *name, char *out, struct sbxd_err *err);
 
 /* Whether a symlink at the (normalised) entry name, in a destination depth directories
- * below the workspace root, with this target stays inside the workspace: a relative target
- * whose ".." never climbs above the root. */
+ * below the workspace root, with this target stays inside the workspace by its text: a
+ * relative target whose ".." never climbs above the root. (The first check of a link: where
+ * it leads once the links on its way are followed is judged when the archive is whole.) */
 bool ar_link_inside(const char *name, const char *target, unsigned depth);
 
 #endif

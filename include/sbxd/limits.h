@@ -107,6 +107,15 @@
 #define SBXD_SWEEP_MAX_DEPTH   64
 #define SBXD_REOWN_MAX_ENTRIES 1000000u
 #define SBXD_REOWN_MAX_DEPTH   64
+/* Archive extraction (fs/archive.c) keeps one record per directory it made, to set the
+ * directories' modes and times at the end: the memory those records (paths included) may
+ * hold is so much per entry --max-archive-entries allows (16 MB at its default), and at
+ * least the minimum; past it the archive is 413 (100,000 distinct directories 3.8 KB deep
+ * would be 380 MB). Each symlink it made is followed through the tree as it will be, at most
+ * so many directories deep (2 fds each; deeper is refused: too deep to judge). */
+#define SBXD_ARCHIVE_DIR_MEMORY_PER_ENTRY 160
+#define SBXD_ARCHIVE_DIR_MEMORY_MIN       (1024 * 1024)
+#define SBXD_ARCHIVE_LINK_MAX_DEPTH       128
 /* A reset's clear of the workspace (fs_clear_dir) removes what it visits, so it counts no
  * entries; a subtree deeper than SBXD_DELETE_MAX_DEPTH is moved up and emptied by another
  * pass, at most this many passes. In the shared directories (fs_clear_owned: /tmp...), shared

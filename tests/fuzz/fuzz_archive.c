@@ -7,7 +7,8 @@
  * whether the destination exists first (bit 1), the rest is extracted into "x" under small
  * limits. Whatever it holds, afterwards: nothing beside the root changed, the root holds at
  * most "x" (no temporary directory left), every symlink in "x" stays inside the root by its
- * text, no entry is setuid, setgid or a device. Every name the archive gives is also checked
+ * text and where it leads once every link on its way is followed, no entry is setuid, setgid
+ * or a device. Every name the archive gives is also checked
  * by ar_entry_name's own invariant: no "..", nothing absolute, no empty component.
  */
 #include <dirent.h>
@@ -30,6 +31,7 @@
 
 static char base[PATH_MAX];
 static char ws[PATH_MAX + 8];
+static char ws_real[PATH_MAX]; /* ws with no symlink in its path */
 static int rootfd = -1;
 
 static void die(const char *what)
@@ -90,6 +92,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     close(fd);
     char abs[PATH_MAX];
     struct sbxd_err err = {0};
+    if (!realpath(ws, ws_real))
+        die("realpath");
     rootfd = fs_open_root(ws, abs, &err);
     if (rootfd < 0 || ar_load(&err) < 0) {
         fprintf(stderr, "fuzz_archive: setup: %s\n", err.msg);
@@ -114,6 +118,60 @@ static int count_entries(const char *dir, const char *only)
     return n;
 }
 
+/* Where the symlink at p leads: its directory, then its target followed a component at a
+ * time, every symlink on the way followed (a loop of more than 40 leads nowhere), a name
+ * that is missing or no directory taken as text. Whether that is inside the root. */
+static bool leads_inside(const char *p)
+{
+    static char cur[4 * PATH_MAX], rest[64 * PATH_MAX], next[PATH_MAX], target[PATH_MAX];
+    snprintf(next, sizeof(next), "%s", p);
+    *strrchr(next, '/') = '\0';
+    check(realpath(next, cur) != NULL); /* (the link's directory: none of it a link) */
+    ssize_t n = readlink(p, rest, PATH_MAX - 1);
+    check(n > 0);
+    rest[n] = '\0';
+    unsigned ghosts = 0, links = 0;
+    size_t off = 0;
+    while (rest[off]) {
+        size_t cl = strcspn(rest + off, "/");
+        char comp[PATH_MAX];
+        snprintf(comp, sizeof(comp), "%.*s", (int)cl, rest + off);
+        off += cl + (rest[off + cl] == '/');
+        if (!cl || strcmp(comp, ".") == 0)
+            continue;
+        if (strcmp(comp, "..") == 0) {
+            if (ghosts)
+                ghosts--;
+            else if (strrchr(cur, '/'))
+                *strrchr(cur, '/') = '\0';
+            continue;
+        }
+        struct stat st;
+        snprintf(next, sizeof(next), "%s/%s", cur, comp);
+        if (ghosts || lstat(next, &st) < 0 || (!S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode))) {
+            ghosts++;
+        } else if (S_ISDIR(st.st_mode)) {
+            snprintf(cur, sizeof(cur), "%s", next);
+        } else {
+            if (++links > 40)
+                return true;
+            n = readlink(next, target, sizeof(target) - 1);
+            check(n > 0);
+            target[n] = '\0';
+            if (target[0] == '/')
+                cur[0] = '\0';
+            size_t rl = strlen(rest + off);
+            check(n + 1 + rl + 1 < sizeof(rest));
+            memmove(rest + n + 1, rest + off, rl + 1);
+            memcpy(rest, target, (size_t)n);
+            rest[n] = '/';
+            off = 0;
+        }
+    }
+    size_t wl = strlen(ws_real);
+    return strncmp(cur, ws_real, wl) == 0 && (cur[wl] == '/' || cur[wl] == '\0');
+}
+
 /* Every entry of the extracted tree: no special file, no set-id bit, links inside. */
 static int inspect(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
@@ -128,6 +186,7 @@ static int inspect(const char *p, const struct stat *st, int flag, struct FTW *f
         /* Its place relative to the root: p without "ws/", the link's own name. */
         const char *rel = p + strlen(ws) + 1;
         check(ar_link_inside(rel, target, 0));
+        check(leads_inside(p));
         (void)f;
     }
     return 0;

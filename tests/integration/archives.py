@@ -2,6 +2,7 @@
 OUTDIR/NAME. The hostile ones must all be refused by PUT ?archive= with nothing written."""
 import io
 import os
+import struct
 import sys
 import tarfile
 import zipfile
@@ -28,22 +29,73 @@ def info(name, type_=tarfile.REGTYPE, data=b"", mode=0o644, linkname=""):
 
 
 def bomb_gz(size):
-    """A tar.gz of one file of size zero bytes, made a MiB at a time."""
+    """A tar.gz of one file of size zero bytes (a multiple of a MiB), its MiB deflated once."""
     head = tarfile.TarInfo("zeros")
     head.size = size
     head.mtime = 1700000000
     raw = head.tobuf(format=tarfile.PAX_FORMAT)
+    return gz_repeat(bytes(1 << 20), size >> 20, bytes((512 - size % 512) % 512 + 1024), raw)
+
+
+def gz_repeat(unit, times, tail, head=b""):
+    """A gzip of head, unit times over, then tail, made in a blink: each part is deflated on
+    its own after a full flush (no reference back into the one before), so unit's deflated
+    bytes are the same each time."""
+    def deflated(b, mode):
+        c = zlib.compressobj(6, zlib.DEFLATED, -15)
+        return c.compress(b) + c.flush(mode)
+    seg = deflated(unit, zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(head)
+    for _ in range(times):
+        crc = zlib.crc32(unit, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + len(unit) * times + len(tail)) & 0xFFFFFFFF
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + deflated(head, zlib.Z_FULL_FLUSH) +
+            seg * times + deflated(tail, zlib.Z_FINISH) + struct.pack("<II", crc, size))
+
+
+UP8 = "e/" * 8 + "/".join([".."] * 8)  # e -> . makes it climb 8 levels
+DEEP = "/".join(["d" * 60] * 63)  # 63 levels, 3,842 bytes: a pax header names it
+
+
+def deep_dir_flood():
+    """100,000 entries (2.6 MB gzipped) that all name one directory 63 levels deep."""
+    one = info(DEEP, tarfile.DIRTYPE, mode=0o755)[0].tobuf(format=tarfile.PAX_FORMAT)
+    return gz_repeat(one * 100, 1000, bytes(1024))
+
+
+def deep_dirs_distinct(n):
+    """n directories side by side beneath DEEP, each named by its whole path (3.8 KB)."""
     z = zlib.compressobj(1, zlib.DEFLATED, 31)
-    out = [z.compress(raw)]
-    chunk = bytes(1 << 20)
-    left = size
-    while left:
-        n = min(left, len(chunk))
-        out.append(z.compress(chunk[:n]))
-        left -= n
-    out.append(z.compress(bytes((512 - size % 512) % 512 + 1024)))
+    out = []
+    # Each entry's bytes differ only in the pax record's last name (the ustar header holds
+    # the first 100 bytes of the path only): one entry made, then renamed n times.
+    tmpl = info(DEEP + "/x%06d" % 0, tarfile.DIRTYPE, mode=0o755)[0].tobuf(
+        format=tarfile.PAX_FORMAT)
+    at = tmpl.index(b"/x000000/\n")
+    for i in range(n):
+        b = b"%s/x%06d%s" % (tmpl[:at], i, tmpl[at + 8:])
+        out.append(z.compress(b))
+    out.append(z.compress(bytes(1024)))
     out.append(z.flush())
     return b"".join(out)
+
+
+def symlinks_zip(links, files=()):
+    """A zip of symlinks (name, target) and files (name, bytes). A reader of the stream sees
+    no central directory, so each link's type is also in an "xl" extra field of its local
+    header (version made by: Unix; external attributes: S_IFLNK), as libarchive writes it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files:
+            z.writestr(name, data)
+        for name, target in links:
+            zi = zipfile.ZipInfo(name, (2023, 11, 14, 22, 13, 20))
+            zi.create_system = 3
+            zi.external_attr = 0o120777 << 16
+            zi.extra = struct.pack("<HHBHI", 0x6C78, 7, 0x05, 3 << 8 | 20, zi.external_attr)
+            z.writestr(zi, target)
+    return buf.getvalue()
 
 
 class Unseekable(io.RawIOBase):
@@ -95,6 +147,21 @@ def main(out):
         "fifo.tar": [info("p", tarfile.FIFOTYPE)],
         "setuid.tar": [info("su", data=b"#!/bin/sh\n", mode=0o4755)],
         "reserved_name.tar": [info(".sbxd-upload-0000000000000000", data=b"x")],
+        # Links whose targets stay inside as text, but not once the links they go through are
+        # followed (each climbs 8 levels, 3 of them below the destinations of the test).
+        "symlink_dot_up.tar": [info("e", tarfile.SYMTYPE, linkname="."),
+                               info("l", tarfile.SYMTYPE, linkname=UP8)],
+        "symlink_up_then_dot.tar": [info("l", tarfile.SYMTYPE, linkname=UP8),
+                                    info("e", tarfile.SYMTYPE, linkname=".")],
+        "symlink_chain.tar": [info("a", tarfile.SYMTYPE, linkname="b"),
+                              info("b", tarfile.SYMTYPE, linkname=".."),
+                              info("l", tarfile.SYMTYPE, linkname="a/../..")],
+        "symlink_loop.tar": [info("a", tarfile.SYMTYPE, linkname="b"),
+                             info("b", tarfile.SYMTYPE, linkname="a")],
+        "symlink_inner_link.tar": [info("sub", tarfile.DIRTYPE),
+                                   info("sub/up", tarfile.SYMTYPE, linkname=".."),
+                                   info("l", tarfile.SYMTYPE,
+                                        linkname="sub/up/sub/up/sub/up/../../..")],
     }
     for name, members in hostile.items():
         with open(os.path.join(out, name), "wb") as f:
@@ -141,6 +208,35 @@ def main(out):
         z.writestr("../zip-pwned", b"pwned\n")
     with open(os.path.join(out, "zip_dotdot.zip"), "wb") as f:
         f.write(buf.getvalue())
+    # The same links in zips, and "d -> ., l -> d/.." for the workspace root.
+    with open(os.path.join(out, "symlink_dot_up.zip"), "wb") as f:
+        f.write(symlinks_zip([("e", "."), ("l", UP8)]))
+    with open(os.path.join(out, "symlink_chain.zip"), "wb") as f:
+        f.write(symlinks_zip([("a", "b"), ("b", ".."), ("l", "a/../..")]))
+    with open(os.path.join(out, "symlink_dot_parent.tar"), "wb") as f:
+        f.write(tar_bytes([info("d", tarfile.SYMTYPE, linkname="."),
+                           info("l", tarfile.SYMTYPE, linkname="d/..")]))
+    with open(os.path.join(out, "symlink_dot_parent.zip"), "wb") as f:
+        f.write(symlinks_zip([("d", "."), ("l", "d/..")]))
+    # Through a link the workspace has (w -> .) when merged; through the destination's path.
+    with open(os.path.join(out, "symlink_via_workspace.tar"), "wb") as f:
+        f.write(tar_bytes([info("l", tarfile.SYMTYPE, linkname=UP8.replace("e/", "w/"))]))
+    with open(os.path.join(out, "symlink_up3.tar"), "wb") as f:
+        f.write(tar_bytes([info("l", tarfile.SYMTYPE, linkname="../../..")]))
+    # Links that stay inside however they are followed: chains, "." and "..", dangling.
+    benign = [("a", "sub"), ("b", "a"), ("c", "b/f"), ("up", "sub/.."), ("dot", "."),
+              ("via", "dot/dot/sub/f"), ("back", "sub/../a/f"), ("sub/p", "../b"),
+              ("dang", "nothing/x"), ("outer", "../x")]
+    with open(os.path.join(out, "links_benign.tar"), "wb") as f:
+        f.write(tar_bytes([info("sub", tarfile.DIRTYPE, mode=0o755), info("sub/f", data=b"f\n")] +
+                          [info(n, tarfile.SYMTYPE, linkname=t) for n, t in benign]))
+    with open(os.path.join(out, "links_benign.zip"), "wb") as f:
+        f.write(symlinks_zip(benign, [("sub/f", b"f\n")]))
+    # Directories: 100,000 entries naming one; 1,000 distinct ones, 3.8 KB of path each.
+    with open(os.path.join(out, "deep_dir_flood.tar.gz"), "wb") as f:
+        f.write(deep_dir_flood())
+    with open(os.path.join(out, "deep_dirs_distinct.tar.gz"), "wb") as f:
+        f.write(deep_dirs_distinct(1000))
 
 
 if __name__ == "__main__":

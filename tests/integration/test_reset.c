@@ -513,6 +513,15 @@ START_TEST(reset_from_an_archive_sets_up_the_workspace)
     got = sh_out(&d, "find . -mindepth 1 | wc -l");
     ck_assert_str_eq(got, "0\n");
     free(got);
+    /* A link that leads out only through another: d -> ., then l -> d/.. (the root's parent). */
+    sh_ok(&d, "mkdir e && ln -s . e/d && ln -s d/.. e/l && tar -cf esc.tar -C e d l && rm -r e");
+    http_reqf(&d, &r, "POST", "{\"from\":\"esc.tar\"}", "/reset");
+    ck_assert_msg(r.status == 403, "%ld %s", r.status, r.body);
+    ck_assert_msg(strstr(jstr(r.json, "message"), "leads out of the workspace"), "%s", r.body);
+    http_resp_free(&r);
+    got = sh_out(&d, "find . -mindepth 1 | wc -l");
+    ck_assert_str_eq(got, "0\n");
+    free(got);
     ck_assert(daemon_stop_clean(&d, 15000));
 }
 END_TEST
