@@ -5,14 +5,19 @@
  * is (the command user, no capabilities, seccomp, rlimits, the backend's tree kill), with the
  * working directory, exported variables, functions and aliases kept between executions.
  *
- * How one execution is told from the next: the code goes to the shell's stdin as a quoted
+ * How one execution is told from the next: the code goes to the shell as a quoted
  * here-document, read into a variable and run with `eval` (stdin from /dev/null, so code that
  * reads stdin cannot eat what follows), and on the same line a call that prints a marker,
  * "\n\x1e<token> <status>\n" on stdout and "\n\x1e<token>\n" on stderr, the token 128 random
  * bits new for each execution. The reader strips every marker, so none reaches the output.
- * The shell is interactive (-i, without line editing or job control): SIGINT aborts the whole
- * line it runs and it reads on, so a timeout or an interrupt stops the foreground command
- * without ending the session; sbxd then has the marker printed itself (status 130). A shell
+ * Each execution's text comes on a fifo of its own, which the shell takes as its stdin only
+ * once the code before has ended (its name is in that code's text) and which is the only
+ * channel it holds while the code runs, drained: no descriptor the code or its children hold
+ * leads to a later execution. The shell is interactive (-i, without line editing or job
+ * control): SIGINT aborts the whole line it runs and it reads on from its stdin, so a timeout
+ * or an interrupt stops the foreground command without ending the session; sbxd then writes
+ * `__sbxd_resume` into the execution's fifo, which takes the next fifo and prints the marker
+ * (status 130). A shell
  * that does not come back within SBXD_CTX_GRACE_MS is restarted (its state is lost; the
  * answer says so). Code that ends the shell (`exit`) ends the context: status "died", until
  * a restart.

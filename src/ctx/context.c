@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -64,6 +66,152 @@ static int random_hex(char *out, size_t n)
     }
     out[2 * n] = '\0';
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* A shell's channel                                                                    */
+
+/*
+ * Each execution's code reaches the shell on a fifo of its own, and no descriptor the code
+ * runs with leads to a later execution. The code used to come on the shell's stdin, which
+ * bash keeps open while it runs the code (as fd 10, where it saves stdin for eval's
+ * redirection): code could hand it to a background child, which then read the next
+ * execution's request, marker token included, and answered in its place with forged output
+ * and status.
+ *
+ * The fifo of execution N+1 is made ahead (make_spare), in a directory of sbxd's that commands
+ * can pass through but not list, under a name of 128 random bits that only N's request carries
+ * (so only the shell knows it: in its memory, in no descriptor, file or environment). The
+ * marker function opens it as the shell's stdin, which closes N's, then prints N's marker; on
+ * that marker sbxd unlinks it and makes it 0600 (sbxd's): nobody can open it by name any
+ * longer, nor reopen it through the shell's /proc/PID/fd. While N's code runs, the shell holds
+ * only N's fifo (bash's saved stdin), drained by then, which sbxd writes into again only to
+ * end N after an interrupt (`__sbxd_resume`: bash reads on there after SIGINT). The shell's
+ * stdin from sbxd serves the start alone and is closed before any code runs. What code may
+ * do to its own shell (its functions, traps, the shell's memory) is the context's own
+ * business: docs/security.md.
+ */
+static struct {
+    pthread_mutex_t lock;
+    int dfd;       /* the directory: sbxd's, 0711 (-1: not made yet) */
+    char path[32]; /* /dev/shm/sbxd-ctx.XXXXXX, or /tmp/... */
+} chan = {.lock = PTHREAD_MUTEX_INITIALIZER, .dfd = -1};
+
+/* The channels' directory, made at the first shell: its fd, or -1 with err. In /dev/shm, a
+ * tmpfs wherever there is one: a fifo made, unlinked and released there costs microseconds,
+ * where on a disk's filesystem (/tmp here, ext4; an emptyDir in a pod) its release took about
+ * a millisecond of every execution. Else in /tmp. */
+static int chan_dir(struct sbxd_err *err)
+{
+    static const char *const bases[] = {"/dev/shm", "/tmp"};
+    pthread_mutex_lock(&chan.lock);
+    int e = 0;
+    for (size_t i = 0; chan.dfd < 0 && i < sizeof(bases) / sizeof(bases[0]); i++) {
+        char path[sizeof(chan.path)];
+        snprintf(path, sizeof(path), "%s/sbxd-ctx.XXXXXX", bases[i]);
+        int fd = mkdtemp(path) ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd >= 0 && fchmod(fd, 0711) == 0) {
+            chan.dfd = fd;
+            memcpy(chan.path, path, sizeof(path));
+        } else {
+            e = errno;
+            if (fd >= 0) {
+                close(fd);
+                rmdir(path);
+            }
+        }
+    }
+    int fd = chan.dfd;
+    pthread_mutex_unlock(&chan.lock);
+    if (fd < 0)
+        sbxd_fail_errno(err, SBXD_E_INTERNAL, e,
+                        "cannot make a directory for shells in /dev/shm or /tmp");
+    return fd;
+}
+
+/* A new fifo in the directory under a random name (into name): sbxd's fd of it, open for
+ * reading and writing (so that the shell's open does not wait, and sbxd's writes never meet
+ * a closed end), or -1 with err. Readable by the shell's user (0604) until chan_seal. */
+static int chan_make(char name[TOKEN_LEN + 1], struct sbxd_err *err)
+{
+    name[0] = '\0';
+    int dfd = chan_dir(err);
+    if (dfd < 0)
+        return -1;
+    char n[TOKEN_LEN + 1];
+    if (random_hex(n, TOKEN_LEN / 2) < 0)
+        return sbxd_fail(err, SBXD_E_INTERNAL, errno, "no random bytes for a shell's channel");
+    if (mkfifoat(dfd, n, 0600) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot make a shell's channel");
+    int fd = openat(dfd, n, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 || fchmod(fd, 0604) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        unlinkat(dfd, n, 0);
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open a shell's channel");
+    }
+    memcpy(name, n, sizeof(n));
+    return fd;
+}
+
+/* The shell has opened it (it printed the marker after): nobody else may from now on. */
+static void chan_seal(int fd, char name[TOKEN_LEN + 1])
+{
+    if (fd >= 0)
+        fchmod(fd, 0600);
+    if (name[0])
+        unlinkat(chan.dfd, name, 0);
+    name[0] = '\0';
+}
+
+static void chan_close(int *fd, char name[TOKEN_LEN + 1])
+{
+    chan_seal(*fd, name);
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Write a run's text to the shell's fifo, as the shell reads it (SBXD_CTX_GRACE_MS at most,
+ * and not past the shell's end). 0, or -1 with err. */
+static int chan_write(int fd, struct bg_proc *shell, const char *text, size_t len,
+                      struct sbxd_err *err)
+{
+    if (fd < 0)
+        return sbxd_fail(err, SBXD_E_INTERNAL, 0, "the shell has no channel");
+    int64_t deadline = time_mono_ns() + (int64_t)SBXD_CTX_GRACE_MS * 1000000;
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot write to the shell");
+        if (bg_ended(shell))
+            return sbxd_fail(err, SBXD_E_INTERNAL, 0, "the shell ended");
+        int64_t left = deadline - time_mono_ns();
+        if (left <= 0)
+            return sbxd_fail(err, SBXD_E_INTERNAL, 0, "it read nothing for %d ms",
+                             SBXD_CTX_GRACE_MS);
+        /* (In slices: the shell's end shows in no event of this fd, sbxd holding both ends.) */
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        poll(&pf, 1, left > 50000000 ? 50 : (int)(left / 1000000) + 1);
+    }
+    return 0;
+}
+
+/* Remove the directory (shutdown: every shell is gone, every fifo unlinked). */
+static void chan_dir_remove(void)
+{
+    pthread_mutex_lock(&chan.lock);
+    if (chan.dfd >= 0) {
+        close(chan.dfd);
+        chan.dfd = -1;
+        rmdir(chan.path);
+    }
+    pthread_mutex_unlock(&chan.lock);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -192,17 +340,19 @@ static void scan_feed(struct ctx_run *r, int st, const uint8_t *data, size_t n)
     r->emit_len = out;
 }
 
-/* SIGINT to the run's shell and everything it runs, and the marker asked for (status 130):
- * an interactive shell drops the rest of the line and reads the request next. */
-static void send_interrupt(struct bg_proc *shell, const char *token)
+/* SIGINT to the run's shell and everything it runs, and the line that ends the run (status
+ * 130), written to the run's fifo (fd): an interactive shell drops the rest of the line it
+ * runs and reads on from its stdin, which is that fifo again; `__sbxd_resume` takes the next
+ * run's fifo and prints the marker (once: a second one for the same run does nothing). */
+static void send_interrupt(struct bg_proc *shell, int fd, const char *token)
 {
     struct sbxd_err err = {0};
     bg_signal(shell, SIGINT, &err);
-    char line[TOKEN_LEN + 48];
-    int n = snprintf(line, sizeof(line), "__sbxd_mark %s 130\n", token);
-    uint64_t written;
-    bool open_after;
-    bg_stdin(shell, line, (size_t)n, false, SBXD_CTX_GRACE_MS, -1, &written, &open_after, &err);
+    char line[TOKEN_LEN + 32];
+    int n = snprintf(line, sizeof(line), "__sbxd_resume %s\n", token);
+    if (fd >= 0 && write(fd, line, (size_t)n) != n) {
+        /* (A fifo the shell never read: it does not come back, and is restarted.) */
+    }
 }
 
 void ctx_interrupt_run(struct ctx_run *r)
@@ -215,7 +365,7 @@ void ctx_interrupt_run(struct ctx_run *r)
     if (r->c->kernel)
         kernel_interrupt(r->shell, r->jc, r->c->interrupt_message);
     else
-        send_interrupt(r->shell, r->token);
+        send_interrupt(r->shell, r->code_fd, r->token);
 }
 
 /* (A restart or a delete may have let the context go already.) */
@@ -304,6 +454,22 @@ bool ctx_run_timers(struct ctx_run *r, int64_t now)
     return false;
 }
 
+/* The run's marker came: the shell has opened the next run's fifo (it prints the marker
+ * after), which is sealed and becomes the context's channel. */
+static void shell_took_next(struct ctx_run *r)
+{
+    if (r->next_fd < 0)
+        return;
+    chan_seal(r->next_fd, r->next_name);
+    struct ctx *c = r->c;
+    pthread_mutex_lock(&c->lock);
+    if (c->shell == r->shell && c->chan_fd < 0) {
+        c->chan_fd = r->next_fd;
+        r->next_fd = -1;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
 int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **data, size_t *n)
 {
     if (r->c->kernel)
@@ -313,6 +479,7 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *stream, const uint8_t **da
         if (r->over)
             return -1;
         if (r->sc[1].done && r->sc[2].done) {
+            shell_took_next(r);
             int st = r->sc[1].status;
             r->res.exit_code = st;
             ctx_finish(r, r->timed_out ? CTX_TIMEOUT : st == 0 ? CTX_OK : CTX_ERROR, NULL);
@@ -385,6 +552,15 @@ const struct ctx_result *ctx_run_result(const struct ctx_run *r)
     return &r->res;
 }
 
+/* What a shell's run holds: its fifos (the next one unlinked if still named). */
+static void shell_run_free(struct ctx_run *r)
+{
+    if (r->code_fd >= 0)
+        close(r->code_fd);
+    r->code_fd = -1;
+    chan_close(&r->next_fd, r->next_name);
+}
+
 void ctx_run_end(struct ctx_run *r)
 {
     if (!r)
@@ -401,6 +577,8 @@ void ctx_run_end(struct ctx_run *r)
     }
     if (r->c->kernel)
         kernel_run_free(r);
+    else
+        shell_run_free(r);
     bg_put(r->shell);
     ctx_put(r->c);
     free(r->buf);
@@ -409,10 +587,14 @@ void ctx_run_end(struct ctx_run *r)
 }
 
 /* The text a shell is given for the run's code: a here-document whose delimiter carries the
- * token (no line of the code can end it), eval'ed, and the marker. NULL when out of memory. */
+ * token (no line of the code can end it), the next run's fifo named, the code eval'ed with
+ * stdin from /dev/null (bash keeps this run's fifo, the stdin it replaces, close-on-exec
+ * meanwhile: no program the code runs gets it), and the marker, which takes the next fifo
+ * first. NULL when out of memory. */
 static char *shell_text(const struct ctx_run *r, const char *code, size_t len, size_t *tl)
 {
-    size_t cap = len + 3 * TOKEN_LEN + 128;
+    /* The code and about 170 bytes of protocol, three tokens, a fifo's path and name. */
+    size_t cap = len + 4 * TOKEN_LEN + sizeof(chan.path) + 256;
     char *text = malloc(cap);
     if (!text)
         return NULL;
@@ -421,10 +603,15 @@ static char *shell_text(const struct ctx_run *r, const char *code, size_t len, s
     size_t at = (size_t)head + len;
     if (len && code[len - 1] != '\n')
         text[at++] = '\n';
-    at += (size_t)snprintf(text + at, cap - at,
-                           "SBXD_%s\neval \"$__sbxd_c\" </dev/null; __sbxd_mark %s $?\n", r->token,
-                           r->token);
-    *tl = at;
+    int tail = snprintf(text + at, cap - at,
+                        "SBXD_%s\n__sbxd_next=%s/%s; eval \"$__sbxd_c\" </dev/null; "
+                        "__sbxd_mark %s $?\n",
+                        r->token, chan.path, r->next_name, r->token);
+    if (tail < 0 || (size_t)tail >= cap - at) {
+        free(text);
+        return NULL;
+    }
+    *tl = at + (size_t)tail;
     return text;
 }
 
@@ -436,10 +623,7 @@ static void run_begin(struct ctx_run *r, const char *code, size_t len, const cha
     if (r->c->kernel) {
         taken = kernel_run_begin(r, code, len, &err) == 0;
     } else {
-        uint64_t written;
-        bool open_after;
-        taken = bg_stdin(r->shell, text, tl, false, SBXD_CTX_GRACE_MS, -1, &written, &open_after,
-                         &err) == BG_STDIN_DONE;
+        taken = chan_write(r->code_fd, r->shell, text, tl, &err) == 0;
     }
     if (taken)
         return;
@@ -449,6 +633,44 @@ static void run_begin(struct ctx_run *r, const char *code, size_t len, const cha
     if (bg_ended(r->shell))
         ctx_ended_reason(r->shell, what, why, sizeof(why));
     ctx_run_died(r, why);
+}
+
+/* A fifo made ahead for c's run after the next one, while the shell runs this one's code:
+ * making one (mknodat, openat: about 25 us here) is then off every execution's path. (None
+ * made: that run makes its own.) */
+static void make_spare(struct ctx *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool need = c->spare_fd < 0;
+    pthread_mutex_unlock(&c->lock);
+    if (!need)
+        return;
+    char name[TOKEN_LEN + 1];
+    struct sbxd_err err = {0};
+    int fd = chan_make(name, &err);
+    if (fd < 0)
+        return;
+    pthread_mutex_lock(&c->lock);
+    bool kept = c->spare_fd < 0;
+    if (kept) {
+        c->spare_fd = fd;
+        memcpy(c->spare_name, name, sizeof(name));
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!kept)
+        chan_close(&fd, name);
+}
+
+/* A run that did not start, let go (with its text). */
+static void run_discard(struct ctx_run *r, char *text)
+{
+    free(text);
+    if (!r)
+        return;
+    chan_close(&r->next_fd, r->next_name);
+    free(r->buf);
+    free(r->work);
+    free(r);
 }
 
 struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
@@ -461,24 +683,34 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
     struct ctx_run *r = calloc(1, sizeof(*r));
     char *text = NULL;
     size_t tl = 0;
+    if (r)
+        r->code_fd = r->next_fd = -1;
     if (r && !c->kernel) {
         r->buf = malloc(SBXD_READ_CHUNK);
         r->work = malloc(SBXD_READ_CHUNK + MARKER_MAX);
         if (random_hex(r->token, TOKEN_LEN / 2) < 0) {
-            free(r->buf);
-            free(r->work);
-            free(r);
+            run_discard(r, NULL);
             sbxd_fail(err, SBXD_E_INTERNAL, errno, "no random bytes for the execution's marker");
+            return NULL;
+        }
+        /* The fifo for the next run's code: the one made ahead while the last run's code ran,
+         * or a new one. */
+        pthread_mutex_lock(&c->lock);
+        r->next_fd = c->spare_fd;
+        memcpy(r->next_name, c->spare_name, sizeof(r->next_name));
+        c->spare_fd = -1;
+        c->spare_name[0] = '\0';
+        pthread_mutex_unlock(&c->lock);
+        if (r->next_fd < 0)
+            r->next_fd = chan_make(r->next_name, err);
+        if (r->next_fd < 0) {
+            run_discard(r, NULL);
             return NULL;
         }
         text = r->buf && r->work ? shell_text(r, code, len, &tl) : NULL;
     }
     if (!r || (!c->kernel && !text)) {
-        if (r) {
-            free(r->buf);
-            free(r->work);
-        }
-        free(r);
+        run_discard(r, text);
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
@@ -493,10 +725,7 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
         char why[320];
         snprintf(why, sizeof(why), "%s", c->dead_reason[0] ? c->dead_reason : "no process");
         pthread_mutex_unlock(&c->lock);
-        free(text);
-        free(r->buf);
-        free(r->work);
-        free(r);
+        run_discard(r, text);
         if (dead)
             sbxd_fail(err, SBXD_E_CONFLICT, 0, "the context is dead (%s); restart it first", why);
         else
@@ -513,6 +742,8 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
     r->jc = c->jc;
     if (r->jc)
         jp_hold(r->jc);
+    r->code_fd = c->chan_fd; /* the run's now: the next one's channel comes back with it */
+    c->chan_fd = -1;
     pthread_mutex_unlock(&c->lock);
     bg_ref(r->shell); /* (c is busy: its process stays until this run lets it go) */
     pthread_mutex_lock(&reg.lock);
@@ -530,6 +761,8 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
     r->deadline_ns = timeout_ms ? r->start_ns + (int64_t)timeout_ms * 1000000 : 0;
     run_begin(r, code, len, text, tl);
     free(text);
+    if (!c->kernel)
+        make_spare(c);
     return r;
 }
 
@@ -537,11 +770,15 @@ struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint6
 /* Contexts                                                                             */
 
 /* What every shell context runs first: an interactive bash quiet and safe for code (no
- * prompts, no history or its `!` expansion, no mail checks), and the marker function. */
+ * prompts, no history or its `!` expansion, no mail checks); the marker function, which takes
+ * the next run's fifo as stdin first; and the end of a run after an interrupt, once (a second
+ * `__sbxd_resume` for the same run does nothing). */
 static const char shell_init[] =
     "set +H +o history; unset HISTFILE MAILCHECK PROMPT_COMMAND; PS1=''; PS2=''; PS0=''\n"
-    "__sbxd_mark() { local __sbxd_s=$2; unset __sbxd_c; printf '\\n\\036%s %d\\n' \"$1\" "
-    "\"$__sbxd_s\"; printf '\\n\\036%s\\n' \"$1\" >&2; return \"$__sbxd_s\"; }\n";
+    "__sbxd_mark() { local __sbxd_s=$2; __sbxd_done=$1; exec 0<\"$__sbxd_next\"; unset __sbxd_c; "
+    "printf '\\n\\036%s %d\\n' \"$1\" \"$__sbxd_s\"; printf '\\n\\036%s\\n' \"$1\" >&2; "
+    "return \"$__sbxd_s\"; }\n"
+    "__sbxd_resume() { [ \"$__sbxd_done\" = \"$1\" ] || __sbxd_mark \"$1\" 130; }\n";
 
 /* The spec c's process starts from (malloc'd; NULL when out of memory): a shell's as it is;
  * a kernel's with its IPython directory in its own directory (kernel_dir.c: no command can
@@ -614,15 +851,20 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
     if (r) {
         r->buf = malloc(SBXD_READ_CHUNK);
         r->work = malloc(SBXD_READ_CHUNK + MARKER_MAX);
+        r->next_fd = -1;
     }
-    int ok = r && r->buf && r->work && random_hex(r->token, TOKEN_LEN / 2) == 0;
+    struct sbxd_err step = {0}; /* why a step failed, if one did */
+    int ok = r && r->buf && r->work && random_hex(r->token, TOKEN_LEN / 2) == 0 &&
+             (r->next_fd = chan_make(r->next_name, &step)) >= 0;
     if (ok) {
-        char line[sizeof(shell_init) + TOKEN_LEN + 32];
-        int n = snprintf(line, sizeof(line), "%s__sbxd_mark %s 0\n", shell_init, r->token);
+        char line[sizeof(shell_init) + 2 * TOKEN_LEN + sizeof(chan.path) + 64];
+        int n = snprintf(line, sizeof(line), "%s__sbxd_next=%s/%s; __sbxd_mark %s 0\n", shell_init,
+                         chan.path, r->next_name, r->token);
+        ok = n > 0 && (size_t)n < sizeof(line);
         uint64_t written;
         bool open_after;
-        ok = bg_stdin(p, line, (size_t)n, false, SBXD_CTX_START_MS, -1, &written, &open_after,
-                      err) == BG_STDIN_DONE;
+        ok = ok && bg_stdin(p, line, (size_t)n, false, SBXD_CTX_START_MS, -1, &written, &open_after,
+                            &step) == BG_STDIN_DONE;
     }
     /* Everything before the marker (bash's words about job control) is dropped. */
     int64_t deadline = time_mono_ns() + (int64_t)SBXD_CTX_START_MS * 1000000;
@@ -642,7 +884,14 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
         if (rr == BG_READ_DATA && (st == 1 || st == 2))
             scan_feed(r, st, r->buf, got);
     }
+    int chan_fd = -1;
     if (r) {
+        if (ok) {
+            chan_seal(r->next_fd, r->next_name); /* opened by the shell: its first channel */
+            chan_fd = r->next_fd;
+            r->next_fd = -1;
+        }
+        chan_close(&r->next_fd, r->next_name);
         free(r->buf);
         free(r->work);
     }
@@ -651,6 +900,8 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
         char why[320];
         if (bg_ended(p))
             ctx_ended_reason(p, "shell", why, sizeof(why));
+        else if (step.msg[0])
+            snprintf(why, sizeof(why), "%s", step.msg);
         else
             snprintf(why, sizeof(why), "it did not answer within %d ms", SBXD_CTX_START_MS);
         struct bg_info in;
@@ -665,7 +916,11 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
     c->pid = in.pid;
     c->dead = false;
     c->dead_reason[0] = '\0';
+    int old = c->chan_fd; /* (the channel of the shell this one replaces) */
+    c->chan_fd = chan_fd;
     pthread_mutex_unlock(&c->lock);
+    if (old >= 0)
+        close(old);
     return 0;
 }
 
@@ -778,6 +1033,9 @@ static void ctx_free(struct ctx *c)
 {
     if (c->shell)
         bg_put(c->shell);
+    if (c->chan_fd >= 0)
+        close(c->chan_fd);
+    chan_close(&c->spare_fd, c->spare_name);
     ctx_kdir_remove(c); /* (a kernel that never started) */
     free(c->spec);
     pthread_mutex_destroy(&c->admin);
@@ -796,6 +1054,7 @@ static struct ctx *ctx_alloc(const char *body, size_t len, struct sbxd_err *err)
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
+    c->chan_fd = c->spare_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->admin, NULL);
     pthread_condattr_t ca;
@@ -1368,9 +1627,12 @@ bool ctx_interrupt(struct ctx *c)
     struct bg_proc *shell = r ? r->shell : NULL;
     struct jp_conn *jc = r ? r->jc : NULL;
     char token[TOKEN_LEN + 1];
+    int fd = -1;
     if (r) {
         __atomic_store_n(&r->asked, true, __ATOMIC_RELEASE);
         memcpy(token, r->token, sizeof(token));
+        /* (The run closes its fifo only once it is no longer c->run.) */
+        fd = r->code_fd >= 0 ? fcntl(r->code_fd, F_DUPFD_CLOEXEC, 3) : -1;
         bg_ref(shell); /* (the table's lock after c's: never the other way round) */
         if (jc)
             jp_hold(jc);
@@ -1381,7 +1643,9 @@ bool ctx_interrupt(struct ctx *c)
     if (c->kernel)
         kernel_interrupt(shell, jc, c->interrupt_message);
     else
-        send_interrupt(shell, token);
+        send_interrupt(shell, fd, token);
+    if (fd >= 0)
+        close(fd);
     jp_close(jc);
     bg_put(shell);
     return true;
@@ -1483,4 +1747,5 @@ void ctx_shutdown(void)
     }
     free(v);
     kdir_shutdown();
+    chan_dir_remove();
 }

@@ -51,6 +51,12 @@ struct ctx {
     unsigned execution_count;
     int64_t last_used_real_ns, last_used_mono_ns;
     struct ctx_run *run; /* the execution in progress */
+    /* A shell's: the fifo its next execution's code is written to (held by sbxd, already
+     * opened by the shell and unlinked; -1: none); and a fifo made ahead for the execution
+     * after it, named in no text yet (-1: none). */
+    int chan_fd;
+    int spare_fd;
+    char spare_name[TOKEN_LEN + 1];
 };
 
 /* One output stream of a shell execution: bytes that may begin a marker are held back until
@@ -78,6 +84,9 @@ struct ctx_run {
     uint8_t *buf;      /* SBXD_READ_CHUNK */
     uint8_t *work;     /* SBXD_READ_CHUNK + MARKER_MAX */
     size_t emit_len;   /* the clean bytes at work */
+    int code_fd;       /* the fifo the shell reads this run's code from (-1: none) */
+    int next_fd;       /* the fifo made for the next run's code (-1: none), and its name in */
+    char next_name[TOKEN_LEN + 1]; /* the channels' directory while it has one ("": none) */
     /* A kernel's: */
     struct jp_conn *jc; /* held */
     char msg_id[48];    /* of the execute_request */

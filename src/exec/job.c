@@ -136,21 +136,38 @@ static int add_rlimit(struct spawn_spec *s, int res, uint64_t soft, uint64_t har
     return 0;
 }
 
-/* A pseudo-terminal of cols x rows: its master (*master), and its slave (*slave) for the
- * command, owned by the command's uid like a login's. 0, or -1 with err. */
-static int open_pty(unsigned cols, unsigned rows, uid_t uid, gid_t gid, bool group_share,
-                    int *master, int *slave, struct sbxd_err *err)
+/*
+ * A pseudo-terminal of cols x rows: its master (*master), and its slave (*slave) for the
+ * command. 0, or -1 with err.
+ *
+ * The slave is sbxd's own (its euid's), mode 0600, set before it is unlocked: no other
+ * command may open it by its name (/dev/pts/N) to write forged output into the command's
+ * terminal or to read the input meant for it. (It used to be the command user's, 0620, and
+ * 0660 through the shared group under uid isolation: every command could.) The command
+ * needs no permission on it: it holds it open as its stdin, stdout and stderr, and
+ * /dev/tty, which reaches it as the controlling terminal, is opened by the kernel without
+ * looking at the slave's mode. Only reopening it by name is refused, to it as to the rest.
+ */
+static int open_pty(unsigned cols, unsigned rows, int *master, int *slave, struct sbxd_err *err)
 {
     *master = *slave = -1;
     int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     char name[64];
-    if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, name, sizeof(name)) != 0) {
+    if (m < 0 || grantpt(m) < 0 || ptsname_r(m, name, sizeof(name)) != 0) {
         int e = errno;
         if (m >= 0)
             close(m);
         return sbxd_fail_errno(
             err, e == EMFILE || e == ENFILE || e == ENOSPC ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
             "cannot open a pseudo-terminal");
+    }
+    /* Locked until unlockpt, so nobody can have opened it yet. (The name is the kernel's:
+     * only devpts makes entries in /dev/pts, and this index is ours while m is open.) */
+    if (chown(name, geteuid(), getegid()) < 0 || chmod(name, 0600) < 0 || unlockpt(m) < 0) {
+        int e = errno;
+        close(m);
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, e,
+                               "cannot make the pseudo-terminal %s private", name);
     }
     struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
     int sl = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -160,11 +177,6 @@ static int open_pty(unsigned cols, unsigned rows, uid_t uid, gid_t gid, bool gro
         if (sl >= 0)
             close(sl);
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open the pseudo-terminal %s", name);
-    }
-    /* Root made it; the command may not reopen its own terminal unless it is its own (with
-     * uid isolation: its group's, the command's own uid being taken later). */
-    if (fchown(sl, uid, gid) < 0 || fchmod(sl, group_share ? 0660 : 0620) < 0) {
-        /* A daemon that is not root keeps its own: it is the command's too. */
     }
     *master = m;
     *slave = sl;
@@ -241,11 +253,7 @@ static int open_io(struct job *job, const struct exec_request *req, const struct
     if (req->pty) {
         /* One terminal for all three: the master is read for output and written for input
          * (through a second descriptor, so stdin can close apart from it). */
-        const struct harden_plan *h = env->harden;
-        uid_t tu = h->switch_user ? h->uid : geteuid();
-        gid_t tg = h->switch_user ? h->gid : getegid();
-        if (open_pty(req->pty_cols, req->pty_rows, tu, tg, h->group_share, &io->out[0], &io->slave,
-                     err) < 0)
+        if (open_pty(req->pty_cols, req->pty_rows, &io->out[0], &io->slave, err) < 0)
             return -1;
         io->out[1] = io->slave;
         io->in[0] = io->slave;

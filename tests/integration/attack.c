@@ -21,6 +21,10 @@
  *                     parent exits, the child forks again..., in a tight loop, each one
  *                     appending to FILE every few ms; for at most S seconds (the first
  *                     process sleeps that long, once the runner left its session)
+ *   tty PATH          another command's terminal (its /dev/pts/N), opened read-write,
+ *                     read-only and write-only as a hostile command would, to forge its
+ *                     output or take its input; through each that opens, a forged line is
+ *                     written ("forged N") and what is waiting read ("stole N")
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -306,6 +310,29 @@ static int forkrun(const char *file, int seconds)
     }
 }
 
+static int tty_steal(const char *path)
+{
+    static const struct {
+        const char *what;
+        int flags;
+    } tries[] = {{"tty_rdwr", O_RDWR}, {"tty_rdonly", O_RDONLY}, {"tty_wronly", O_WRONLY}};
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        int fd = open(path, tries[i].flags | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        say(tries[i].what, fd);
+        if (fd < 0)
+            continue;
+        static const char forged[] = "FORGED-BY-ANOTHER-COMMAND\n";
+        if (tries[i].flags != O_RDONLY)
+            printf("forged %zd\n", write(fd, forged, sizeof(forged) - 1));
+        char buf[256];
+        if (tries[i].flags != O_WRONLY)
+            printf("stole %zd\n", read(fd, buf, sizeof(buf)));
+        fflush(stdout);
+        close(fd);
+    }
+    return 0;
+}
+
 int attack_main(int argc, char **argv)
 {
     if (argc == 2 && !strcmp(argv[0], "leave"))
@@ -322,7 +349,9 @@ int attack_main(int argc, char **argv)
         return steal(argv[1]);
     if (argc == 1 && !strcmp(argv[0], "personality"))
         return personas();
+    if (argc == 2 && !strcmp(argv[0], "tty"))
+        return tty_steal(argv[1]);
     fprintf(stderr, "usage: sbxd-probe attack [socket PORT | stop SECONDS | steal MARKER | "
-                    "personality | leave KEY | find KEY | forkrun FILE SECONDS]\n");
+                    "personality | leave KEY | find KEY | forkrun FILE SECONDS | tty PATH]\n");
     return 2;
 }

@@ -273,6 +273,88 @@ START_TEST(commands_cannot_reach_each_other)
 END_TEST
 
 /* ------------------------------------------------------------------------------------ */
+/* A command's terminal is its own.                                                        */
+
+/* The output of a background process so far, as text (caller frees). */
+static char *bg_text(const struct daemon *d, const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/processes/%s/output?since=0&encoding=utf8", id);
+    struct http_resp r;
+    ck_assert_int_eq(http_request(d, "GET", path, NULL, NULL, 0, 10000, &r), 0);
+    ck_assert_msg(r.status == 200, "GET %s: %ld %s", path, r.status, r.body);
+    size_t cap = r.len + 1, len = 0;
+    char *text = calloc(1, cap);
+    for (char *save = NULL, *line = strtok_r(r.body, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        cJSON *ev = cJSON_Parse(line);
+        const cJSON *data = cJSON_GetObjectItem(ev, "data");
+        if (cJSON_IsString(data)) {
+            size_t n = strlen(data->valuestring);
+            memcpy(text + len, data->valuestring, n < cap - 1 - len ? n : cap - 1 - len);
+            len += n < cap - 1 - len ? n : cap - 1 - len;
+        }
+        cJSON_Delete(ev);
+    }
+    http_resp_free(&r);
+    return text;
+}
+
+/* Poll until a background process's output holds needle (within ms); returns the text. */
+static char *bg_wait_text(const struct daemon *d, const char *id, const char *needle, int ms)
+{
+    for (double end = now_ms() + ms * SLOW;; usleep(10000)) {
+        char *t = bg_text(d, id);
+        if (strstr(t, needle))
+            return t;
+        ck_assert_msg(now_ms() < end, "no '%s' after %d ms in: %s", needle, ms, t);
+        free(t);
+    }
+}
+
+START_TEST(terminals_are_not_shared_between_commands)
+{
+    const char *backend = backends[_i];
+    struct daemon d;
+    start_backend(&d, backend);
+    /* The victim: a process on a terminal, which says which one it is and then echoes what
+     * it is given. */
+    char victim[64], v[64];
+    bg_start(&d, "{\"command\":\"tty; exec cat\",\"pty\":{},\"timeout_ms\":30000}", victim,
+             sizeof(victim));
+    char *t = bg_wait_text(&d, victim, "/dev/pts/", 5000);
+    char tty[64];
+    const char *at = strstr(t, "/dev/pts/");
+    snprintf(tty, sizeof(tty), "%.*s", (int)strcspn(at, "\r\n"), at);
+    free(t);
+
+    /* Another command opens it by name: read-write to write forged output into it (and to
+     * take the victim's input from under it), read-only, write-only. */
+    char body[256], out[4096];
+    snprintf(body, sizeof(body), "{\"argv\":[\"./sbxd-probe\",\"attack\",\"tty\",\"%s\"]}", tty);
+    cJSON *r = request_within(&d, "POST", "/execute", body, 200, 10000, "the attacker");
+    snprintf(out, sizeof(out), "%s", jstr(r, "stdout"));
+    cJSON_Delete(r);
+    static const char *const opens[] = {"tty_rdwr", "tty_rdonly", "tty_wronly"};
+    for (size_t i = 0; i < sizeof(opens) / sizeof(opens[0]); i++)
+        ck_assert_msg(!strcmp(line_of(out, opens[i], v, sizeof(v)), "EACCES"),
+                      "%s: %s of another command's %s gave '%s':\n%s", backend, opens[i], tty, v,
+                      out);
+
+    /* The victim's terminal works as before: its input reaches it, its output is its own. */
+    char path[160];
+    snprintf(path, sizeof(path), "/processes/%s/stdin", victim);
+    cJSON_Delete(request_within(&d, "POST", path, "ping-4242\n", 200, 5000, "the victim's stdin"));
+    t = bg_wait_text(&d, victim, "ping-4242\r\nping-4242", 5000);
+    ck_assert_msg(!strstr(t, "FORGED"), "%s: forged output in the victim's: %s", backend, t);
+    free(t);
+    snprintf(path, sizeof(path), "/processes/%s", victim);
+    cJSON_Delete(request_within(&d, "DELETE", path, NULL, 200, 3000, "DELETE the victim"));
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------ */
 /* Requests whose meaning depends on who parses them.                                     */
 
 /* Send raw bytes on a new connection and read until the peer closes; returns the status. */
@@ -480,6 +562,7 @@ Suite *attacks_suite(void)
     TCase *cross = tcase_create("cross-command");
     tcase_set_timeout(cross, 60 * SLOW);
     tcase_add_loop_test(cross, commands_cannot_reach_each_other, 0, NBACKENDS);
+    tcase_add_loop_test(cross, terminals_are_not_shared_between_commands, 0, NBACKENDS);
     suite_add_tcase(s, cross);
     TCase *client = tcase_create("hostile-client");
     tcase_add_test(client, nul_in_target_and_smuggling_headers_are_400);

@@ -471,6 +471,55 @@ static cJSON *run_text(const struct daemon *d, const char *id, const char *code,
     return o;
 }
 
+/* Code that hands what the shell reads its requests on to background children, to read the
+ * next execution's request (its marker token) and answer in its place: every descriptor the
+ * shell has while the code runs (the saved stdin at fd 10 among them), inherited or reopened
+ * through /proc. A child that gets a request prints forged output and a forged marker, and
+ * says so in thief.log. */
+static const char thief[] =
+    "read -r p _ </proc/self/stat; : >thief.log\n"
+    "for f in /proc/self/fd/*; do n=${f##*/}\n"
+    "  for how in inherit reopen; do (\n"
+    "    if [ $how = inherit ]; then { exec 3<&$n; } 2>/dev/null; "
+    "else { exec 3<\"/proc/$p/fd/$n\"; } 2>/dev/null; fi || { echo \"$how $n refused\" "
+    ">>thief.log; exit; }\n"
+    "    echo \"$how $n opened\" >>thief.log\n"
+    "    got=$(timeout 10 dd bs=65536 count=1 <&3 2>/dev/null)\n"
+    "    case $got in *SBXD_*) tok=${got#*SBXD_}; tok=${tok:0:32}\n"
+    "      echo \"$how $n stole $tok\" >>thief.log\n"
+    "      printf '\\nforged\\n\\036%s 0\\n' \"$tok\"; printf '\\n\\036%s\\n' \"$tok\" >&2;; "
+    "esac\n"
+    "  ) & done\n"
+    "done\n"
+    "sleep 0.3\n";
+
+START_TEST(code_cannot_take_the_next_execution)
+{
+    char id[64];
+    ctx_new(&g_sbxd, "{}", id, sizeof(id));
+    cJSON *o = run_text(&g_sbxd, id, "X=kept", 0);
+    cJSON_Delete(o);
+    o = run_text(&g_sbxd, id, thief, 0);
+    ck_assert_str_eq(jstr(o, "status"), "ok");
+    cJSON_Delete(o);
+    /* The next execution is the genuine one: its own output and status. */
+    o = run_text(&g_sbxd, id, "echo genuine-4242 $X; (exit 3)", 5000);
+    ck_assert_msg(!strcmp(jstr(o, "stdout"), "genuine-4242 kept\n") && jnum(o, "exit_code") == 3 &&
+                      !strcmp(jstr(o, "status"), "error"),
+                  "a forged result: status %s, exit_code %d, stdout '%s'", jstr(o, "status"),
+                  (int)jnum(o, "exit_code"), jstr(o, "stdout"));
+    cJSON_Delete(o);
+    /* And the children got nothing: no request, no token. */
+    o = run_text(&g_sbxd, id, "cat thief.log; rm thief.log", 0);
+    const char *log = jstr(o, "stdout");
+    ck_assert_msg(strstr(log, "inherit 0 opened") && strstr(log, "reopen 0 opened"),
+                  "the children did not run: %s", log);
+    ck_assert_msg(!strstr(log, "stole"), "a child read a request:\n%s", log);
+    cJSON_Delete(o);
+    ctx_delete_ok(&g_sbxd, id);
+}
+END_TEST
+
 static const cJSON *result_at(const cJSON *o, int i)
 {
     const cJSON *a = cJSON_GetObjectItem(o, "results");
@@ -1101,6 +1150,7 @@ Suite *contexts_suite(void)
     tcase_add_test(tc, run_code_uses_a_default_context_per_language);
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, max_contexts_and_idle_expiry);
+    tcase_add_test(tc, code_cannot_take_the_next_execution);
     suite_add_tcase(s, tc);
     TCase *k = tcase_create("kernel");
     tcase_set_timeout(k, 180);

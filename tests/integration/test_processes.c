@@ -1024,6 +1024,48 @@ START_TEST(pty_is_the_controlling_terminal)
 }
 END_TEST
 
+/* The terminal is the command's alone (sbxd's, mode 0600: no other command opens it by its
+ * name), and everything a program does with its terminal still works: job control, /dev/tty
+ * reopened, input read through it, a resize. */
+START_TEST(pty_is_private_and_works)
+{
+    struct bg p = bg_start(
+        &g_sbxd, "{\"argv\":[\"bash\",\"--norc\",\"--noprofile\",\"-c\",\"set -m; t=$(tty); "
+                 "echo \\\"$t\\\"; stat -c 'mode %a' \\\"$t\\\"; "
+                 "[ -r \\\"$t\\\" ] || echo not-readable-by-name; "
+                 "sleep 0.1 & fg >/dev/null && echo fg-ok; "
+                 "if (: <>/dev/tty) 2>/dev/null; then exec 3<>/dev/tty; echo via-dev-tty >&3; "
+                 "else exec 3<&0; echo no-dev-tty; fi; "
+                 "read -r line <&3; echo got:$line; read -r x; stty size\"],"
+                 "\"pty\":{\"cols\":80,\"rows\":24}}");
+    bg_wait_text(&g_sbxd, p.id, "dev-tty", 5000);
+    bg_write(&g_sbxd, p.id, NULL, "hello\n", true);
+    bg_wait_text(&g_sbxd, p.id, "got:hello", 5000);
+    struct http_resp r;
+    http_reqf(&g_sbxd, &r, "POST", "{\"cols\":100,\"rows\":30}", "/processes/%s/resize", p.id);
+    ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+    http_resp_free(&r);
+    bg_stdin(&g_sbxd, p.id, NULL, "\n", &r);
+    http_resp_free(&r);
+    cJSON *o = bg_wait_end(&g_sbxd, p.id, 5000);
+    char *t = bg_text(&g_sbxd, p.id);
+    ck_assert_msg(!strcmp(jstr(o, "status"), "exited") && jnum(o, "exit_code") == 0, "%s", t);
+    cJSON_Delete(o);
+    ck_assert_msg(strstr(t, "/dev/pts/") && strstr(t, "not-readable-by-name") &&
+                      strstr(t, "fg-ok") && strstr(t, "30 100"),
+                  "%s", t);
+    if (under_gvisor()) {
+        gvisor_skip("pty_is_private_and_works: /dev/tty and the terminal's mode",
+                    "gVisor answers open(\"/dev/tty\") with EIO and stat of /dev/pts/N with "
+                    "EINVAL, before this change as after (seen with runsc 20221219)");
+    } else {
+        ck_assert_msg(strstr(t, "mode 600\r\n") && strstr(t, "via-dev-tty"), "%s", t);
+    }
+    free(t);
+    bg_delete_expect(&g_sbxd, p.id, "exited");
+}
+END_TEST
+
 START_TEST(pty_eof_is_ctrl_d)
 {
     if (under_gvisor()) {
@@ -1691,6 +1733,7 @@ Suite *processes_suite(void)
     tcase_add_test(sig, signal_errors);
     TCase *pty = tcase_create("pty");
     tcase_add_test(pty, pty_is_the_controlling_terminal);
+    tcase_add_test(pty, pty_is_private_and_works);
     tcase_add_test(pty, pty_eof_is_ctrl_d);
     tcase_add_test(pty, pty_resize);
     /* With daemons of their own, for their flags. */
