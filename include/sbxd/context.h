@@ -28,7 +28,7 @@
  * display_data, execute_result, error) until its execute_reply and the kernel's idle. The
  * connection file reaches the kernel as its stdin, a memfd it reads through /proc/self/fd/0,
  * emptied once the kernel answers: the key is in no file a command could open. The kernel
- * starts in a directory of its own (kernel_dir.c), where it binds its sockets (Unix sockets
+ * starts in a directory of its own (ctx_dir.c), where it binds its sockets (Unix sockets
  * under relative names) and keeps its IPython directory, out of every command's reach;
  * IPython's kernel is then moved to the context's cwd (kernel.c). A timeout or
  * an interrupt is SIGINT to the kernel (or interrupt_request on the control channel, for a

@@ -79,63 +79,25 @@ static int random_hex(char *out, size_t n)
  * execution's request, marker token included, and answered in its place with forged output
  * and status.
  *
- * The fifo of execution N+1 is made ahead (make_spare), in a directory of sbxd's that commands
- * can pass through but not list, under a name of 128 random bits that only N's request carries
- * (so only the shell knows it: in its memory, in no descriptor, file or environment). The
- * marker function opens it as the shell's stdin, which closes N's, then prints N's marker; on
- * that marker sbxd unlinks it and makes it 0600 (sbxd's): nobody can open it by name any
- * longer, nor reopen it through the shell's /proc/PID/fd. While N's code runs, the shell holds
+ * The fifo of execution N+1 is made ahead (make_spare), in sbxd's directory for contexts
+ * (ctx_dir.c), which commands can pass through but not list, under a name of 128 random bits that
+ * only N's request carries (so only the shell knows it: in its memory, in no descriptor, file or
+ * environment). The marker function opens it as the shell's stdin, which closes N's, then prints
+ * N's marker; on that marker sbxd unlinks it and makes it 0600 (sbxd's): nobody can open it by name
+ * any longer, nor reopen it through the shell's /proc/PID/fd. While N's code runs, the shell holds
  * only N's fifo (bash's saved stdin), drained by then, which sbxd writes into again only to
  * end N after an interrupt (`__sbxd_resume`: bash reads on there after SIGINT). The shell's
  * stdin from sbxd serves the start alone and is closed before any code runs. What code may
  * do to its own shell (its functions, traps, the shell's memory) is the context's own
  * business: docs/security.md.
  */
-static struct {
-    pthread_mutex_t lock;
-    int dfd;       /* the directory: sbxd's, 0711 (-1: not made yet) */
-    char path[32]; /* /dev/shm/sbxd-ctx.XXXXXX, or /tmp/... */
-} chan = {.lock = PTHREAD_MUTEX_INITIALIZER, .dfd = -1};
-
-/* The channels' directory, made at the first shell: its fd, or -1 with err. In /dev/shm, a
- * tmpfs wherever there is one: a fifo made, unlinked and released there costs microseconds,
- * where on a disk's filesystem (/tmp here, ext4; an emptyDir in a pod) its release took about
- * a millisecond of every execution. Else in /tmp. */
-static int chan_dir(struct sbxd_err *err)
-{
-    static const char *const bases[] = {"/dev/shm", "/tmp"};
-    pthread_mutex_lock(&chan.lock);
-    int e = 0;
-    for (size_t i = 0; chan.dfd < 0 && i < sizeof(bases) / sizeof(bases[0]); i++) {
-        char path[sizeof(chan.path)];
-        snprintf(path, sizeof(path), "%s/sbxd-ctx.XXXXXX", bases[i]);
-        int fd = mkdtemp(path) ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-        if (fd >= 0 && fchmod(fd, 0711) == 0) {
-            chan.dfd = fd;
-            memcpy(chan.path, path, sizeof(path));
-        } else {
-            e = errno;
-            if (fd >= 0) {
-                close(fd);
-                rmdir(path);
-            }
-        }
-    }
-    int fd = chan.dfd;
-    pthread_mutex_unlock(&chan.lock);
-    if (fd < 0)
-        sbxd_fail_errno(err, SBXD_E_INTERNAL, e,
-                        "cannot make a directory for shells in /dev/shm or /tmp");
-    return fd;
-}
-
 /* A new fifo in the directory under a random name (into name): sbxd's fd of it, open for
  * reading and writing (so that the shell's open does not wait, and sbxd's writes never meet
  * a closed end), or -1 with err. Readable by the shell's user (0604) until chan_seal. */
 static int chan_make(char name[TOKEN_LEN + 1], struct sbxd_err *err)
 {
     name[0] = '\0';
-    int dfd = chan_dir(err);
+    int dfd = ctx_dir_fd(err);
     if (dfd < 0)
         return -1;
     char n[TOKEN_LEN + 1];
@@ -161,7 +123,7 @@ static void chan_seal(int fd, char name[TOKEN_LEN + 1])
     if (fd >= 0)
         fchmod(fd, 0600);
     if (name[0])
-        unlinkat(chan.dfd, name, 0);
+        unlinkat(ctx_dir_fd(NULL), name, 0);
     name[0] = '\0';
 }
 
@@ -200,18 +162,6 @@ static int chan_write(int fd, struct bg_proc *shell, const char *text, size_t le
         poll(&pf, 1, left > 50000000 ? 50 : (int)(left / 1000000) + 1);
     }
     return 0;
-}
-
-/* Remove the directory (shutdown: every shell is gone, every fifo unlinked). */
-static void chan_dir_remove(void)
-{
-    pthread_mutex_lock(&chan.lock);
-    if (chan.dfd >= 0) {
-        close(chan.dfd);
-        chan.dfd = -1;
-        rmdir(chan.path);
-    }
-    pthread_mutex_unlock(&chan.lock);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -594,7 +544,7 @@ void ctx_run_end(struct ctx_run *r)
 static char *shell_text(const struct ctx_run *r, const char *code, size_t len, size_t *tl)
 {
     /* The code and about 170 bytes of protocol, three tokens, a fifo's path and name. */
-    size_t cap = len + 4 * TOKEN_LEN + sizeof(chan.path) + 256;
+    size_t cap = len + 4 * TOKEN_LEN + CTX_DIR_PATH_MAX + 256;
     char *text = malloc(cap);
     if (!text)
         return NULL;
@@ -606,7 +556,7 @@ static char *shell_text(const struct ctx_run *r, const char *code, size_t len, s
     int tail = snprintf(text + at, cap - at,
                         "SBXD_%s\n__sbxd_next=%s/%s; eval \"$__sbxd_c\" </dev/null; "
                         "__sbxd_mark %s $?\n",
-                        r->token, chan.path, r->next_name, r->token);
+                        r->token, ctx_dir_path(), r->next_name, r->token);
     if (tail < 0 || (size_t)tail >= cap - at) {
         free(text);
         return NULL;
@@ -781,7 +731,7 @@ static const char shell_init[] =
     "__sbxd_resume() { [ \"$__sbxd_done\" = \"$1\" ] || __sbxd_mark \"$1\" 130; }\n";
 
 /* The spec c's process starts from (malloc'd; NULL when out of memory): a shell's as it is;
- * a kernel's with its IPython directory in its own directory (kernel_dir.c: no command can
+ * a kernel's with its IPython directory in its own directory (ctx_dir.c: no command can
  * reach it, and nothing is put in the workspace, which `git clone URL .` needs empty), unless
  * the client named one, and without the cwd (ctx_spawn). */
 static char *spec_for_spawn(struct ctx *c, const char *start_dir)
@@ -798,6 +748,17 @@ static char *spec_for_spawn(struct ctx *c, const char *start_dir)
     char *spec = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return spec;
+}
+
+void ctx_proc_release(struct ctx *c, struct bg_proc *p, struct jp_conn *jc)
+{
+    if (p) {
+        struct bg_info in;
+        bg_remove(p, &in);
+        bg_put(p);
+    }
+    jp_close(jc);
+    ctx_kdir_remove(c);
 }
 
 void ctx_kdir_remove(struct ctx *c)
@@ -857,9 +818,9 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
     int ok = r && r->buf && r->work && random_hex(r->token, TOKEN_LEN / 2) == 0 &&
              (r->next_fd = chan_make(r->next_name, &step)) >= 0;
     if (ok) {
-        char line[sizeof(shell_init) + 2 * TOKEN_LEN + sizeof(chan.path) + 64];
+        char line[sizeof(shell_init) + 2 * TOKEN_LEN + CTX_DIR_PATH_MAX + 64];
         int n = snprintf(line, sizeof(line), "%s__sbxd_next=%s/%s; __sbxd_mark %s 0\n", shell_init,
-                         chan.path, r->next_name, r->token);
+                         ctx_dir_path(), r->next_name, r->token);
         ok = n > 0 && (size_t)n < sizeof(line);
         uint64_t written;
         bool open_after;
@@ -1566,13 +1527,7 @@ static void kill_shell(struct ctx *c, const char *why, bool restarting)
     c->pid = 0;
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
-    if (p) {
-        struct bg_info in;
-        bg_remove(p, &in);
-        bg_put(p);
-    }
-    jp_close(jc);
-    ctx_kdir_remove(c);
+    ctx_proc_release(c, p, jc);
 }
 
 void ctx_delete(struct ctx *c)
@@ -1746,6 +1701,5 @@ void ctx_shutdown(void)
         ctx_put(v[i]);
     }
     free(v);
-    kdir_shutdown();
-    chan_dir_remove();
+    ctx_dir_remove();
 }

@@ -33,7 +33,7 @@ struct ctx {
     char cwd[256];
     char *spec;     /* the request the process is started from (again at a restart) */
     bool ipykernel; /* a kernel that is IPython's (kernelspec.h): set up by sbxd once started */
-    /* A kernel's own directory (kernel_dir.c), the name its process was given ("": none;
+    /* A kernel's own directory (ctx_dir.c), the name its process was given ("": none;
      * under lock): removed when the process is gone. */
     char kdir[KDIR_NAME_LEN + 1];
     int64_t created_real_ns;
@@ -107,12 +107,21 @@ struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, 
 int64_t ctx_kernel_msg_max(void);
 /* Forget c's kernel directory and remove it (its process is gone). */
 void ctx_kdir_remove(struct ctx *c);
+/* c's process (killed and forgotten), its connection and its directory given up: it is gone,
+ * or never came. */
+void ctx_proc_release(struct ctx *c, struct bg_proc *p, struct jp_conn *jc);
 
-/* kernel_dir.c: a new kernel directory (its name and absolute path), or -1 with err; its
- * removal, with whatever the kernel left in it; the base of them all at shutdown. */
+/* ctx_dir.c: sbxd's own directory for its contexts (shells' fifos, kernels' directories),
+ * made at the first use: its fd (-1 with err, which may be NULL), its path (once made), its
+ * removal with whatever is left in it at shutdown. */
+#define CTX_DIR_PATH_MAX 32 /* "/dev/shm/sbxd-ctx.XXXXXX" */
+int ctx_dir_fd(struct sbxd_err *err);
+const char *ctx_dir_path(void);
+void ctx_dir_remove(void);
+/* A new kernel directory in it (its name and absolute path), or -1 with err; its removal,
+ * with whatever the kernel left in it. */
 int kdir_make(char name[KDIR_NAME_LEN + 1], char *path, size_t len, struct sbxd_err *err);
 void kdir_remove(const char *name);
-void kdir_shutdown(void);
 /* Under c->lock: the process is gone (or must go), the context is dead. */
 void ctx_mark_dead(struct ctx *c, const char *why);
 /* Why p (what: "shell", "kernel") ended, in words. */

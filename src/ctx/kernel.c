@@ -269,18 +269,6 @@ static char *setup_code(const char *dir, const char *cwd)
     return code;
 }
 
-/* The kernel is gone, or never came: c forgets it, and its directory goes. */
-static void start_failed(struct ctx *c, struct bg_proc *p, struct jp_conn *jc)
-{
-    if (p) {
-        struct bg_info in;
-        bg_remove(p, &in);
-        bg_put(p);
-    }
-    jp_close(jc);
-    ctx_kdir_remove(c);
-}
-
 int kernel_start(struct ctx *c, struct sbxd_err *err)
 {
     char key[JP_KEY_LEN + 1], name[KDIR_NAME_LEN + 1], dir[PATH_MAX];
@@ -331,7 +319,7 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
     }
     free(setup);
     if (rc < 0) {
-        start_failed(c, p, jc);
+        ctx_proc_release(c, p, jc);
         if (why[0])
             sbxd_fail(err, SBXD_E_INTERNAL, 0, "the %s kernel did not start: %s", c->kernel_name,
                       why);

@@ -5,24 +5,35 @@
 
 #include "sbxd/web.h"
 
+/* The next item of a comma-separated list at *p (blanks around it trimmed) into *item and
+ * *len; false at the list's end. */
+static bool list_next(const char **p, const char **item, size_t *len)
+{
+    if (!*p || !**p)
+        return false;
+    const char *e = strchr(*p, ',');
+    size_t n = e ? (size_t)(e - *p) : strlen(*p);
+    const char *s = *p;
+    while (n && *s == ' ') {
+        s++;
+        n--;
+    }
+    while (n && s[n - 1] == ' ')
+        n--;
+    *item = s;
+    *len = n;
+    *p = e ? e + 1 : NULL;
+    return true;
+}
+
 /* Whether the comma-separated list holds word (n bytes, case-insensitive) or "*". */
 static bool list_has(const char *list, const char *word, size_t n)
 {
-    for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len && *p == ' ') {
-            p++;
-            len--;
-        }
-        while (len && p[len - 1] == ' ')
-            len--;
-        if ((len == 1 && *p == '*') || (len == n && strncasecmp(p, word, n) == 0))
+    const char *it;
+    size_t len;
+    for (const char *p = list; list_next(&p, &it, &len);)
+        if ((len == 1 && *it == '*') || (len == n && strncasecmp(it, word, n) == 0))
             return true;
-        if (!e)
-            break;
-        p = e + 1;
-    }
     return false;
 }
 
@@ -36,23 +47,13 @@ static bool ends_with(const char *name, size_t n, const char *suffix)
 /* The list's ".suffix" entries: name (n bytes) is the suffix's own name or under it. */
 static bool list_has_suffix_of(const char *list, const char *name, size_t n)
 {
-    for (const char *p = list; p && *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len && *p == ' ') {
-            p++;
-            len--;
-        }
-        while (len && p[len - 1] == ' ')
-            len--;
-        if (len > 1 && *p == '.' &&
-            ((n == len - 1 && strncasecmp(name, p + 1, n) == 0) ||
-             (n > len && strncasecmp(name + n - len, p, len) == 0)))
+    const char *it;
+    size_t len;
+    for (const char *p = list; list_next(&p, &it, &len);)
+        if (len > 1 && *it == '.' &&
+            ((n == len - 1 && strncasecmp(name, it + 1, n) == 0) ||
+             (n > len && strncasecmp(name + n - len, it, len) == 0)))
             return true;
-        if (!e)
-            break;
-        p = e + 1;
-    }
     return false;
 }
 

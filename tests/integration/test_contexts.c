@@ -924,12 +924,13 @@ START_TEST(warm_kernel_answers_at_once)
     cJSON *o = run_text(&d, a, "import os\nos.getcwd()", 0);
     ck_assert_ptr_nonnull(strstr(jstr(result_at(o, 0), "text/plain"), d.ws));
     cJSON_Delete(o);
-    /* Its IPython directory: in its own directory (kernels' base beneath /tmp), there while
-     * it lives. */
+    /* Its IPython directory: in its own directory (in sbxd's directory for contexts, in
+     * /dev/shm), there while it lives. */
     o = run_text(&d, a, "import os\nd = os.environ['IPYTHONDIR']\nprint(d, os.path.isdir(d))", 0);
     char ipy[128];
     ck_assert_int_eq(sscanf(jstr(o, "stdout"), "%127s", ipy), 1);
-    ck_assert_msg(strncmp(ipy, "/tmp/sbxd-kernels-", 18) == 0 &&
+    ck_assert_msg((strncmp(ipy, "/dev/shm/sbxd-ctx.", 18) == 0 ||
+                   strncmp(ipy, "/tmp/sbxd-ctx.", 14) == 0) &&
                       strcmp(ipy + strlen(ipy) - 8, "/ipython") == 0,
                   "%s", jstr(o, "stdout"));
     ck_assert_msg(strstr(jstr(o, "stdout"), " True\n"), "%s", jstr(o, "stdout"));
