@@ -185,7 +185,8 @@ static const struct opt opts[] = {
      OFF(require_isolation), 0, 0,
      "Refuse to start unless each of these is in force, and answer /healthz with 503 "
      "\"degraded\" should one fail later: cgroup, memory, pids, cpu, seccomp, tree_kill (any "
-     "of cgroup, pidns, uid), pidns, uid, capabilities, non_root (comma-separated)."},
+     "of cgroup, pidns, uid), pidns, uid, capabilities, non_root, ipc (an IPC namespace per "
+     "command) (comma-separated)."},
     {"degraded-ok", "", "SBXD_DEGRADED_OK", NULL, 0, "false", OPT_BOOL, OFF(degraded_ok), 0, 0,
      "When sbxd (as root) cannot run commands as --user (no CAP_SETUID/CAP_SETGID), or "
      "--token-file is readable by the commands, start anyway: health checks answer 503 "

@@ -280,6 +280,7 @@ static void log_isolation(const struct sbxd_config *cfg, const struct isolation 
         LOG_B("pids_enforced", cg->available && cg->pids_enforced),
         LOG_B("cpu", cg->available && cg->cpu), LOG_S("memory", d.memory),
         LOG_S("tree_kill", d.tree_kill), LOG_S("inter_command", d.inter_command),
+        LOG_S("ipc", iso->ipcns_ok ? d.ipc : iso->ipcns_why),
         LOG_S("pidns", iso->pidns_ok ? (iso->pidns_userns ? "userns" : "direct") : iso->pidns_why),
         LOG_S("uid_range", iso->uid_ok ? cfg->uid_range : iso->uid_why),
         LOG_B("clone3", iso->clone3), LOG_B("pidfd", iso->pidfd), LOG_B("seccomp", harden->seccomp),
@@ -302,8 +303,8 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
             LOG_EVENT("error", "start", LOG_S("message", why));
         return rc == -2 ? 2 : 1;
     }
-    if (harden_init(harden, cfg->user_uid, cfg->user_gid, iso->tree_kill == ISO_KILL_PIDNS, &err) <
-        0) {
+    if (harden_init(harden, cfg->user_uid, cfg->user_gid, iso->tree_kill == ISO_KILL_PIDNS,
+                    iso->ipcns_ok, &err) < 0) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return 1;
     }

@@ -30,6 +30,10 @@ struct harden_plan {
     struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
     struct sock_fprog filter_init;  /* pidns: the rest of it, loaded by each init */
     struct sock_fprog filter_nonet; /* sockets of AF_UNIX only, stacked per command */
+    /* An IPC namespace per command: the filter lets clone make one only when its child_tid and
+     * tls arguments (which the kernel ignores without the flags that use them) are this key,
+     * which only sbxd's spawning threads know. 0: none (CLONE_NEWIPC refused outright). */
+    unsigned long clone_key;
     /* Landlock, where the kernel has it: each command enters a domain of its own, which
      * keeps it from ptrace-level access (/proc/PID/mem, pidfd_getfd) to anything outside it
      * and, from ABI 6, from signalling it: other commands, sbxd and sbxd's helpers. */
@@ -43,8 +47,12 @@ enum harden_scope { HARDEN_SCOPE_NONE, HARDEN_SCOPE_PTRACE, HARDEN_SCOPE_PTRACE_
 enum harden_scope harden_landlock_scope(const struct harden_plan *p);
 
 /* Decide the plan for commands running as uid:gid (ignored when the daemon is not root) and
- * build the seccomp programs. Fails only when something that should work does not. */
-int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, bool pidns, struct sbxd_err *err);
+ * build the seccomp programs: with pidns, the spawning threads' filter leaves out what making a
+ * PID namespace takes (filter_init refuses it to inits and commands); with ipcns, it lets
+ * clone make an IPC namespace with clone_key only. Fails only when something that should work
+ * does not. */
+int harden_init(struct harden_plan *p, uid_t uid, gid_t gid, bool pidns, bool ipcns,
+                struct sbxd_err *err);
 void harden_free(struct harden_plan *p);
 
 /* Load the deny-list (and no_new_privs) on the calling thread, once per thread, before it

@@ -6,7 +6,8 @@
  * namespaces directly or through a user namespace, a private uid range, clone3,
  * CLONE_INTO_CGROUP, pidfd) and picks the tree-kill backend: the one --isolation forces, or
  * for auto the strongest that works here: cgroup, then pidns, then uid, then pgid (the
- * process group, which setsid escapes: the one degraded mode).
+ * process group, which setsid escapes: the one degraded mode). Whatever the backend, each
+ * command gets an IPC namespace of its own where one can be made (else the daemon's, said).
  *
  * The uid backend gives each running command a uid of its own from --uid-range: a kill(-1)
  * made as that uid then reaches every process the command left behind, whatever group or
@@ -47,6 +48,7 @@ enum {
     ISO_REQ_UID = 1 << 7,
     ISO_REQ_CAPABILITIES = 1 << 8, /* the bounding set emptied too */
     ISO_REQ_NON_ROOT = 1 << 9,     /* commands never run as uid 0 */
+    ISO_REQ_IPC = 1 << 10,         /* an IPC namespace per command */
 };
 
 struct uid_slots {
@@ -68,6 +70,9 @@ struct isolation {
     char pidns_why[160];
     bool uid_ok;
     char uid_why[160];
+    /* Each command gets an IPC namespace of its own (spawn_ipcns_probe): found and used. */
+    bool ipcns_ok;
+    char ipcns_why[160];
     bool clone3, clone_into_cgroup, pidfd;
     struct uid_slots slots; /* ISO_KILL_UID */
     unsigned required;      /* ISO_REQ_* */
@@ -108,6 +113,7 @@ bool isolation_degraded(struct isolation *iso, char *why, size_t len);
 struct iso_description {
     const char *cgroup, *memory, *pids, *cpu, *tree_kill, *seccomp, *capabilities;
     const char *inter_command; /* what keeps commands apart (docs/security.md) */
+    const char *ipc;           /* "own": an IPC namespace per command; "shared": sbxd's */
     const char *proc;          /* pidns only ("own", "shared"), else NULL */
     bool userns;               /* pidns only: inside a user namespace of sbxd's own */
     char user[48];             /* "uid:gid", or the uid range's "first-last:gid" */

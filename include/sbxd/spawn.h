@@ -81,6 +81,14 @@ struct spawn_ns_msg {
  * (*userns), which maps its own uid and gid only. Call before any thread exists. */
 bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
 
+/* Whether each command can get an IPC namespace of its own (System V objects and POSIX message
+ * queues that die with the command and that no other command reaches): a start-up test that
+ * makes one as commands will get it (with_userns: in the user namespace of their PID namespace,
+ * which a daemon without CAP_SYS_ADMIN needs; call spawn_pidns_probe first) and checks that an
+ * object made there stays there. From then on every command gets one (false: why not, and
+ * commands share the daemon's). Call before any thread exists. */
+bool spawn_ipcns_probe(bool with_userns, char *why, size_t len);
+
 /*
  * PID-namespace mode, where children share the daemon's memory and sbxd is root: commands
  * run in namespace slots, PID namespaces whose init lives on, reaps what commands leave

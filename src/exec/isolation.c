@@ -60,6 +60,7 @@ static const struct {
     {"uid", ISO_REQ_UID},
     {"capabilities", ISO_REQ_CAPABILITIES},
     {"non_root", ISO_REQ_NON_ROOT},
+    {"ipc", ISO_REQ_IPC},
 };
 
 #define NREQ (sizeof(req_words) / sizeof(req_words[0]))
@@ -160,7 +161,7 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         if (i == NREQ) {
             snprintf(why, len,
                      "--require-isolation: unknown mechanism '%s' (known: cgroup, memory, pids, "
-                     "cpu, seccomp, tree_kill, pidns, uid, capabilities, non_root)",
+                     "cpu, seccomp, tree_kill, pidns, uid, capabilities, non_root, ipc)",
                      w);
             return -2;
         }
@@ -216,6 +217,10 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         snprintf(why, len, "--isolation %s is not possible here: %s", mode, reason);
         return -1;
     }
+    /* Made as the command's will be: with the PID namespace's user namespace where commands
+     * get their PID namespaces through one. */
+    iso->ipcns_ok = spawn_ipcns_probe(iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_userns,
+                                      iso->ipcns_why, sizeof(iso->ipcns_why));
     if (iso->tree_kill == ISO_KILL_UID) {
         /* The last uid of the range is the kill helper's (uid_killer), never a command's. */
         iso->slots.first = cfg->uid_first;
@@ -269,6 +274,13 @@ int isolation_check_required(const struct isolation *iso, const struct harden_pl
         case ISO_REQ_NON_ROOT:
             ok = h->uid != 0;
             break;
+        case ISO_REQ_IPC:
+            ok = iso->ipcns_ok;
+            break;
+        }
+        if (!ok && bit == ISO_REQ_IPC) {
+            snprintf(why, len, "--require-isolation ipc: not available here (%s)", iso->ipcns_why);
+            return -1;
         }
         if (!ok) {
             snprintf(why, len,
@@ -348,6 +360,8 @@ void isolation_describe(const struct isolation *iso, const struct harden_plan *h
     d->tree_kill = iso_tree_kill_name(iso->tree_kill);
     d->seccomp = h->seccomp ? "deny-list" : "none";
     d->capabilities = h->drop_bounding ? "none" : "none-bounding-kept";
+    /* System V objects and POSIX message queues: a namespace per command, or the daemon's. */
+    d->ipc = iso->ipcns_ok ? "own" : "shared";
     if (iso->tree_kill == ISO_KILL_PIDNS) {
         d->proc = iso->pidns_own_proc ? "own" : "shared";
         d->userns = iso->pidns_userns;

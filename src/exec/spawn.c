@@ -295,11 +295,15 @@ pid_t spawn_child(const struct spawn_spec *spec, pid_t *pid_slot, int *child_err
         return sbxd_fail_errno(err, SBXD_E_BUSY, errno, "cannot create a pipe");
     ctx.report_fd = report[1];
     /* Without CLONE_VM the child runs on its own copy of this stack. CLONE_VFORK either way:
-     * we resume once it has exec'd or failed. */
+     * we resume once it has exec'd or failed. Where it can be had, an IPC namespace of its
+     * own: its System V objects and POSIX queues die with its tree, and no other command (the
+     * next task's above all) finds them by key or name. The filter lets that flag through
+     * with the key in tls and child_tid alone, which the kernel ignores here (harden.h). */
+    unsigned long key = spec->harden ? spec->harden->clone_key : 0;
     pid_t pid = clone(spawn_child_main, stack + sizeof(stack),
-                      (share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID |
-                          (spec->quiet_exit ? 0 : SIGCHLD),
-                      &ctx, pid_slot);
+                      (int)((share_vm ? CLONE_VM : 0) | CLONE_VFORK | CLONE_PARENT_SETTID |
+                            spawn_ipc_clone_flag() | (spec->quiet_exit ? 0 : SIGCHLD)),
+                      &ctx, pid_slot, (void *)key, (pid_t *)key);
     int e = errno;
     if (in_slot)
         spawn_slot_leave(spec, slot_cwd, pid);

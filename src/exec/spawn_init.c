@@ -95,8 +95,13 @@ fail:
 /* A one-command init, like fork; it reports on status_fd whether the command could start. */
 pid_t spawn_ns_init_start(const struct spawn_spec *spec, pid_t *pid_slot, struct sbxd_err *err)
 {
-    long pid = syscall(SYS_clone, spawn_ns_clone_flags() | CLONE_PARENT_SETTID | SIGCHLD, NULL,
-                       pid_slot, NULL, 0);
+    /* The IPC namespace comes with the init's clone (the command, which the init clones,
+     * shares it, and it dies with the namespace's last process); the filter's key in child_tid
+     * and tls, whichever order the architecture has them in (harden.h). */
+    unsigned long key = spec->harden ? spec->harden->clone_key : 0;
+    long pid = syscall(
+        SYS_clone, spawn_ns_clone_flags() | spawn_ipc_clone_flag() | CLONE_PARENT_SETTID | SIGCHLD,
+        NULL, pid_slot, key, key);
     if (pid == 0)
         ns_init(spec);
     if (pid < 0)

@@ -47,6 +47,9 @@ bool spawn_vm_shared(void);
  * -1 with errno and *step). */
 unsigned long spawn_ns_clone_flags(void);
 bool spawn_ns_userns(void);
+/* CLONE_NEWIPC when each command gets an IPC namespace of its own (spawn_ipcns_probe), else 0:
+ * on the clone that makes the command, or on its one-command init's. */
+unsigned long spawn_ipc_clone_flag(void);
 NO_SANITIZE int spawn_ns_setup(const char **step);
 
 /* spawn_init.c: everything an init does before it can start a command (0, or -1 with errno

@@ -13,7 +13,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ipc.h>
 #include <sys/mount.h>
+#include <sys/msg.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +37,14 @@ unsigned long spawn_ns_clone_flags(void)
 bool spawn_ns_userns(void)
 {
     return ns_user;
+}
+
+/* Whether each command gets an IPC namespace of its own (spawn_ipcns_probe decides). */
+static bool ns_ipc;
+
+unsigned long spawn_ipc_clone_flag(void)
+{
+    return ns_ipc ? CLONE_NEWIPC : 0;
 }
 
 /* Write text to a /proc/self file (raw syscalls). */
@@ -122,4 +132,44 @@ bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len)
              : code == 2 ? "set up its mounts or /proc"
                          : "run as pid 1");
     return false;
+}
+
+/*
+ * An IPC namespace per command: a task's System V objects (found by key) and POSIX message
+ * queues (found by name) live in it, die with the command's last process, and no other
+ * command reaches them. That is what a reset needs where it cannot list them (gVisor has no
+ * /proc/sysvipc, and its *_STAT calls do not list), and it keeps two commands apart. The test:
+ * a child made as a command will be (CLONE_NEWIPC, with the PID namespace's user namespace
+ * where a command gets one) creates a message queue by key; the daemon must not find it once
+ * the child is gone. A clone refused (EPERM: no CAP_SYS_ADMIN and no user namespace; a
+ * runtime's seccomp profile) or a queue that leaked leaves commands in the shared one.
+ */
+bool spawn_ipcns_probe(bool with_userns, char *why, size_t len)
+{
+    key_t key = (key_t)(0x5bd10000 | (getpid() & 0xffff));
+    for (int i = 0; i < 16 && msgget(key, 0) >= 0; i++)
+        key++; /* a key somebody uses here: another one */
+    unsigned long flags = CLONE_NEWIPC | (with_userns ? spawn_ns_clone_flags() : 0);
+    long pid = syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid == 0)
+        syscall(SYS_exit_group, msgget(key, IPC_CREAT | IPC_EXCL | 0600) >= 0 ? 0 : 2);
+    if (pid < 0) {
+        snprintf(why, len, "cannot create an IPC namespace (%s)", strerror(errno));
+        return false;
+    }
+    int st;
+    while (waitpid((pid_t)pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(why, len, "an IPC namespace's first process cannot create a message queue");
+        return false;
+    }
+    int id = msgget(key, 0);
+    if (id >= 0) {
+        msgctl(id, IPC_RMID, NULL);
+        snprintf(why, len, "an IPC namespace made by clone does not keep its objects apart");
+        return false;
+    }
+    ns_ipc = true;
+    return true;
 }

@@ -52,6 +52,8 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     }
     jw_key(w, "inter_command");
     jw_str(w, m.inter_command);
+    jw_key(w, "ipc");
+    jw_str(w, m.ipc);
     jw_key(w, "seccomp");
     jw_str(w, m.seccomp);
     jw_key(w, "capabilities");
@@ -95,6 +97,10 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
                                   : "direct");
     jw_key(w, "uid_range");
     jw_str(w, iso->uid_ok ? "usable" : iso->uid_why);
+    jw_key(w, "ipcns");
+    jw_str(w, !iso->ipcns_ok                                          ? iso->ipcns_why
+              : iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_userns ? "via user namespace"
+                                                                      : "direct");
     jw_key(w, "landlock");
     if (h->landlock_abi)
         jw_int(w, h->landlock_abi);
@@ -282,18 +288,18 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     (void)rc;
     struct jsonw w;
     jw_init(&w, 16384);
-    char lab[1280];
+    char lab[1536];
     struct iso_description m;
     isolation_describe(srv->iso, srv->harden, srv->cfg->memory_max, &m);
-    char v[9][128];
-    const char *vals[9] = {m.cgroup,  m.memory,       m.pids, m.cpu,          m.tree_kill,
-                           m.seccomp, m.capabilities, m.user, m.inter_command};
-    for (int i = 0; i < 9; i++)
+    char v[10][128];
+    const char *vals[10] = {m.cgroup,  m.memory,       m.pids, m.cpu,           m.tree_kill,
+                            m.seccomp, m.capabilities, m.user, m.inter_command, m.ipc};
+    for (int i = 0; i < 10; i++)
         label_value(v[i], sizeof(v[i]), vals[i]);
     snprintf(lab, sizeof(lab),
              "cgroup=\"%s\",memory=\"%s\",pids=\"%s\",cpu=\"%s\",tree_kill=\"%s\","
-             "seccomp=\"%s\",capabilities=\"%s\",user=\"%s\",inter_command=\"%s\"",
-             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+             "seccomp=\"%s\",capabilities=\"%s\",user=\"%s\",inter_command=\"%s\",ipc=\"%s\"",
+             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]);
     metrics_head(&w, "sbxd_isolation_info", "gauge",
                  "The isolation in force for every command (the labels), as /healthz states it.");
     metrics_line(&w, "sbxd_isolation_info", lab, 1);

@@ -17,6 +17,10 @@
  *                     memory segment, message queue and semaphore set of key KEY and a POSIX
  *                     message queue "/sbxd-KEY", each with something in it ("<what> OK")
  *   find KEY          whether they are still there: "<what> OK" (found) or "<what> ENOENT"
+ *   nsflags           clone with each namespace flag, "clone_newipc EPERM" and the like: with
+ *                     CLONE_THREAD but not CLONE_SIGHAND, which the kernel refuses (EINVAL)
+ *                     before it looks at privileges, so EPERM is the seccomp filter's answer
+ *                     and nothing is ever created
  *   forkrun FILE S    a fork-runner: a child that leaves the session (setsid) forks, the
  *                     parent exits, the child forks again..., in a tight loop, each one
  *                     appending to FILE every few ms; for at most S seconds (the first
@@ -36,6 +40,7 @@
 #include <linux/kcmp.h>
 #include <mqueue.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -258,6 +263,26 @@ static int find(key_t key)
     return 0;
 }
 
+static int nsflags(void)
+{
+    static const struct {
+        const char *what;
+        unsigned long flag;
+    } flags[] = {
+        {"clone_newipc", CLONE_NEWIPC},       {"clone_newns", CLONE_NEWNS},
+        {"clone_newpid", CLONE_NEWPID},       {"clone_newuser", CLONE_NEWUSER},
+        {"clone_newuts", CLONE_NEWUTS},       {"clone_newnet", CLONE_NEWNET},
+        {"clone_newcgroup", CLONE_NEWCGROUP},
+    };
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        long pid = syscall(SYS_clone, flags[i].flag | CLONE_THREAD | SIGCHLD, 0, NULL, NULL, 0);
+        if (pid == 0)
+            _exit(0); /* (cannot happen: the kernel refuses the flags together) */
+        say(flags[i].what, pid);
+    }
+    return 0;
+}
+
 static int64_t mono_ms(void)
 {
     struct timespec t;
@@ -339,6 +364,8 @@ int attack_main(int argc, char **argv)
         return leave((key_t)strtol(argv[1], NULL, 0));
     if (argc == 2 && !strcmp(argv[0], "find"))
         return find((key_t)strtol(argv[1], NULL, 0));
+    if (argc == 1 && !strcmp(argv[0], "nsflags"))
+        return nsflags();
     if (argc == 3 && !strcmp(argv[0], "forkrun"))
         return forkrun(argv[1], atoi(argv[2]));
     if (argc == 2 && !strcmp(argv[0], "socket"))
@@ -352,6 +379,7 @@ int attack_main(int argc, char **argv)
     if (argc == 2 && !strcmp(argv[0], "tty"))
         return tty_steal(argv[1]);
     fprintf(stderr, "usage: sbxd-probe attack [socket PORT | stop SECONDS | steal MARKER | "
-                    "personality | leave KEY | find KEY | forkrun FILE SECONDS | tty PATH]\n");
+                    "personality | leave KEY | find KEY | nsflags | forkrun FILE SECONDS | "
+                    "tty PATH]\n");
     return 2;
 }

@@ -345,7 +345,8 @@ START_TEST(required_isolation_is_checked_at_start)
 {
     const char *bogus[] = {"--require-isolation", "seccomp,magic", NULL};
     ck_assert_int_eq(sbxd_exit_status(bogus), 2);
-    const char *seccomp[] = {"--require-isolation", "seccomp", NULL};
+    /* (ipc: an IPC namespace per command, which root has here and under gVisor) */
+    const char *seccomp[] = {"--require-isolation", "seccomp,ipc", NULL};
     ck_assert_int_eq(sbxd_exit_status(seccomp), 0); /* starts (and is stopped) */
     if (!have_cgroups()) {
         const char *cg[] = {"--require-isolation", "cgroup", NULL};
@@ -485,6 +486,11 @@ START_TEST(healthz_reports_what_was_detected)
         ck_assert_str_eq(jstr(iso, "tree_kill"), "pidns");
     if (as_root())
         ck_assert_str_eq(jstr(det, "uid_range"), "usable");
+    /* An IPC namespace per command: root makes it directly. */
+    if (as_root()) {
+        ck_assert_str_eq(jstr(det, "ipcns"), "direct");
+        ck_assert_str_eq(jstr(iso, "ipc"), "own");
+    }
     http_resp_free(&r);
 }
 END_TEST
@@ -741,6 +747,9 @@ START_TEST(nonroot_daemon_gets_its_pid_namespaces_in_a_user_namespace)
     ck_assert(jbool(iso, "userns"));
     ck_assert_str_eq(jstr(iso, "user"), "1000:1000");
     ck_assert_str_eq(jstr(cJSON_GetObjectItem(iso, "detected"), "pidns"), "via user namespace");
+    /* Its commands' IPC namespaces come in that user namespace too. */
+    ck_assert_str_eq(jstr(iso, "ipc"), "own");
+    ck_assert_str_eq(jstr(cJSON_GetObjectItem(iso, "detected"), "ipcns"), "via user namespace");
     http_resp_free(&h);
     /* The namespace maps sbxd's own ids only: commands are 1000 inside as outside. */
     cJSON *r = execute(&d, "{\"command\":\"id -u; id -g; echo $$; cut -d' ' -f1 /proc/$$/stat\"}");
@@ -754,6 +763,17 @@ START_TEST(nonroot_daemon_gets_its_pid_namespaces_in_a_user_namespace)
     r = execute(&d, "{\"command\":\"unshare -U true && echo made || echo refused\"}");
     ck_assert_str_eq(jstr(r, "stdout"), "refused\n");
     cJSON_Delete(r);
+    ck_assert(daemon_stop_clean(&d, 10000));
+    /* Without a user namespace (the process group), a non-root sbxd cannot make an IPC
+     * namespace: its commands share its own, and /healthz says so. */
+    const char *pgid[] = {"--isolation", "pgid", NULL};
+    daemon_start_as(&d, 1000, 1000, pgid, NULL);
+    http_request(&d, "GET", "/healthz", NULL, NULL, 0, 0, &h);
+    iso = cJSON_GetObjectItem(h.json, "isolation");
+    ck_assert_str_eq(jstr(iso, "ipc"), "shared");
+    const char *why = jstr(cJSON_GetObjectItem(iso, "detected"), "ipcns");
+    ck_assert_msg(strstr(why, "cannot create an IPC namespace"), "ipcns: %s", why);
+    http_resp_free(&h);
     ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST

@@ -58,7 +58,7 @@ static void setup_common(void)
     spawn_init();
     reaper_init();
     struct sbxd_err err = {0};
-    ck_assert_int_eq(harden_init(&plan, 65534, 65534, false, &err), 0);
+    ck_assert_int_eq(harden_init(&plan, 65534, 65534, false, false, &err), 0);
     memset(&iso, 0, sizeof(iso));
     iso.contain = &contain_pgid_ops;
     int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
