@@ -34,6 +34,7 @@
 #include "sbxd/log.h"
 #include "sbxd/mcp.h"
 #include "sbxd/reaper.h"
+#include "sbxd/reset.h"
 #include "sbxd/resolve.h"
 #include "sbxd/server.h"
 #include "sbxd/spawn.h"
@@ -422,6 +423,10 @@ int main(int argc, char **argv)
                          (unsigned)(cfg.max_running + cfg.max_processes + cfg.max_contexts), rootfd,
                          workspace);
     contain_choose(&iso); /* the backend's implementation, once (contain.h) */
+    /* The directories anybody may write, which a reset sweeps, found meanwhile (reset.h). */
+    struct reset_env renv = {
+        .rootfd = rootfd, .baseline_fd = baseline_fd, .harden = &harden, .iso = &iso, .cfg = &cfg};
+    reset_prepare(&renv);
     struct bg_config bgc = {.max_processes = (unsigned)cfg.max_processes,
                             .output_bytes = (size_t)cfg.process_output_bytes,
                             .retention_ms = cfg.process_retention_s * 1000};

@@ -1,6 +1,7 @@
 /* Clean: the sandbox made as a fresh one (reset.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +19,23 @@
 
 /* Where commands may leave files outside the workspace: every user may write there. These
  * where they exist (/dev/mqueue: POSIX message queues, where it is mounted), and every other
- * directory anybody may write that fs_find_shared finds at the first reset (an image's own,
+ * directory anybody may write that fs_find_shared finds (an image's own,
  * /var/lib/php/sessions or the like, or a tmpfs mounted for scratch): found once, since only
  * root makes such a directory outside the others (a command's own, inside one of them, goes
- * with its owner's entries). */
+ * with its owner's entries). The walk that finds them takes ~15 ms here but ~1.5 s under gVisor
+ * (each look a round trip to its gofer): it runs at start-up on a thread of its own
+ * (reset_prepare), and only a reset that comes before it is over waits for it. */
 static const char *const shared_dirs[] = {"/tmp",      "/var/tmp",    "/dev/shm",  "/run/lock",
                                           "/var/lock", "/dev/mqueue", "/var/crash"};
-static struct fs_shared_dirs found_dirs;
-static bool found_yet;
+static struct fs_shared_dirs found_dirs; /* once found_yet */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    bool started;   /* the thread runs, or ran */
+    bool found_yet; /* found_dirs is complete */
+    struct fs_keep keep[2];
+    unsigned nkeep;
+} finding = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 /* The uids commands run as: the command user, and under uid isolation the range (but its
  * last, the kill helper's). None when sbxd is not root: commands then run as sbxd's own
@@ -41,6 +51,66 @@ static unsigned command_uids(const struct reset_env *env, struct fs_uid_span *v)
     if (env->iso->tree_kill == ISO_KILL_UID && env->cfg->uid_count > 1)
         v[n++] = (struct fs_uid_span){env->cfg->uid_first, env->cfg->uid_count - 1};
     return n;
+}
+
+/* The walk for the shared directories, and its log line. */
+static void find_shared(const struct fs_keep *keep, unsigned nkeep)
+{
+    int64_t t0 = time_mono_ns();
+    fs_find_shared(keep, nkeep, &found_dirs);
+    char list[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < found_dirs.n && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? " " : "",
+                                found_dirs.paths[i]);
+    LOG_EVENT(found_dirs.cut ? "warn" : "info", "shared_dirs",
+              LOG_I("found", (int64_t)found_dirs.n), LOG_S("paths", list),
+              LOG_I("visited", (int64_t)found_dirs.visited), LOG_B("complete", !found_dirs.cut),
+              LOG_D("ms", (double)(time_mono_ns() - t0) / 1e6));
+}
+
+static void *finder_main(void *arg)
+{
+    (void)arg;
+    find_shared(finding.keep, finding.nkeep);
+    pthread_mutex_lock(&finding.lock);
+    finding.found_yet = true;
+    pthread_cond_broadcast(&finding.done);
+    pthread_mutex_unlock(&finding.lock);
+    return NULL;
+}
+
+void reset_prepare(const struct reset_env *env)
+{
+    struct fs_uid_span uids[2];
+    if (!command_uids(env, uids))
+        return; /* no reset sweeps the shared directories */
+    struct stat st;
+    if (fstat(env->rootfd, &st) == 0)
+        finding.keep[finding.nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
+    if (env->baseline_fd >= 0 && fstat(env->baseline_fd, &st) == 0)
+        finding.keep[finding.nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* (Without the thread, the first reset walks itself, as it would wait for it.) */
+    finding.started = pthread_create(&th, &attr, finder_main, NULL) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+/* The shared directories found: waits for the start-up walk if it is not over (or walks, when
+ * there was none). */
+static void shared_found(const struct fs_keep *keep, unsigned nkeep)
+{
+    pthread_mutex_lock(&finding.lock);
+    if (!finding.started && !finding.found_yet) {
+        find_shared(keep, nkeep);
+        finding.found_yet = true;
+    }
+    while (!finding.found_yet)
+        pthread_cond_wait(&finding.done, &finding.lock);
+    pthread_mutex_unlock(&finding.lock);
 }
 
 /* Every background process (running or ended) forgotten, its tree killed and its end waited
@@ -126,20 +196,7 @@ static int clear_shared(const struct reset_env *env, const struct fs_uid_span *u
         keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
     if (env->baseline_fd >= 0 && fstat(env->baseline_fd, &st) == 0)
         keep[nkeep++] = (struct fs_keep){st.st_dev, st.st_ino};
-    if (!found_yet) {
-        int64_t t0 = time_mono_ns();
-        fs_find_shared(keep, nkeep, &found_dirs);
-        found_yet = true;
-        char list[1024] = "";
-        size_t len = 0;
-        for (size_t i = 0; i < found_dirs.n && len < sizeof(list); i++)
-            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? " " : "",
-                                    found_dirs.paths[i]);
-        LOG_EVENT(found_dirs.cut ? "warn" : "info", "shared_dirs",
-                  LOG_I("found", (int64_t)found_dirs.n), LOG_S("paths", list),
-                  LOG_I("visited", (int64_t)found_dirs.visited), LOG_B("complete", !found_dirs.cut),
-                  LOG_D("ms", (double)(time_mono_ns() - t0) / 1e6));
-    }
+    shared_found(keep, nkeep);
     size_t nfixed = sizeof(shared_dirs) / sizeof(shared_dirs[0]);
     struct fs_keep seen[64];
     unsigned nseen = 0;

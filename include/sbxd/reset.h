@@ -12,8 +12,8 @@
  * objects and POSIX message queues are removed (ipc_clear.h); the workspace is emptied
  * (fs_clear_dir), then given the baseline's tree when there is one; what the command users own
  * in the directories anybody may write (/tmp, /var/tmp, /dev/shm, /run/lock... and those
- * fs_find_shared finds at the first reset) is removed; commands may start again and warm
- * kernels are made anew.
+ * fs_find_shared finds once, at start-up: reset_prepare) is removed; commands may start again
+ * and warm kernels are made anew.
  *
  * One reset at a time (the caller sees to it).
  */
@@ -57,6 +57,11 @@ struct reset_report {
     struct fs_copy_stats restored;
     double duration_ms;
 };
+
+/* At start-up, once: find the directories anybody may write (fs_find_shared: 1.5 s under
+ * gVisor) on a thread of its own, so that no reset pays for it but one that comes before it is
+ * over, which waits. Only env's rootfd, baseline_fd, harden, iso and cfg are read. */
+void reset_prepare(const struct reset_env *env);
 
 /* Reset the sandbox. 0, or -1 with err when something could not be removed or restored
  * (the report says what was; commands may start again either way). */
