@@ -10,7 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
+#include <sys/msg.h>
 #include <sys/prctl.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1084,4 +1088,18 @@ void http_reqf(const struct daemon *d, struct http_resp *r, const char *method, 
     va_end(ap);
     int rc = http_request(d, method, path, NULL, body, body ? strlen(body) : 0, 60000, r);
     ck_assert_msg(rc == 0, "%s %s: transfer failed", method, path);
+}
+
+void host_ipc_drop(key_t key)
+{
+    int id;
+    if ((id = shmget(key, 0, 0)) >= 0)
+        shmctl(id, IPC_RMID, NULL);
+    if ((id = msgget(key, 0)) >= 0)
+        msgctl(id, IPC_RMID, NULL);
+    if ((id = semget(key, 0, 0)) >= 0)
+        semctl(id, 0, IPC_RMID);
+    char name[32];
+    snprintf(name, sizeof(name), "/sbxd-%x", (unsigned)key);
+    mq_unlink(name);
 }

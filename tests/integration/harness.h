@@ -144,6 +144,11 @@ long proc_rss_kb(pid_t pid);
 int proc_fd_count(pid_t pid);
 double now_ms(void);
 
+/* The SysV objects and the POSIX queue of key (`sbxd-probe attack leave KEY`), removed from
+ * the host's IPC namespace whatever a test found: what a command left in a namespace it shared
+ * with the host. */
+void host_ipc_drop(key_t key);
+
 /* Copy the probe into d's workspace as ./sbxd-probe, for commands to run (the build tree may
  * not be readable by the command user). */
 void daemon_install_probe(const struct daemon *d);

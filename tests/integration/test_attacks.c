@@ -364,22 +364,6 @@ END_TEST
 /* A command must not open another's System V IPC objects by key, nor its POSIX message    */
 /* queues by name, nor make a namespace of its own.                                        */
 
-/* The SysV objects and the POSIX queue of key (sbxd-probe attack leave), removed from the
- * host: what a command left in a namespace it shared with the host, whatever the test saw. */
-static void drop_host_ipc(key_t key)
-{
-    int id;
-    if ((id = shmget(key, 0, 0)) >= 0)
-        shmctl(id, IPC_RMID, NULL);
-    if ((id = msgget(key, 0)) >= 0)
-        msgctl(id, IPC_RMID, NULL);
-    if ((id = semget(key, 0, 0)) >= 0)
-        semctl(id, 0, IPC_RMID);
-    char name[32];
-    snprintf(name, sizeof(name), "/sbxd-%x", (unsigned)key);
-    mq_unlink(name);
-}
-
 /* The text of a file (at most n-1 bytes) into buf; "" when it cannot be read. */
 static void read_text(const char *path, char *buf, size_t n)
 {
@@ -433,7 +417,7 @@ START_TEST(commands_cannot_open_each_others_ipc_objects)
     cJSON_Delete(r);
     snprintf(path, sizeof(path), "/processes/%s", holder);
     cJSON_Delete(request_within(&d, "DELETE", path, NULL, 200, 3000, "DELETE the holder"));
-    drop_host_ipc(key); /* (before the verdict: nothing stays for another test) */
+    host_ipc_drop(key); /* (before the verdict: nothing stays for another test) */
 
     /* gVisor (release 2022-12) makes the POSIX queue but cannot put anything in it. */
     bool empty_mq = under_gvisor() && strstr(held, "mq_send ENOSYS");

@@ -929,10 +929,10 @@ START_TEST(warm_kernel_answers_at_once)
     o = run_text(&d, a, "import os\nd = os.environ['IPYTHONDIR']\nprint(d, os.path.isdir(d))", 0);
     char ipy[128];
     ck_assert_int_eq(sscanf(jstr(o, "stdout"), "%127s", ipy), 1);
-    ck_assert_msg((strncmp(ipy, "/dev/shm/sbxd-ctx.", 18) == 0 ||
-                   strncmp(ipy, "/tmp/sbxd-ctx.", 14) == 0) &&
-                      strcmp(ipy + strlen(ipy) - 8, "/ipython") == 0,
-                  "%s", jstr(o, "stdout"));
+    ck_assert_msg(
+        (strncmp(ipy, "/dev/shm/sbxd-ctx.", 18) == 0 || strncmp(ipy, "/tmp/sbxd-ctx.", 14) == 0) &&
+            strcmp(ipy + strlen(ipy) - 8, "/ipython") == 0,
+        "%s", jstr(o, "stdout"));
     ck_assert_msg(strstr(jstr(o, "stdout"), " True\n"), "%s", jstr(o, "stdout"));
     cJSON_Delete(o);
     /* With an env of its own: started for it (the warm one is not what it asked for); an

@@ -557,22 +557,6 @@ static int entries_in(const char *path)
     return n;
 }
 
-/* The SysV objects and the POSIX queue of key (sbxd-probe attack leave), removed from the host
- * whatever the test found. */
-static void drop_ipc(key_t key)
-{
-    int id;
-    if ((id = shmget(key, 0, 0)) >= 0)
-        shmctl(id, IPC_RMID, NULL);
-    if ((id = msgget(key, 0)) >= 0)
-        msgctl(id, IPC_RMID, NULL);
-    if ((id = semget(key, 0, 0)) >= 0)
-        semctl(id, 0, IPC_RMID);
-    char name[32];
-    snprintf(name, sizeof(name), "/sbxd-%x", (unsigned)key);
-    mq_unlink(name);
-}
-
 /*
  * State a task leaves outside the workspace and /tmp: SysV shared memory, a message queue and
  * a semaphore set of the command user's, a POSIX message queue, a file in /run/lock and one in
@@ -626,7 +610,7 @@ START_TEST(reset_removes_ipc_and_residue_outside_the_workspace)
     bool left_lock = exists(lock), left_ww = exists(wwf), left_deep = exists(deep);
     /* (Whatever was found, nothing of it stays for the next test, whose user may be this
      * one's: cleaned before the verdict.) */
-    drop_ipc(key);
+    host_ipc_drop(key);
     char rm[400];
     snprintf(rm, sizeof(rm), "rm -rf '%s' '%s' '%s'", ww, lock, deep);
     ck_assert_int_eq(system(rm), 0);
