@@ -310,6 +310,9 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
         return 1;
     }
     harden->group_share = iso->tree_kill == ISO_KILL_UID;
+    if (iso->ipcns_ok)
+        iso->ipcns_ok = spawn_ipcns_check(harden, iso->tree_kill == ISO_KILL_PIDNS, iso->ipcns_why,
+                                          sizeof(iso->ipcns_why));
     if (give_workspace(rootfd, workspace, harden) < 0) {
         harden_free(harden);
         return 1;

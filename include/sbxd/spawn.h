@@ -88,6 +88,12 @@ bool spawn_pidns_probe(bool *own_proc, bool *userns, char *why, size_t len);
  * object made there stays there. From then on every command gets one (false: why not, and
  * commands share the daemon's). Call before any thread exists. */
 bool spawn_ipcns_probe(bool with_userns, char *why, size_t len);
+/* Once the filter is made (harden_init): whether a spawning thread under it can clone with
+ * the IPC namespace as spawn_child does (the filter lets CLONE_NEWIPC through with its key in
+ * clone's tls and child_tid, which a tracer such as valgrind may rewrite; pidns: as a PID
+ * namespace's init is cloned, with its user namespace where it has one). Where it cannot,
+ * commands share sbxd's namespace from then on: false with why. Call before any spawn. */
+bool spawn_ipcns_check(const struct harden_plan *h, bool pidns, char *why, size_t len);
 
 /*
  * PID-namespace mode, where children share the daemon's memory and sbxd is root: commands

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -172,4 +173,67 @@ bool spawn_ipcns_probe(bool with_userns, char *why, size_t len)
     }
     ns_ipc = true;
     return true;
+}
+
+/* The clone of spawn_ipcns_check: a child that ends at once. */
+static int ipc_check_child(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+struct ipc_check {
+    const struct harden_plan *h;
+    bool pidns; /* commands come through a PID namespace's init */
+    int err;    /* of the clone, 0 when it worked */
+};
+
+static void *ipc_check_main(void *arg)
+{
+    struct ipc_check *c = arg;
+    struct sbxd_err e = {0};
+    if (harden_thread(c->h, &e) < 0) {
+        c->err = e.sys_errno ? e.sys_errno : EPERM;
+        return NULL;
+    }
+    _Alignas(64) char stack[16384];
+    pid_t slot = 0, pid;
+    unsigned long key = c->h->clone_key;
+    if (c->pidns) {
+        /* As spawn_ns_init_start clones an init (with its user namespace, where it has one):
+         * the child ends at once. */
+        pid = (pid_t)syscall(SYS_clone,
+                             spawn_ns_clone_flags() | CLONE_NEWIPC | CLONE_PARENT_SETTID | SIGCHLD,
+                             NULL, &slot, key, key);
+        if (pid == 0)
+            syscall(SYS_exit_group, 0);
+    } else {
+        /* As spawn_child clones a command. */
+        pid = clone(ipc_check_child, stack + sizeof(stack),
+                    (int)(CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | CLONE_NEWIPC | SIGCHLD),
+                    NULL, &slot, (void *)key, (pid_t *)key);
+    }
+    c->err = pid < 0 ? errno : 0;
+    int st;
+    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return NULL;
+}
+
+bool spawn_ipcns_check(const struct harden_plan *h, bool pidns, char *why, size_t len)
+{
+    if (!ns_ipc || !h->seccomp)
+        return ns_ipc;
+    struct ipc_check c = {.h = h, .pidns = pidns, .err = EAGAIN};
+    pthread_t t;
+    if (pthread_create(&t, NULL, ipc_check_main, &c) == 0)
+        pthread_join(t, NULL);
+    if (c.err == 0)
+        return true;
+    ns_ipc = false;
+    snprintf(why, len,
+             "clone with an IPC namespace is refused under the spawning threads' filter (%s): "
+             "something between sbxd and the kernel rewrites clone's arguments (valgrind does)",
+             strerror(c.err));
+    return false;
 }
