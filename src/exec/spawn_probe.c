@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -182,24 +181,18 @@ static int ipc_check_child(void *arg)
     return 0;
 }
 
-struct ipc_check {
-    const struct harden_plan *h;
-    bool pidns; /* commands come through a PID namespace's init */
-    int err;    /* of the clone, 0 when it worked */
-};
-
-static void *ipc_check_main(void *arg)
+/* In a child process of the daemon's (no thread of sbxd's is left with the filter, nor a
+ * thread's stack in its memory): the filter loaded, then the clone a command's would be. Its
+ * exit status: 0, or the clone's errno. */
+static int ipc_check_main(const struct harden_plan *h, bool pidns)
 {
-    struct ipc_check *c = arg;
     struct sbxd_err e = {0};
-    if (harden_thread(c->h, &e) < 0) {
-        c->err = e.sys_errno ? e.sys_errno : EPERM;
-        return NULL;
-    }
-    _Alignas(64) char stack[16384];
+    if (harden_thread(h, &e) < 0)
+        return e.sys_errno ? e.sys_errno : EPERM;
+    _Alignas(64) char stack[4096];
     pid_t slot = 0, pid;
-    unsigned long key = c->h->clone_key;
-    if (c->pidns) {
+    unsigned long key = h->clone_key;
+    if (pidns) {
         /* As spawn_ns_init_start clones an init (with its user namespace, where it has one):
          * the child ends at once. */
         pid = (pid_t)syscall(SYS_clone,
@@ -213,27 +206,32 @@ static void *ipc_check_main(void *arg)
                     (int)(CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | CLONE_NEWIPC | SIGCHLD),
                     NULL, &slot, (void *)key, (pid_t *)key);
     }
-    c->err = pid < 0 ? errno : 0;
+    int err = pid < 0 ? errno : 0;
     int st;
     while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    return NULL;
+    return err;
 }
 
 bool spawn_ipcns_check(const struct harden_plan *h, bool pidns, char *why, size_t len)
 {
     if (!ns_ipc || !h->seccomp)
         return ns_ipc;
-    struct ipc_check c = {.h = h, .pidns = pidns, .err = EAGAIN};
-    pthread_t t;
-    if (pthread_create(&t, NULL, ipc_check_main, &c) == 0)
-        pthread_join(t, NULL);
-    if (c.err == 0)
+    int err = EAGAIN;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(ipc_check_main(h, pidns));
+    int st;
+    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (pid > 0 && WIFEXITED(st))
+        err = WEXITSTATUS(st);
+    if (err == 0)
         return true;
     ns_ipc = false;
     snprintf(why, len,
              "clone with an IPC namespace is refused under the spawning threads' filter (%s): "
              "something between sbxd and the kernel rewrites clone's arguments (valgrind does)",
-             strerror(c.err));
+             strerror(err));
     return false;
 }
