@@ -69,6 +69,17 @@ static const struct opt opts[] = {
      OFF(max_output_bytes), 1, 1 * GIB,
      "Bytes of stdout and of stderr kept per command (the head); the rest is counted and "
      "dropped."},
+    {"sdk-output-bytes", "SIZE", "SBXD_SDK_OUTPUT_BYTES", NULL, 0, "16MiB", OPT_SIZE,
+     OFF(sdk_output_bytes), 1, 1 * GIB,
+     "Bytes of stdout and of stderr kept per command on the faces of the agent-sandbox SDK, "
+     "whose clients see no truncation flag: a legacy POST /execute of {\"command\"} alone, and "
+     "gRPC Execute (at most what fits its 4 MiB message). Output cut there is told in a last "
+     "line of stderr."},
+    {"output-memory-bytes", "SIZE", "SBXD_OUTPUT_MEMORY_BYTES", NULL, 0, "128MiB", OPT_SIZE,
+     OFF(output_memory_bytes), 0, 1 * GIB,
+     "Memory that the commands running at once share for what those faces keep beyond "
+     "--max-output-bytes each; once it is in use, more output is left out and stderr says "
+     "so."},
     {"max-body-bytes", "SIZE", "SBXD_MAX_BODY_BYTES", NULL, 0, "1MiB", OPT_SIZE,
      OFF(max_body_bytes), 64, 1 * GIB, "Largest request body accepted (413 beyond)."},
     {"max-upload-bytes", "SIZE", "SBXD_MAX_UPLOAD_BYTES", NULL, 0, "1GiB", OPT_SIZE,

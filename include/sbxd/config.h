@@ -28,6 +28,8 @@ struct sbxd_config {
     uint64_t timeout_ms;
     uint64_t max_timeout_ms;
     uint64_t max_output_bytes;
+    uint64_t sdk_output_bytes;    /* the agent-sandbox SDK's faces' (legacy /execute, gRPC) */
+    uint64_t output_memory_bytes; /* their keep beyond max_output_bytes, all commands */
     uint64_t max_body_bytes;
     uint64_t max_upload_bytes;
     uint64_t max_archive_bytes;   /* bytes an extracted archive may write */

@@ -38,6 +38,9 @@ struct exec_service {
     struct exec_waiter *wait_head, *wait_tail;
     unsigned waiting;
     bool closed; /* atomic: a reset is under way: no command starts (exec_service_close) */
+    /* What the answers of the agent-sandbox SDK's faces keep beyond --max-output-bytes, for
+     * all commands together (--output-memory-bytes). */
+    struct outbuf_pool out_pool;
 };
 
 /* The bounds a request is parsed under. A background process (MX_BACKGROUND) gets the
@@ -94,6 +97,14 @@ struct bg_proc *exec_service_start_owned(struct exec_service *s, struct exec_req
 
 /* Drive job to its end, its stdout and stderr into out and errb (capped outbufs). */
 void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *errb);
+
+/* The notice a face whose client cannot see sbxd's truncation flags (the agent-sandbox SDK's)
+ * puts at the end of stderr when out or errb was cut: a line per stream cut, saying how many
+ * of its bytes were left out and why (why_cap: what caps this face, and how to raise it; or
+ * the pool that ran dry). Each stream cut ends on a whole character first. At most
+ * EXEC_NOTICE_MAX bytes. */
+#define EXEC_NOTICE_MAX 512
+void exec_output_notice(struct outbuf *out, struct outbuf *errb, const char *why_cap);
 
 /* The front held `bytes` of memory for a command's answer, now given back: when that is a
  * lot, the next spawn first resets the daemon's peak RSS (spawn.h), which the kernel would

@@ -38,6 +38,9 @@ void jw_str(struct jsonw *w, const char *s); /* NUL-terminated, NULL -> null */
 /* n bytes; invalid UTF-8 becomes U+FFFD. When cut is true the bytes are the head of a longer
  * stream, so an incomplete sequence at the very end is dropped rather than replaced. */
 void jw_str_utf8(struct jsonw *w, const void *s, size_t n, bool cut);
+/* The same bytes as the inside of a string (no quotes, no comma): a long string written a
+ * piece at a time, each piece ending on a whole character (utf8_whole) but the last. */
+void jw_utf8_chars(struct jsonw *w, const void *s, size_t n, bool cut);
 void jw_base64(struct jsonw *w, const void *s, size_t n);
 void jw_int(struct jsonw *w, int64_t v);
 void jw_uint(struct jsonw *w, uint64_t v);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/utf8.h"
 
 /* Processors online, read once: sysconf reads /sys/devices/system/cpu/online each time (three
  * system calls on every request's parse). */
@@ -397,6 +399,40 @@ void exec_service_collect(struct job *job, struct outbuf *out, struct outbuf *er
         if (ev.type == JOB_EV_OUTPUT)
             outbuf_append(ev.stream == 1 ? out : errb, buf, ev.len);
     } while (ev.type != JOB_EV_EXIT);
+}
+
+/* One stream's sentence of the notice, at o (room: n); its length. */
+static size_t cut_sentence(char *o, size_t n, const char *name, const struct outbuf *ob,
+                           const char *why_cap)
+{
+    int k = snprintf(o, n, "[sbxd] %s cut: %llu of %llu bytes left out (%s)\n", name,
+                     (unsigned long long)(ob->total - ob->len), (unsigned long long)ob->total,
+                     ob->starved ? "the output memory sbxd shares among running commands, "
+                                   "--output-memory-bytes, was in use"
+                                 : why_cap);
+    return k < 0 ? 0 : (size_t)k < n ? (size_t)k : n - 1;
+}
+
+void exec_output_notice(struct outbuf *out, struct outbuf *errb, const char *why_cap)
+{
+    bool cut_out = outbuf_truncated(out), cut_err = outbuf_truncated(errb);
+    if (!cut_out && !cut_err)
+        return;
+    /* A head cut inside a character ends on a whole one: the notice that follows must not
+     * turn the cut-off bytes into a replacement character, or be read as their rest. */
+    if (cut_out)
+        out->len = utf8_whole(out->data, out->len);
+    if (cut_err)
+        errb->len = utf8_whole(errb->data, errb->len);
+    char text[EXEC_NOTICE_MAX];
+    size_t n = 0;
+    if (errb->len && errb->data[errb->len - 1] != '\n')
+        text[n++] = '\n'; /* the notice is a line of its own */
+    if (cut_out)
+        n += cut_sentence(text + n, sizeof(text) - n, "stdout", out, why_cap);
+    if (cut_err)
+        n += cut_sentence(text + n, sizeof(text) - n, "stderr", errb, why_cap);
+    (void)outbuf_note(errb, text, n); /* out of memory: the face's flags still say it */
 }
 
 void exec_service_held(size_t bytes)

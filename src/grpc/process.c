@@ -185,11 +185,12 @@ static void output_trailers(struct grpc_call *c, const char *name, const struct 
 
 /* gRPC clients refuse a message over 4 MiB by default (grpc's max receive message length),
  * so both streams together must fit under budget: a stream that needs less than half keeps
- * it all, the other gets the rest. What is cut is counted as dropped (truncated). */
-static void fit_response(struct outbuf *out, struct outbuf *errb, size_t budget)
+ * it all, the other gets the rest. What is cut is counted as dropped (truncated). Whether
+ * any was. */
+static bool fit_response(struct outbuf *out, struct outbuf *errb, size_t budget)
 {
     if (out->len + errb->len <= budget)
-        return;
+        return false;
     size_t half = budget / 2;
     if (out->len <= half) {
         errb->len = budget - out->len;
@@ -199,6 +200,7 @@ static void fit_response(struct outbuf *out, struct outbuf *errb, size_t budget)
         out->len = half;
         errb->len = budget - half;
     }
+    return true;
 }
 
 /* The call's answer. A command that ended, however, gets its ExecuteResponse and OK: one
@@ -206,8 +208,8 @@ static void fit_response(struct outbuf *out, struct outbuf *errb, size_t budget)
  * it and sbxd-status saying why. A timeout or a cancellation is a status of its own, and a
  * command that never ran is refused as sandboxd refuses it. */
 static void finish_execute(struct grpc_call *c, const struct exec_request *req,
-                           const struct job_result *r, const struct outbuf *out,
-                           const struct outbuf *errb)
+                           const struct job_result *r, struct outbuf *out, struct outbuf *errb,
+                           const char *why_cap)
 {
     switch (r->status) {
     case JOB_TIMEOUT:
@@ -237,12 +239,13 @@ static void finish_execute(struct grpc_call *c, const struct exec_request *req,
     default:
         break;
     }
+    output_trailers(c, "stdout", out);
+    output_trailers(c, "stderr", errb);
+    exec_output_notice(out, errb, why_cap);
     Process__V1__ExecuteResponse m = PROCESS__V1__EXECUTE_RESPONSE__INIT;
     m.exit_code = r->exit_code;
     m.stdout = (ProtobufCBinaryData){out->len, out->data};
     m.stderr = (ProtobufCBinaryData){errb->len, errb->data};
-    output_trailers(c, "stdout", out);
-    output_trailers(c, "stderr", errb);
     if (grpc_call_send(c, &m.base) < 0)
         finish_unsent(c);
     else
@@ -288,24 +291,37 @@ static void process_execute(struct grpc_call *c)
         return;
     }
 
-    /* Capped as /execute's (--max-output-bytes, or the request's own output limit), and
-     * never beyond what one response may carry. */
-    size_t budget = GRPC_MAX_MESSAGE - EXECUTE_RESPONSE_OVERHEAD;
-    uint64_t cap = cfg->max_output_bytes;
-    if (req.limits.output_bytes < cap)
-        cap = req.limits.output_bytes;
+    /* The SDK reads stdout, stderr and exit_code, never a trailer: it gets what sandboxd
+     * gives, all of the output that fits the one message a grpc client takes by default
+     * (--sdk-output-bytes at most), and a line at the end of stderr when some was cut. What
+     * is kept beyond --max-output-bytes comes from the pool all running commands share. */
+    size_t budget = GRPC_MAX_MESSAGE - EXECUTE_RESPONSE_OVERHEAD - EXEC_NOTICE_MAX;
+    uint64_t cap = cfg->sdk_output_bytes;
     if (cap > budget)
         cap = budget;
+    uint64_t base = cfg->max_output_bytes;
+    if (req.limits.output_bytes < base)
+        base = req.limits.output_bytes;
     struct outbuf out, errb;
-    outbuf_init(&out, (size_t)cap);
-    outbuf_init(&errb, (size_t)cap);
+    outbuf_init_pooled(&out, (size_t)cap, (size_t)base, &s->out_pool);
+    outbuf_init_pooled(&errb, (size_t)cap, (size_t)base, &s->out_pool);
     exec_service_collect(job, &out, &errb);
-    fit_response(&out, &errb, budget);
+    char why[200];
+    if (fit_response(&out, &errb, budget) || cap == budget)
+        snprintf(why, sizeof(why),
+                 "an Execute answer carries at most %u bytes, a grpc client's default message "
+                 "size; Start streams all of it",
+                 GRPC_MAX_MESSAGE);
+    else
+        snprintf(why, sizeof(why),
+                 "an Execute answer keeps %llu bytes per stream; "
+                 "--sdk-output-bytes raises it",
+                 (unsigned long long)cap);
 
     const struct job_result *r = job_result(job);
     exec_service_audit(MX_SYNC, job_id(job), &req, r, adm.queued_ms, grpc_call_peer(c));
     result_trailers(c, job_id(job), r);
-    finish_execute(c, &req, r, &out, &errb);
+    finish_execute(c, &req, r, &out, &errb, why);
     /* The response was a copy (framed by grpc_call_send) as large as the output. */
     exec_service_held(out.alloc + errb.alloc + out.len + errb.len);
     outbuf_free(&out);

@@ -221,6 +221,125 @@ static enum MHD_Result reply_cannot_run(struct MHD_Connection *c, const struct r
     return reply_err(c, err);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* The legacy shape's answer: the SDK that sends it reads stdout, stderr and exit_code and
+ * nothing else, so it keeps more than --max-output-bytes (--sdk-output-bytes, beyond the
+ * former from the shared pool) and a cut is said in stderr itself.                      */
+
+/* A legacy answer this large is sent as it is made (legacy_body) rather than built whole. */
+#define LEGACY_STREAM_MIN (256 * 1024)
+/* Output bytes escaped per piece of a streamed answer: at most 6 times this held. */
+#define LEGACY_PIECE (16 * 1024)
+
+enum legacy_stage { LB_STDOUT, LB_STDERR, LB_TAIL, LB_DONE };
+
+/* A large legacy answer: its JSON made a piece at a time from the kept output as the client
+ * reads it, so the output is never held twice (escaped, one byte may take six), and each
+ * stream's memory goes back (to the pool too) once it is sent. */
+struct legacy_body {
+    struct outbuf out, errb;
+    char *tail; /* the result's other fields: {"id":...}\n */
+    size_t tail_len;
+    struct jsonw w; /* the piece being sent */
+    size_t off;     /* of w's text, sent */
+    enum legacy_stage stage;
+    size_t pos; /* in the stream being escaped */
+};
+
+static void legacy_body_fill(struct legacy_body *b)
+{
+    if (b->stage == LB_TAIL) {
+        /* The fields after stderr's closing quote: the tail's object without its '{'. */
+        jw_raw(&b->w, "\",", 2);
+        jw_raw(&b->w, b->tail + 1, b->tail_len - 1);
+        b->stage = LB_DONE;
+        return;
+    }
+    struct outbuf *ob = b->stage == LB_STDOUT ? &b->out : &b->errb;
+    size_t k = ob->len - b->pos;
+    bool last = k <= LEGACY_PIECE;
+    if (!last)
+        k = utf8_whole(ob->data + b->pos, LEGACY_PIECE); /* a character is never split */
+    jw_utf8_chars(&b->w, ob->data + b->pos, k, last && outbuf_truncated(ob));
+    b->pos += k;
+    if (!last)
+        return;
+    outbuf_free(ob);
+    b->pos = 0;
+    if (b->stage == LB_STDOUT)
+        jw_raw(&b->w, "\",\"stderr\":\"", 12);
+    b->stage++;
+}
+
+static ssize_t legacy_body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct legacy_body *b = cls;
+    while (b->off == b->w.len) {
+        if (b->stage == LB_DONE)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        jw_drop(&b->w);
+        b->off = 0;
+        legacy_body_fill(b);
+        if (b->w.failed) /* out of memory: a cut connection, not an answer that lies */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return (ssize_t)http_stream_out(&b->w, &b->off, buf, max);
+}
+
+static void legacy_body_free(void *cls)
+{
+    struct legacy_body *b = cls;
+    exec_service_held(b->out.alloc + b->errb.alloc + b->w.cap);
+    outbuf_free(&b->out);
+    outbuf_free(&b->errb);
+    jw_free(&b->w);
+    free(b->tail);
+    free(b);
+}
+
+/* Send the result with out and errb (taken over) as a legacy_body. */
+static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struct job *job,
+                                           struct outbuf *out, struct outbuf *errb,
+                                           double queued_ms)
+{
+    struct legacy_body *b = calloc(1, sizeof(*b));
+    if (!b) {
+        outbuf_free(out);
+        outbuf_free(errb);
+        return MHD_NO;
+    }
+    b->out = *out;
+    b->errb = *errb;
+    struct jsonw t;
+    jw_init(&t, 512);
+    jw_obj_begin(&t);
+    exec_result_fields(&t, job_id(job), job_result(job), NULL, NULL, EXEC_ENC_UTF8);
+    jw_key(&t, "stdout_truncated");
+    jw_bool(&t, outbuf_truncated(out));
+    jw_key(&t, "stderr_truncated");
+    jw_bool(&t, outbuf_truncated(errb));
+    exec_queued_field(&t, queued_ms);
+    jw_obj_end(&t);
+    jw_newline(&t);
+    b->tail = jw_finish(&t, &b->tail_len);
+    jw_init(&b->w, 6 * LEGACY_PIECE + 64);
+    jw_raw(&b->w, "{\"stdout\":\"", 11);
+    struct MHD_Response *r =
+        b->tail && !b->w.failed
+            ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, legacy_body_read, b,
+                                                legacy_body_free)
+            : NULL;
+    if (!r) {
+        legacy_body_free(b);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = http_queue(c, MHD_HTTP_OK, r, 0);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
@@ -255,13 +374,38 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (req.limits.output_bytes < cap)
         cap = req.limits.output_bytes;
     struct outbuf out, errb;
-    outbuf_init(&out, cap);
-    outbuf_init(&errb, cap);
+    bool legacy = legacy_shape(c, rc);
+    if (legacy) {
+        /* Its client sees no truncation flag: it keeps more, the part beyond the usual cap
+         * from the pool that bounds what all running commands hold together. */
+        size_t sdk = (size_t)srv->cfg->sdk_output_bytes;
+        outbuf_init_pooled(&out, sdk, cap, &srv->exec.out_pool);
+        outbuf_init_pooled(&errb, sdk, cap, &srv->exec.out_pool);
+    } else {
+        outbuf_init(&out, cap);
+        outbuf_init(&errb, cap);
+    }
     exec_service_collect(job, &out, &errb);
+    bool legacy_failed = legacy && job_result(job)->status == JOB_FAILED_TO_START;
+    if (legacy && !legacy_failed) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "this answer keeps %llu bytes per stream; --sdk-output-bytes "
+                 "raises it",
+                 (unsigned long long)srv->cfg->sdk_output_bytes);
+        exec_output_notice(&out, &errb, why);
+        if (out.len + errb.len > LEGACY_STREAM_MIN) {
+            exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms,
+                               rc->client);
+            enum MHD_Result r = reply_legacy_stream(c, job, &out, &errb, adm.queued_ms);
+            job_free(job);
+            exec_request_free(&req);
+            return r;
+        }
+    }
 
     struct jsonw w;
     jw_init(&w, 512 + out.len + errb.len);
-    bool legacy_failed = job_result(job)->status == JOB_FAILED_TO_START && legacy_shape(c, rc);
     if (!legacy_failed)
         write_result(&w, job, &out, &errb, req.encoding, adm.queued_ms);
     exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);

@@ -562,8 +562,12 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     srv->harden = harden;
     srv->iso = iso;
     snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
-    srv->exec = (struct exec_service){
-        .cfg = cfg, .rootfd = rootfd, .workspace = srv->workspace, .harden = harden, .iso = iso};
+    srv->exec = (struct exec_service){.cfg = cfg,
+                                      .rootfd = rootfd,
+                                      .workspace = srv->workspace,
+                                      .harden = harden,
+                                      .iso = iso,
+                                      .out_pool = {.limit = (size_t)cfg->output_memory_bytes}};
     srv->start_ns = time_mono_ns();
     srv->baseline_fd = -1;
     pthread_mutex_init(&srv->reset_lock, NULL);

@@ -282,12 +282,10 @@ static inline size_t plain_word(const uint8_t *s, char *o)
 #endif
 }
 
-void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
+void jw_utf8_chars(struct jsonw *w, const void *data, size_t n, bool cut)
 {
     static const uint8_t repl[3] = {0xEF, 0xBF, 0xBD};
     const uint8_t *s = data;
-    value_begin(w);
-    put_c(w, '"');
     size_t i = 0;
     while (i < n) {
         size_t end = n - i > JW_BLOCK ? i + JW_BLOCK : n;
@@ -329,6 +327,13 @@ void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
         }
         w->len = (size_t)(o - w->buf);
     }
+}
+
+void jw_str_utf8(struct jsonw *w, const void *data, size_t n, bool cut)
+{
+    value_begin(w);
+    put_c(w, '"');
+    jw_utf8_chars(w, data, n, cut);
     put_c(w, '"');
     w->need_comma = true;
 }

@@ -510,6 +510,106 @@ class TestExists(LegacyCase):
         self.assert_json(self.get("/exists/exists-leak"), 403, ACCESS_DENIED)
 
 
+# A line of UTF-8 text of 18 bytes (three characters of two bytes, one of three): output
+# made of it shows a character split at a piece's or a cap's edge.
+TEXT_LINE = "h\u00e9llo w\u00f6rld \u2713\n"
+TEXT_LINE_BYTES = 18
+
+
+def text_output(nbytes):
+    """(shell command printing about nbytes of TEXT_LINE lines, the text it prints)."""
+    n = nbytes // TEXT_LINE_BYTES + 1
+    return "yes '%s' | head -n %d" % (TEXT_LINE[:-1], n), TEXT_LINE * n
+
+
+class TestExecuteLargeOutput(LegacyCase):
+    """The SDK reads stdout, stderr and exit_code of the legacy shape and nothing else: it
+    gets output well beyond --max-output-bytes (1 MiB) whole, as the python runtime gives it
+    (up to --sdk-output-bytes, 16 MiB by default), and valid JSON whatever the size."""
+
+    def test_execute_2mb_stdout_and_1500kb_stderr_whole(self):
+        cmd_out, want_out = text_output(2 * 1000 * 1000)
+        cmd_err, want_err = text_output(1500 * 1000)
+        res = self.execute("%s; %s >&2" % (cmd_out, cmd_err), timeout=30)
+        self.assertEqual(len(res["stdout"]), len(want_out))
+        self.assertTrue(res["stdout"] == want_out, "stdout differs")
+        self.assertTrue(res["stderr"] == want_err, "stderr differs: ...%r" % res["stderr"][-200:])
+        self.assertEqual(res["exit_code"], 0)
+
+    def test_execute_5mb_stdout_whole(self):
+        cmd, want = text_output(5 * 1000 * 1000)
+        res = self.execute(cmd + "; exit 3", timeout=30)
+        self.assertEqual(len(res["stdout"]), len(want))
+        self.assertTrue(res["stdout"] == want, "stdout differs")
+        self.assertEqual(res["stderr"], "")
+        self.assertEqual(res["exit_code"], 3)
+
+    def test_native_execute_keeps_max_output_bytes_and_flags(self):
+        """A body with more than "command" is sbxd's own /execute: its cap and its flags, no
+        notice in stderr."""
+        body = json.dumps({"command": "head -c 2000000 /dev/zero | tr '\\0' a",
+                           "timeout_ms": 30000}).encode()
+        r = self.execute_raw(body, timeout=30)
+        self.assertEqual(r.status, 200, r)
+        res = r.json()
+        self.assertEqual(res["stdout"], "a" * (1 << 20))
+        self.assertEqual(res["stderr"], "")
+        self.assertTrue(res["stdout_truncated"])
+        self.assertEqual(res["stdout_bytes"], 2000000)
+
+
+class TestExecuteOutputCap(DaemonTestCase, LegacyCase):
+    """Past --sdk-output-bytes the SDK user is told in stderr itself: a last line saying how
+    many bytes of which stream were left out and which option raises the cap. The head kept
+    ends on a whole character and the JSON stays valid."""
+
+    CAP = 1500003  # 9 bytes into a line: inside its "\u00f6"
+    DAEMON_ARGS = ["--sdk-output-bytes", str(CAP)]
+
+    def test_execute_over_cap_told_in_stderr(self):
+        cmd, want = text_output(2 * 1000 * 1000)
+        total = len(want.encode())
+        res = self.execute("%s; echo warn >&2; exit 5" % cmd, timeout=30)
+        kept = want.encode()[:self.CAP - 1].decode()  # the cut character left out whole
+        self.assertEqual(len(res["stdout"]), len(kept))
+        self.assertTrue(res["stdout"] == kept, "stdout is not the head: ...%r" %
+                        res["stdout"][-40:])
+        self.assertEqual(res["exit_code"], 5)
+        lines = res["stderr"].split("\n")
+        self.assertEqual(lines[0], "warn", res["stderr"])
+        self.assertEqual(lines[-1], "", res["stderr"])
+        notice = lines[1]
+        self.assertEqual(len(lines), 3, res["stderr"])
+        self.assertIn("stdout cut: %d of %d bytes left out" % (total - (self.CAP - 1), total),
+                      notice)
+        self.assertIn("--sdk-output-bytes", notice)
+        self.assertTrue(res["stdout_truncated"], res.get("stdout_truncated"))
+
+    def test_execute_under_cap_no_notice(self):
+        cmd, want = text_output(1400 * 1000)
+        res = self.execute(cmd + " >&2", timeout=30)
+        self.assertTrue(res["stderr"] == want, "stderr differs: ...%r" % res["stderr"][-200:])
+        self.assertEqual(res["stdout"], "")
+
+
+class TestExecuteOutputMemory(DaemonTestCase, LegacyCase):
+    """The memory every running command shares for what it keeps beyond --max-output-bytes
+    (--output-memory-bytes): none here, so a command keeps its usual head, and stderr says
+    why the rest is missing."""
+
+    DAEMON_ARGS = ["--output-memory-bytes", "0", "--max-output-bytes", "100000"]
+
+    def test_execute_pool_dry_told_in_stderr(self):
+        res = self.execute("head -c 300000 /dev/zero | tr '\\0' a; printf 'no newline' >&2",
+                           timeout=30)
+        self.assertEqual(res["stdout"], "a" * 100000)
+        lines = res["stderr"].split("\n")
+        self.assertEqual(lines[0], "no newline", res["stderr"])
+        self.assertIn("stdout cut: 200000 of 300000 bytes left out", lines[1])
+        self.assertIn("--output-memory-bytes", lines[1])
+        self.assertEqual(lines[2:], [""], res["stderr"])
+
+
 class TestSdkCalls(LegacyCase):
     """The calls exactly as the agent-sandbox Python SDK (k8s_agent_sandbox, legacy
     runtime) makes them through requests: the router headers on every call, quote(path,

@@ -465,24 +465,86 @@ class ExecuteTest(GrpcCase):
         self.assertFalse(os.path.exists(os.path.join(self.d.ws, "ran-" + m)))
 
 
-class OutputCapTest(GrpcCase):
-    DAEMON_ARGS = ["--max-output-bytes", "1000"]
+def sdk_execute(d, command, timeout=CALL_TIMEOUT):
+    """Execute as the agent-sandbox SDK calls it: a channel with grpcio's default options
+    (a response over 4 MiB is refused), /bin/sh -c, no metadata but the token's."""
+    ch = grpc.insecure_channel(d.target())
+    try:
+        return S.pbg.ProcessServiceStub(ch).Execute(
+            pb.ExecuteRequest(config=pb.ProcessConfig(command=["/bin/sh", "-c", command])),
+            timeout=timeout, metadata=d.metadata())
+    finally:
+        ch.close()
 
-    def test_truncated_at_max_output_bytes(self):
+
+class ExecuteLargeOutputTest(GrpcCase):
+    """The SDK reads stdout, stderr and exit_code, never a trailer: Execute gives it all of
+    the output that fits the 4 MiB message a default grpcio client takes, as sandboxd does,
+    and a last line of stderr when some had to be left out."""
+
+    def test_sdk_3mb_output_whole(self):
+        r = sdk_execute(self.d, "seq 1 450000; seq 1 20000 >&2; exit 4", timeout=30)
+        want = "".join("%d\n" % i for i in range(1, 450001)).encode()
+        self.assertGreater(len(want), 3 * 1000 * 1000)
+        self.assertEqual(len(r.stdout), len(want))
+        self.assertTrue(r.stdout == want, "stdout differs")
+        self.assertEqual(r.stderr, "".join("%d\n" % i for i in range(1, 20001)).encode())
+        self.assertEqual(r.exit_code, 4)
+
+    def test_sdk_over_4mib_told_in_stderr(self):
+        """5 MB: the answer still fits a default client, and stderr says what was left out."""
+        r = sdk_execute(self.d, "head -c 5000000 /dev/zero | tr '\\0' a; echo warn >&2",
+                        timeout=30)
+        self.assertGreater(len(r.stdout), 4 * MiB - 4096)
+        self.assertEqual(r.stdout, b"a" * len(r.stdout))
+        lines = r.stderr.decode().split("\n")
+        self.assertEqual(lines[0], "warn")
+        self.assertEqual(lines[2:], [""], lines)
+        self.assertIn("[sbxd] stdout cut: %d of 5000000 bytes left out" %
+                      (5000000 - len(r.stdout)), lines[1])
+        self.assertIn("Start", lines[1])
+        self.assertEqual(r.exit_code, 0)
+
+
+class OutputCapTest(GrpcCase):
+    """--max-output-bytes is the native faces' cap; Execute keeps --sdk-output-bytes (within
+    its message) and says a cut in stderr as well as in its trailers."""
+
+    DAEMON_ARGS = ["--max-output-bytes", "1000", "--sdk-output-bytes", "4000"]
+
+    def test_truncated_at_sdk_output_bytes(self):
         r, tr = self.execute(sh("head -c 5000 /dev/zero | tr '\\0' a; "
                                 "head -c 3000 /dev/zero | tr '\\0' b >&2; exit 3"))
-        self.assertEqual(r.stdout, b"a" * 1000)
-        self.assertEqual(r.stderr, b"b" * 1000)
+        self.assertEqual(r.stdout, b"a" * 4000)
+        notice = b"\n[sbxd] stdout cut: 1000 of 5000 bytes left out"
+        self.assertTrue(r.stderr.startswith(b"b" * 3000 + notice), r.stderr[2990:])
+        self.assertIn(b"--sdk-output-bytes", r.stderr[3000:])
+        self.assertTrue(r.stderr.endswith(b"\n"))
         self.assertEqual(r.exit_code, 3)
         self.assertEqual(tr.get("sbxd-stdout-truncated"), "true", tr)
-        self.assertEqual(tr.get("sbxd-stderr-truncated"), "true", tr)
+        self.assertNotEqual(tr.get("sbxd-stderr-truncated"), "true", tr)
         self.assertEqual(tr.get("sbxd-status"), "exited", tr)
 
     def test_not_truncated_under_the_cap(self):
-        r, tr = self.execute(sh("head -c 1000 /dev/zero | tr '\\0' a"))
-        self.assertEqual(r.stdout, b"a" * 1000)
+        r, tr = self.execute(sh("head -c 4000 /dev/zero | tr '\\0' a"))
+        self.assertEqual(r.stdout, b"a" * 4000)
+        self.assertEqual(r.stderr, b"")
         self.assertNotEqual(tr.get("sbxd-stdout-truncated"), "true", tr)
         self.assertNotEqual(tr.get("sbxd-stderr-truncated"), "true", tr)
+
+
+class OutputMemoryTest(GrpcCase):
+    """No memory to share beyond --max-output-bytes (--output-memory-bytes 0): Execute keeps
+    its usual head, and stderr says why the rest is missing."""
+
+    DAEMON_ARGS = ["--max-output-bytes", "1000", "--output-memory-bytes", "0"]
+
+    def test_pool_dry_told_in_stderr(self):
+        r, tr = self.execute(sh("head -c 3000 /dev/zero | tr '\\0' a"))
+        self.assertEqual(r.stdout, b"a" * 1000)
+        self.assertIn(b"[sbxd] stdout cut: 2000 of 3000 bytes left out", r.stderr)
+        self.assertIn(b"--output-memory-bytes", r.stderr)
+        self.assertEqual(tr.get("sbxd-stdout-truncated"), "true", tr)
 
 
 class StartTest(GrpcCase):
