@@ -7,7 +7,7 @@
 
 static struct sbxd_config cfg;
 static char errbuf[512];
-static char outbuf[16384];
+static char outbuf[65536]; /* --help: its whole text */
 
 static enum config_outcome parse(char *const *argv, char *const *envp)
 {
