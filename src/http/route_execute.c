@@ -243,7 +243,8 @@ struct legacy_body {
     struct jsonw w; /* the piece being sent */
     size_t off;     /* of w's text, sent */
     enum legacy_stage stage;
-    size_t pos; /* in the stream being escaped */
+    size_t pos;  /* in the stream being escaped */
+    size_t held; /* the most memory it held, told once it is sent (exec_service_held) */
 };
 
 static void legacy_body_fill(struct legacy_body *b)
@@ -290,7 +291,7 @@ static ssize_t legacy_body_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void legacy_body_free(void *cls)
 {
     struct legacy_body *b = cls;
-    exec_service_held(b->out.alloc + b->errb.alloc + b->w.cap);
+    exec_service_held(b->held);
     outbuf_free(&b->out);
     outbuf_free(&b->errb);
     jw_free(&b->w);
@@ -325,6 +326,7 @@ static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struc
     b->tail = jw_finish(&t, &b->tail_len);
     jw_init(&b->w, 6 * LEGACY_PIECE + 64);
     jw_raw(&b->w, "{\"stdout\":\"", 11);
+    b->held = out->alloc + errb->alloc + b->w.cap;
     struct MHD_Response *r =
         b->tail && !b->w.failed
             ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, legacy_body_read, b,

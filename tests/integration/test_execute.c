@@ -230,7 +230,10 @@ START_TEST(output_flood_is_capped_with_bounded_memory)
 {
     long base;
     rss_sampling_start(&g_sbxd);
-    cJSON *r = run("{\"command\":\"yes | head -c 50000000; yes e | head -c 3000000 >&2\"}");
+    /* sbxd's own shape (a field besides command): --max-output-bytes and the flags. The
+     * legacy shape keeps more (--sdk-output-bytes): tests/conformance. */
+    cJSON *r = run("{\"command\":\"yes | head -c 50000000; yes e | head -c 3000000 >&2\","
+                   "\"encoding\":\"utf8\"}");
     long rss_peak_kb = rss_sampling_stop(&base);
     ck_assert_str_eq(jstr(r, "status"), "exited");
     ck_assert(jbool(r, "stdout_truncated"));
