@@ -45,7 +45,10 @@ struct opt {
 /* The one table: flag, variable, default, validation and help of every option. */
 static const struct opt opts[] = {
     {"listen", "ADDR", "SBXD_LISTEN", NULL, 0, "0.0.0.0:8888", OPT_LISTEN, OFF(listen), 0, 0,
-     "Address to listen on: HOST:PORT, [IPV6]:PORT or :PORT (port 0 picks a free one)."},
+     "Address of the HTTP API: HOST:PORT, [IPV6]:PORT or :PORT (port 0 picks a free one). "
+     "Repeat it, or give a comma list (so too in SBXD_LISTEN), to listen on up to 8 "
+     "addresses (e.g. :8888,:8080): each serves the same routes, token, Origin/Host rules and "
+     "limits."},
     {"grpc-listen", "ADDR", "SBXD_GRPC_LISTEN", NULL, 0, "0.0.0.0:9090", OPT_GRPC_LISTEN,
      OFF(grpc_listen), 0, 0,
      "Address of the gRPC listener (h2c): agent-sandbox's sandboxd ProcessService "
@@ -398,11 +401,13 @@ static void print_usage(FILE *out)
     fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
     fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");
     fprintf(out,
-            "\nEndpoints: GET /healthz, GET /, POST /execute, GET/HEAD/PUT/DELETE /files/PATH,\n"
+            "\nEndpoints: GET /healthz, GET /, POST /execute, "
+            "GET/HEAD/PUT/DELETE /files/PATH,\n"
             "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
             "POST /processes/ID/{stdin,signal,resize}, POST /reset,\n"
             "GET/HEAD/PUT/DELETE /v1/files/PATH, GET /v1/health, GET /v1/metadata, GET /metrics;\n"
             "legacy: POST /upload, GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
+            "Every --listen address serves all of them alike.\n"
             "gRPC (--grpc-listen): process.v1.ProcessService/{Execute,Start,WriteStdin,\n"
             "SendSignal,ResizeTTY}, grpc.health.v1.Health/{Check,Watch}.\n"
             "See docs/api.md.\n"
@@ -466,6 +471,49 @@ bad_pair:
     return -1;
 }
 
+/* --listen: one address or a comma list of them (blanks around each ignored). */
+static int apply_listen(struct sbxd_config *cfg, const struct opt *o, const char *val,
+                        const char *src, char *errbuf, size_t errlen)
+{
+    if (strlen(val) >= sizeof(cfg->listen)) {
+        snprintf(errbuf, errlen, "--%s: '%.64s...'%s is too long", o->flag, val, src);
+        return -1;
+    }
+    cfg->nlisten = 0;
+    for (const char *p = val;;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char item[sizeof(cfg->listen)];
+        while (n && *p == ' ') {
+            p++;
+            n--;
+        }
+        while (n && p[n - 1] == ' ')
+            n--;
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cfg->nlisten == SBXD_LISTEN_MAX) {
+            snprintf(errbuf, errlen, "--%s: '%s'%s: at most %d addresses", o->flag, val, src,
+                     SBXD_LISTEN_MAX);
+            return -1;
+        }
+        unsigned i = cfg->nlisten;
+        if (config_parse_listen(item, &cfg->listen_addr[i], &cfg->listen_addr_len[i]) < 0) {
+            snprintf(errbuf, errlen,
+                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT or :PORT (or a "
+                     "comma list of them)",
+                     o->flag, item, src);
+            return -1;
+        }
+        cfg->nlisten++;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    snprintf(cfg->listen, sizeof(cfg->listen), "%s", val);
+    return 0;
+}
+
 /* Apply one textual value to its field; on error write one line naming the option. */
 static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, const char *src,
                  uint64_t scale, char *errbuf, size_t errlen)
@@ -474,15 +522,7 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     uint64_t v = 0;
     switch (o->type) {
     case OPT_LISTEN:
-        if (strlen(val) >= sizeof(cfg->listen) ||
-            config_parse_listen(val, &cfg->listen_addr, &cfg->listen_addr_len) < 0) {
-            snprintf(errbuf, errlen,
-                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT or :PORT", o->flag,
-                     val, src);
-            return -1;
-        }
-        snprintf(cfg->listen, sizeof(cfg->listen), "%s", val);
-        return 0;
+        return apply_listen(cfg, o, val, src, errbuf, errlen);
     case OPT_GRPC_LISTEN:
         if (strcmp(val, "off") == 0) {
             cfg->grpc_off = true;
@@ -588,6 +628,7 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
                                  char *const *envp, FILE *out, char *errbuf, size_t errlen)
 {
     const char *flag_val[NOPTS] = {0};
+    char listen_list[sizeof(cfg->listen)]; /* --listen given more than once, joined */
     memset(cfg, 0, sizeof(*cfg));
 
     for (int i = 1; i < argc; i++) {
@@ -619,6 +660,19 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
                 return CONFIG_EXIT_2;
             }
             val = argv[++i];
+        }
+        if (o->type == OPT_LISTEN && flag_val[o - opts]) {
+            size_t have = strlen(flag_val[o - opts]);
+            if (have + 1 + strlen(val) >= sizeof(listen_list)) {
+                snprintf(errbuf, errlen, "--%s: too many addresses (at most %d)", o->flag,
+                         SBXD_LISTEN_MAX);
+                return CONFIG_EXIT_2;
+            }
+            if (flag_val[o - opts] != listen_list)
+                memcpy(listen_list, flag_val[o - opts], have + 1);
+            listen_list[have] = ',';
+            memcpy(listen_list + have + 1, val, strlen(val) + 1);
+            val = listen_list;
         }
         flag_val[o - opts] = val;
     }

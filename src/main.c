@@ -463,8 +463,10 @@ int main(int argc, char **argv)
         close(rootfd);
         return 1;
     }
+    char ports[SBXD_LISTEN_MAX * 6 + 1];
+    server_ports(srv, ports, sizeof(ports));
     LOG_EVENT("info", "listening", LOG_S("listen", cfg.listen), LOG_I("port", server_port(srv)),
-              LOG_S("grpc_listen", cfg.grpc_listen),
+              LOG_S("ports", ports), LOG_S("grpc_listen", cfg.grpc_listen),
               grpc ? LOG_I("grpc_port", grpc_front_port(grpc)) : LOG_NULL("grpc_port"),
               LOG_S("workspace", workspace), LOG_S("version", SBXD_VERSION),
               LOG_I("max_running", cfg.max_running), LOG_I("command_uid", harden.uid),

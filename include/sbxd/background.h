@@ -76,6 +76,9 @@ size_t bg_list(struct bg_proc ***out);
 
 void bg_info(struct bg_proc *p, struct bg_info *out);
 const struct exec_request *bg_request(const struct bg_proc *p);
+/* Whether p's command could not be exec'd (that is known when bg_start returns): then, once
+ * the process has ended (at once), its final info in *out. */
+bool bg_start_failed(struct bg_proc *p, struct bg_info *out);
 
 enum bg_read_result {
     BG_READ_DATA,    /* *n bytes of *stream at the offset asked for */

@@ -13,12 +13,14 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "sbxd/limits.h"
 #include "sbxd/log.h"
 
 struct sbxd_config {
-    char listen[256];
-    struct sockaddr_storage listen_addr;
-    socklen_t listen_addr_len;
+    char listen[256]; /* as given: one address, or a comma list (--listen repeated joins them) */
+    struct sockaddr_storage listen_addr[SBXD_LISTEN_MAX];
+    socklen_t listen_addr_len[SBXD_LISTEN_MAX];
+    unsigned nlisten; /* each served alike: the same routes, token, Origin/Host rules, limits */
     char grpc_listen[256]; /* as given, or "off" */
     struct sockaddr_storage grpc_addr;
     socklen_t grpc_addr_len;

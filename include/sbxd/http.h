@@ -35,7 +35,9 @@ struct server {
     struct isolation *iso;
     struct exec_service exec; /* what the routes start commands through */
     int64_t start_ns;
-    uint16_t port;
+    uint16_t port;                   /* the first listener's: ports[0] */
+    uint16_t ports[SBXD_LISTEN_MAX]; /* each --listen address's, in order */
+    unsigned nports;
     unsigned streams;   /* atomic: process output streams being sent (a drain waits for them) */
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */

@@ -175,6 +175,8 @@
 
 /* The listening socket's queue of connections not yet accepted. */
 #define SBXD_LISTEN_BACKLOG 512
+/* Addresses the HTTP API may listen on at once (--listen repeated, or a comma list). */
+#define SBXD_LISTEN_MAX 8
 /* Lingering close (accept.c): sockets read and dropped from at once, and for how long. */
 #define SBXD_LINGER_MAX  256
 #define SBXD_LINGER_MS   2000

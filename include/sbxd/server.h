@@ -22,6 +22,8 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
                             struct sbxd_err *err);
 
 uint16_t server_port(const struct server *srv);
+/* Every listener's port, in --listen's order, as a comma list ("8888,8080") into out. */
+void server_ports(const struct server *srv, char *out, size_t len);
 
 /* The exec service the routes start commands through (other fronts share it: one admission
  * queue and one set of limits), and the drain flag its admission watches. */

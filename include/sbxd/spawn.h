@@ -65,7 +65,7 @@ struct spawn_spec {
  * the command's wait status travels here; the init itself exits 0 once the namespace is empty,
  * and SIGKILL to it kills every process in the namespace.
  */
-enum { SPAWN_NS_EXITED = 1, SPAWN_NS_FAILED = 2 };
+enum { SPAWN_NS_EXITED = 1, SPAWN_NS_FAILED = 2, SPAWN_NS_STARTED = 3 /* exec'd */ };
 
 struct spawn_ns_msg {
     int type;

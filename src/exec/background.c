@@ -249,6 +249,7 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
     int rc = -1;
     if (p->job) {
         snprintf(p->id, sizeof(p->id), "%s", job_id(p->job));
+        p->start_failed = job_result(p->job)->status == JOB_FAILED_TO_START;
         p->pid = job_pid(p->job);
         p->started_real_ns = time_real_ns();
         p->refs = 3; /* the table, the driver, the caller */
@@ -365,6 +366,18 @@ void bg_info(struct bg_proc *p, struct bg_info *out)
     if (!out->finished)
         out->res.status = JOB_RUNNING;
     out->stdin_open = !out->finished && job_stdin_open(p->job);
+}
+
+bool bg_start_failed(struct bg_proc *p, struct bg_info *out)
+{
+    if (!p->start_failed)
+        return false;
+    pthread_mutex_lock(&p->lock);
+    while (!p->finished) /* at once: such a job ends as it starts */
+        pthread_cond_wait(&p->cond, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    bg_info(p, out);
+    return true;
 }
 
 const struct exec_request *bg_request(const struct bg_proc *p)

@@ -32,6 +32,7 @@ struct bg_proc {
     struct bg_proc *next; /* the table, oldest first (under tab.lock) */
     bool listed;          /* in the table (under tab.lock) */
     bool owned;           /* bg_start_owned: a context's, not one of /processes */
+    bool start_failed;    /* its command could not be exec'd (known when bg_start returned) */
     unsigned refs;        /* under tab.lock */
     struct job *job;
     struct exec_request req;

@@ -304,8 +304,12 @@ static int resolve_start(const struct exec_request *req, const struct job_env *e
             char why[sizeof(err->msg)];
             snprintf(why, sizeof(why), "%s", err->msg);
             /* A missing cwd is a bad request here, not a missing resource. */
-            enum sbxd_errkind kind = err->kind == SBXD_E_NOT_FOUND ? SBXD_E_INVALID : err->kind;
-            return sbxd_fail(err, kind, err->sys_errno, "cwd '%.100s': %s", req->cwd, why);
+            bool missing = err->kind == SBXD_E_NOT_FOUND;
+            enum sbxd_errkind kind = missing ? SBXD_E_INVALID : err->kind;
+            sbxd_fail(err, kind, err->sys_errno, "cwd '%.100s': %s", req->cwd, why);
+            if (missing)
+                err->flags |= SBXD_EF_NO_CWD; /* (gRPC answers it NOT_FOUND, as sandboxd) */
+            return -1;
         }
     }
     io->candidates = exec_candidates(req);
@@ -502,6 +506,8 @@ struct job *job_start(const struct exec_request *req, const struct job_env *env,
         goto fail;
     adopt_io(job, req, &io);
     start_io_close(&io, req->pty);
+    if (job_init_reports(job))
+        job_await_exec(job, job->start_ns + (int64_t)SBXD_SPAWN_DEADLINE_MS * 1000000);
     return job;
 
 fail:

@@ -38,6 +38,8 @@ static void read_ns_status(struct job *job)
         }
         if (n != (ssize_t)sizeof(m))
             return; /* EAGAIN (writes of this size are atomic: never a part) */
+        if (m.type == SPAWN_NS_STARTED)
+            continue;
         if (job->main_reported)
             continue;
         job->main_reported = true;
@@ -56,6 +58,22 @@ static void read_ns_status(struct job *job)
         if (!job->exited)
             mark_exited(job);
     }
+}
+
+void job_await_exec(struct job *job, int64_t deadline_ns)
+{
+    struct pollfd pfd = {.fd = job->status_fd, .events = POLLIN};
+    for (;;) {
+        int64_t left = deadline_ns - time_mono_ns();
+        if (job->status_fd < 0 || left <= 0)
+            return;
+        int n = poll(&pfd, 1, (int)((left + 999999) / 1000000));
+        if (n > 0)
+            break;
+        if (n < 0 && errno != EINTR)
+            return;
+    }
+    read_ns_status(job); /* STARTED, or FAILED with the reason (the job then ends at once) */
 }
 
 /* The status as the command ended: exit code, signal, and what sbxd's own kill meant. */

@@ -94,6 +94,11 @@ static inline bool job_init_reports(const struct job *job)
  * command was started. Safe to call twice. */
 void job_release(struct job *job, bool ran);
 
+/* job_drive.c: a one-command init's job waits (until deadline_ns at the latest) for the init
+ * to say whether the command was exec'd, so that a failed start is known when job_start
+ * returns, as it is where the daemon clones the command itself. */
+void job_await_exec(struct job *job, int64_t deadline_ns);
+
 /* job_kill.c */
 void job_kill_tree(struct job *job, bool reaper_locked);
 void job_kill_own(struct job *job, enum job_kill_reason why); /* from the owner's thread */

@@ -65,6 +65,10 @@ NO_SANITIZE __attribute__((noreturn)) static void ns_init(const struct spawn_spe
         syscall(SYS_write, sfd, &m, sizeof(m));
         syscall(SYS_exit_group, 127);
     }
+    /* The vfork is over with an exec: the daemon waits for this (or FAILED) to know the
+     * command started before it answers for it (a gRPC Start's first event). */
+    struct spawn_ns_msg started = {.type = SPAWN_NS_STARTED};
+    syscall(SYS_write, sfd, &started, sizeof(started));
     /* Nothing of the daemon's stays open here but the status pipe: above all not the
      * command's pipes, whose readers wait for every writer to go. */
     spawn_close_span(0, (unsigned)sfd - 1);

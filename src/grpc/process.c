@@ -106,10 +106,15 @@ static int build_request(const struct grpc_call *c, const Process__V1__ProcessCo
 
 /* An sbxd error as the call's status. A path outside the workspace (SBXD_E_DENIED, whether
  * exec_request_build saw it in an absolute cwd or the job's start in a `..` one) is
- * PERMISSION_DENIED, as sandboxd answers it; a capacity limit RESOURCE_EXHAUSTED. */
+ * PERMISSION_DENIED, as sandboxd answers it; a capacity limit RESOURCE_EXHAUSTED. A cwd that
+ * does not exist is NOT_FOUND here, as sandboxd's failed chdir is (REST's 400 is a bad
+ * request). */
 static void finish_err(struct grpc_call *c, const struct sbxd_err *err)
 {
-    grpc_call_finish(c, grpc_code_of(err->kind), "%s", err->msg);
+    enum grpc_code code = grpc_code_of(err->kind);
+    if (err->kind == SBXD_E_INVALID && (err->flags & SBXD_EF_NO_CWD))
+        code = GRPC_NOT_FOUND;
+    grpc_call_finish(c, code, "%s", err->msg);
 }
 
 /* The admission as REST's: a command waits its turn for a running slot. 0 with the slot
@@ -489,13 +494,11 @@ static void process_start(struct grpc_call *c)
     /* Held from its first byte: the call is to lose none of its output (follow). Every way
      * out of the call below lets go. */
     bg_hold(p, 0);
-    /* A program that could not be exec'd, when that is known already, fails the call as
-     * sandboxd's does, before any event; known later (the process's driver has not
-     * reported it yet, or a namespace's init reports it a moment after the start), the
-     * call fails after its InitEvent, with the same status. */
+    /* A program that could not be exec'd fails the call as sandboxd's does, before any
+     * event: whether it was is known once the start returned (a namespace's init says so
+     * before job_start returns). */
     struct bg_info in;
-    bg_info(p, &in);
-    if (in.res.status == JOB_FAILED_TO_START) {
+    if (bg_start_failed(p, &in)) {
         bg_hold(p, BG_NO_HOLD);
         result_trailers(c, in.id, &in.res);
         finish_failed_start(c, &in.res);
@@ -519,12 +522,24 @@ static void process_start(struct grpc_call *c)
 /* ------------------------------------------------------------------------------------ */
 /* WriteStdin, SendSignal, ResizeTTY: a process by its number.                          */
 
+/* The running process of that number. One that has ended is not found, as sandboxd forgets a
+ * process when it ends: REST's /processes keeps it (its result and output) for the retention
+ * period, but there is nothing left to write to, signal or resize. */
 static struct bg_proc *process_of(struct grpc_call *c, int32_t number)
 {
     struct bg_proc *p = bg_get_number(number);
+    if (p && bg_ended(p)) {
+        bg_put(p);
+        p = NULL;
+    }
     if (!p)
         grpc_call_finish(c, GRPC_NOT_FOUND, "process %d not found", (int)number);
     return p;
+}
+
+static void finish_ended(struct grpc_call *c, int32_t number)
+{
+    grpc_call_finish(c, GRPC_NOT_FOUND, "process %d not found (it has ended)", (int)number);
 }
 
 /* A unary call's one message and its OK. */
@@ -545,7 +560,8 @@ static void process_write_stdin(struct grpc_call *c)
         finish_bad_request(c, "WriteStdinRequest");
         return;
     }
-    struct bg_proc *p = process_of(c, rq->process_id);
+    int32_t number = rq->process_id;
+    struct bg_proc *p = process_of(c, number);
     if (!p) {
         process__v1__write_stdin_request__free_unpacked(rq, NULL);
         return;
@@ -573,6 +589,7 @@ static void process_write_stdin(struct grpc_call *c)
     enum bg_stdin_result r = bg_stdin(p, in, n, eof, grpc_call_config(c)->stdin_timeout_ms,
                                       grpc_call_cancel_fd(c), &written, &open_after, &err);
     process__v1__write_stdin_request__free_unpacked(rq, NULL);
+    bool ended = r == BG_STDIN_FAILED && err.kind == SBXD_E_CONFLICT && bg_ended(p);
     bg_put(p);
     switch (r) {
     case BG_STDIN_DONE:
@@ -593,9 +610,12 @@ static void process_write_stdin(struct grpc_call *c)
     }
     if (err.kind == SBXD_E_BUSY)
         metrics_limit(LIM_STDIN_PENDING);
-    /* Stdin closed or the process ended (SBXD_E_CONFLICT): FAILED_PRECONDITION; too much
-     * waiting already (SBXD_E_BUSY): RESOURCE_EXHAUSTED. */
+    /* The process ended meanwhile: NOT_FOUND, as process_of answers once it has; stdin
+     * closed (SBXD_E_CONFLICT): FAILED_PRECONDITION; too much waiting already
+     * (SBXD_E_BUSY): RESOURCE_EXHAUSTED. */
     enum grpc_code code = grpc_code_of(err.kind);
+    if (ended)
+        code = GRPC_NOT_FOUND;
     if (n)
         grpc_call_finish(c, code, "%s (%llu of %zu bytes went in)", err.msg,
                          (unsigned long long)written, n);
@@ -644,7 +664,7 @@ static void process_send_signal(struct grpc_call *c)
         Process__V1__SendSignalResponse ok = PROCESS__V1__SEND_SIGNAL_RESPONSE__INIT;
         reply(c, &ok.base);
     } else if (err.kind == SBXD_E_CONFLICT) {
-        grpc_call_finish(c, GRPC_FAILED_PRECONDITION, "process %d has ended", (int)number);
+        finish_ended(c, number); /* (it ended since process_of looked) */
     } else {
         finish_err(c, &err);
     }
@@ -671,10 +691,12 @@ static void process_resize_tty(struct grpc_call *c)
                          "process %d has no terminal (start it with a pty)", (int)number);
         return;
     }
-    if (cols < 1 || cols > SBXD_PTY_MAX || rows < 1 || rows > SBXD_PTY_MAX) {
+    /* 0 is taken as sandboxd takes it: a side of unknown size (0x0 is what a fresh
+     * terminal has), which the kernel stores as any other. */
+    if (cols > SBXD_PTY_MAX || rows > SBXD_PTY_MAX) {
         bg_put(p);
         grpc_call_finish(c, GRPC_INVALID_ARGUMENT,
-                         "cols and rows must be whole numbers from 1 to %d (got %ux%u)",
+                         "cols and rows must be whole numbers from 0 to %d (got %ux%u)",
                          SBXD_PTY_MAX, (unsigned)cols, (unsigned)rows);
         return;
     }
@@ -685,7 +707,7 @@ static void process_resize_tty(struct grpc_call *c)
         Process__V1__ResizeTTYResponse ok = PROCESS__V1__RESIZE_TTYRESPONSE__INIT;
         reply(c, &ok.base);
     } else if (err.kind == SBXD_E_CONFLICT) {
-        grpc_call_finish(c, GRPC_FAILED_PRECONDITION, "process %d: %s", (int)number, err.msg);
+        finish_ended(c, number); /* (it ended since process_of looked: it has a terminal) */
     } else {
         finish_err(c, &err);
     }

@@ -1,6 +1,8 @@
 /*
- * accept.c - the front door: sbxd's own listening socket and the one thread that accepts on
- * it, hands each admitted connection to libmicrohttpd, and lingers on closed ones.
+ * accept.c - the front door: sbxd's own listening sockets (one per --listen address) and the
+ * one thread that accepts on them, hands each admitted connection to libmicrohttpd, and
+ * lingers on closed ones. Every listener feeds the same daemon: one set of routes, token,
+ * Origin/Host rules and connection limits, whichever address a client dialled.
  *
  * Why not libmicrohttpd's own accept: at its connection limit it resets new connections
  * before sbxd can tell a health probe from a flood, and out of descriptors it retries
@@ -49,7 +51,8 @@ struct lingering {
 };
 
 struct front {
-    int listen_fd;
+    int listen_fd[SBXD_LISTEN_MAX];
+    unsigned nlisten;
     int wake_fd;               /* eventfd: stop, or sockets handed over to linger on */
     struct acceptor_state acc; /* the reserve descriptor, the accept failures' log */
     pthread_t thread;
@@ -64,6 +67,33 @@ struct front {
     int64_t paused_until_ns;
 };
 
+/* The i-th --listen address: bound and listening, its port in srv->ports[i]. */
+static int listen_one(struct server *srv, struct front *f, unsigned i, struct sbxd_err *err)
+{
+    const struct sbxd_config *cfg = srv->cfg;
+    const struct sockaddr_storage *addr = &cfg->listen_addr[i];
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
+    f->listen_fd[f->nlisten++] = fd;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->ss_family == AF_INET6)
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)addr, cfg->listen_addr_len[i]) < 0 ||
+        listen(fd, SBXD_LISTEN_BACKLOG) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        srv->ports[i] = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                       : ((struct sockaddr_in *)&ss)->sin_port);
+    if (i == 0)
+        srv->port = srv->ports[0];
+    srv->nports = i + 1;
+    return 0;
+}
+
 int front_open(struct server *srv, struct sbxd_err *err)
 {
     const struct sbxd_config *cfg = srv->cfg;
@@ -75,26 +105,12 @@ int front_open(struct server *srv, struct sbxd_err *err)
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     }
     f->scratch = scratch;
-    f->listen_fd = f->wake_fd = f->acc.reserve_fd = -1;
+    f->wake_fd = f->acc.reserve_fd = -1;
     pthread_mutex_init(&f->lock, NULL);
     srv->front = f;
-    int family = cfg->listen_addr.ss_family;
-    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
-    f->listen_fd = fd;
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (family == AF_INET6)
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (const struct sockaddr *)&cfg->listen_addr, cfg->listen_addr_len) < 0 ||
-        listen(fd, SBXD_LISTEN_BACKLOG) < 0)
-        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-        srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                   : ((struct sockaddr_in *)&ss)->sin_port);
+    for (unsigned i = 0; i < cfg->nlisten; i++)
+        if (listen_one(srv, f, i, err) < 0)
+            return -1;
     f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (f->wake_fd < 0 || acceptor_init(&f->acc) < 0)
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot set up the listener");
@@ -162,15 +178,15 @@ static void shed_descriptors(int fd, void *srv)
     shed(srv, fd, SHED_DESCRIPTORS);
 }
 
-static void accept_some(struct server *srv, struct front *f)
+static void accept_some(struct server *srv, struct front *f, int listen_fd)
 {
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        int fd = accept4(f->listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             enum acceptor_next next =
-                acceptor_failed(&f->acc, "http", f->listen_fd, errno, shed_descriptors, srv);
+                acceptor_failed(&f->acc, "http", listen_fd, errno, shed_descriptors, srv);
             if (next == ACCEPT_DRAINED)
                 return;
             if (next == ACCEPT_AGAIN)
@@ -229,7 +245,7 @@ static void *front_main(void *arg)
 {
     struct server *srv = arg;
     struct front *f = srv->front;
-    struct pollfd pfd[2 + SBXD_LINGER_MAX];
+    struct pollfd pfd[1 + SBXD_LISTEN_MAX + SBXD_LINGER_MAX];
     for (;;) {
         pthread_mutex_lock(&f->lock);
         bool stop = f->stop;
@@ -252,7 +268,8 @@ static void *front_main(void *arg)
             next = f->paused_until_ns;
         nfds_t n = 0;
         pfd[n++] = (struct pollfd){.fd = f->wake_fd, .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = paused ? -1 : f->listen_fd, .events = POLLIN};
+        for (unsigned i = 0; i < f->nlisten; i++)
+            pfd[n++] = (struct pollfd){.fd = paused ? -1 : f->listen_fd[i], .events = POLLIN};
         for (unsigned i = 0; i < f->nlinger; i++)
             pfd[n++] = (struct pollfd){.fd = f->linger[i].fd, .events = POLLIN | POLLRDHUP};
         int timeout = next < 0 ? -1 : (int)((next - now + 999999) / 1000000);
@@ -265,12 +282,14 @@ static void *front_main(void *arg)
             }
             take_handed(f);
         }
-        if (pfd[1].revents)
-            accept_some(srv, f);
+        for (unsigned i = 0; i < f->nlisten; i++)
+            if (pfd[1 + i].revents)
+                accept_some(srv, f, f->listen_fd[i]);
         /* The lingering sockets as they were polled (take_handed appends after them, and
          * linger_close moves the last one into a closed one's place: walk backwards). */
-        for (unsigned i = (unsigned)n - 2; i-- > 0;)
-            if (pfd[2 + i].revents && !linger_drain(f, f->linger[i].fd))
+        unsigned first = 1 + f->nlisten;
+        for (unsigned i = (unsigned)n - first; i-- > 0;)
+            if (pfd[first + i].revents && !linger_drain(f, f->linger[i].fd))
                 linger_close(f, i);
     }
     return NULL;
@@ -292,6 +311,13 @@ int front_start(struct server *srv, struct sbxd_err *err)
     return 0;
 }
 
+static void close_listeners(struct front *f)
+{
+    for (unsigned i = 0; i < f->nlisten; i++)
+        close(f->listen_fd[i]);
+    f->nlisten = 0;
+}
+
 void front_stop(struct server *srv)
 {
     struct front *f = srv->front;
@@ -305,9 +331,7 @@ void front_stop(struct server *srv)
         wake(f);
         pthread_join(f->thread, NULL);
     }
-    if (f->listen_fd >= 0)
-        close(f->listen_fd);
-    f->listen_fd = -1;
+    close_listeners(f);
 }
 
 void front_free(struct server *srv)
@@ -319,8 +343,7 @@ void front_free(struct server *srv)
         close(f->handed[i]);
     for (unsigned i = 0; i < f->nlinger; i++)
         close(f->linger[i].fd);
-    if (f->listen_fd >= 0)
-        close(f->listen_fd);
+    close_listeners(f);
     if (f->wake_fd >= 0)
         close(f->wake_fd);
     acceptor_free(&f->acc);

@@ -139,6 +139,12 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_uint(&w, bg_running());
     jw_key(&w, "max_processes");
     jw_uint(&w, srv->cfg->max_processes);
+    /* Every port the HTTP API answers on (--listen), each with the same routes and rules. */
+    jw_key(&w, "http_ports");
+    jw_arr_begin(&w);
+    for (unsigned i = 0; i < srv->nports; i++)
+        jw_uint(&w, srv->ports[i]);
+    jw_arr_end(&w);
     write_isolation(&w, srv);
     jw_obj_end(&w);
     return reply_jsonw(

@@ -616,6 +616,18 @@ uint16_t server_port(const struct server *srv)
     return srv->port;
 }
 
+void server_ports(const struct server *srv, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (unsigned i = 0; i < srv->nports && at < len; i++) {
+        int n = snprintf(out + at, len - at, "%s%u", i ? "," : "", (unsigned)srv->ports[i]);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
 struct exec_service *server_exec(struct server *srv)
 {
     return &srv->exec;

@@ -154,6 +154,16 @@ class GrpcCase(unittest.TestCase):
         self.assertLess(pid, 2 ** 31)
         return call, pid
 
+    def start_events(self, command, cwd=None):
+        """A Start that is expected to fail: (its events, its RpcError)."""
+        call = self.stub().Start(pb.StartRequest(config=config(command, cwd=cwd)),
+                                 timeout=CALL_TIMEOUT, metadata=self.d.metadata())
+        events = []
+        with self.assertRaises(grpc.RpcError) as cm:
+            for ev in call:
+                events.append(ev)
+        return events, cm.exception
+
     def collect(self, call):
         """The rest of a Start stream: (stdout, stderr, exit_code); ExitEvent must be last
         and the call must end OK."""
@@ -359,8 +369,16 @@ class ExecuteTest(GrpcCase):
         for cwd in ("/etc", "../..", "..", "/"):
             self.execute_code(grpc.StatusCode.PERMISSION_DENIED, ["pwd"], cwd=cwd)
 
-    def test_cwd_missing_invalid_argument(self):
-        self.execute_code(grpc.StatusCode.INVALID_ARGUMENT, ["pwd"], cwd="no-such-dir")
+    def test_cwd_missing_not_found(self):
+        """A cwd that does not exist (inside the workspace): NOT_FOUND, as sandboxd answers
+        it, on Execute and on Start (before any event); nothing runs."""
+        m = marker()
+        for cwd in ("no-such-dir-%s" % m, os.path.join(self.d.ws, "no-such-dir-%s/sub" % m)):
+            self.execute_code(grpc.StatusCode.NOT_FOUND, sh("touch ../ran-" + m), cwd=cwd)
+            events, e = self.start_events(sh("touch ../ran-" + m), cwd=cwd)
+            self.assertEqual((e.code(), events), (grpc.StatusCode.NOT_FOUND, []),
+                             "Start in cwd %r: %s" % (cwd, e.details()))
+        self.assertFalse(os.path.exists(os.path.join(self.d.ws, "ran-" + m)))
 
     def test_empty_command_invalid_argument(self):
         self.execute_code(grpc.StatusCode.INVALID_ARGUMENT, [])
@@ -589,6 +607,19 @@ class StartTest(GrpcCase):
         self.assertIn(b"40 120", out)
         self.assertEqual(code, 0)
 
+    def test_resize_tty_zero_accepted(self):
+        """0x0 (a terminal of unknown size) is a size like any other, as sandboxd takes it;
+        so is a 0 on one side."""
+        call, pid = self.start(sh("read x; stty size; read x; stty size"), pty=(80, 24))
+        self.resize(pid, 0, 0)
+        self.write_stdin(pid, b"\n")
+        self.assertIn(b"0 0", self.read_until(call, b"0 0"))
+        self.resize(pid, 90, 0)
+        self.write_stdin(pid, b"\n")
+        out, _, code = self.collect(call)
+        self.assertIn(b"0 90", out)
+        self.assertEqual(code, 0)
+
     def test_resize_without_pty_failed_precondition(self):
         m = marker()
         call, pid = self.start(sleeper(m))
@@ -606,8 +637,8 @@ class StartTest(GrpcCase):
         self.write_stdin(pid, eof=True)
         out, err, code = self.collect(call)
         self.assertEqual((out, err, code), (b"got a\ngot b\ndone\n", b"", 0))
-        # After the exit.
-        self.assert_code(grpc.StatusCode.FAILED_PRECONDITION, self.write_stdin, pid, b"x")
+        # After the exit the process is gone, as sandboxd forgets it.
+        self.assert_code(grpc.StatusCode.NOT_FOUND, self.write_stdin, pid, b"x")
 
     def test_write_stdin_after_eof_failed_precondition(self):
         """stdin closed by an eof while the process still runs: a later write is refused."""
@@ -653,11 +684,16 @@ class StartTest(GrpcCase):
             self.signal(pid, pb.SIGNAL_SIGKILL)
         self.assertEqual(self.collect(call)[2], 137)
 
-    def test_send_signal_after_exit_failed_precondition(self):
-        call, pid = self.start(["true"])
-        self.assertEqual(self.collect(call)[2], 0)
-        self.assert_code(grpc.StatusCode.FAILED_PRECONDITION, self.signal, pid,
-                         pb.SIGNAL_SIGTERM)
+    def test_after_exit_not_found(self):
+        """Once its Start has ended, a process is unknown to WriteStdin, SendSignal and
+        ResizeTTY: NOT_FOUND, as sandboxd answers (its registry forgets it)."""
+        for pty in (None, (80, 24)):
+            call, pid = self.start(["true"], pty=pty)
+            self.assertEqual(self.collect(call)[2], 0)
+            self.assert_code(grpc.StatusCode.NOT_FOUND, self.signal, pid, pb.SIGNAL_SIGTERM)
+            self.assert_code(grpc.StatusCode.NOT_FOUND, self.write_stdin, pid, b"x")
+            self.assert_code(grpc.StatusCode.NOT_FOUND, self.write_stdin, pid, eof=True)
+            self.assert_code(grpc.StatusCode.NOT_FOUND, self.resize, pid, 100, 30)
 
     def test_unknown_process_id_not_found(self):
         for pid in (0, -1, 2 ** 31 - 1, 987654):
@@ -669,7 +705,7 @@ class StartTest(GrpcCase):
     def test_resize_out_of_range_invalid_argument(self):
         call, pid = self.start(sh("read x"), pty=(80, 24))
         try:
-            for cols, rows in ((0, 24), (80, 0), (1001, 24), (80, 100000)):
+            for cols, rows in ((1001, 24), (80, 100000), (0, 1001)):
                 self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, self.resize, pid, cols, rows)
         finally:
             self.signal(pid, pb.SIGNAL_SIGKILL)
@@ -681,9 +717,13 @@ class StartTest(GrpcCase):
                          timeout=CALL_TIMEOUT, metadata=self.d.metadata())
 
     def test_start_program_not_found(self):
-        self.assert_code(grpc.StatusCode.NOT_FOUND, self.stub().Start,
-                         pb.StartRequest(config=config(["/no/such/program"])),
-                         timeout=CALL_TIMEOUT, metadata=self.d.metadata())
+        """A program that does not exist: the call fails NOT_FOUND with no event at all (no
+        InitEvent first), as sandboxd's Start, whose exec fails before it sends any."""
+        for prog in ("/no/such/program", "no-such-program-%s" % marker(),
+                     "/no/such/program"):
+            events, e = self.start_events([prog])
+            self.assertEqual((e.code(), events), (grpc.StatusCode.NOT_FOUND, []),
+                             "%s: %s" % (prog, e.details()))
 
     def test_start_errors_before_init(self):
         self.assert_code(grpc.StatusCode.PERMISSION_DENIED, self.stub().Start,

@@ -57,6 +57,79 @@ START_TEST(port_in_use_exits_1)
 END_TEST
 
 /*
+ * --listen twice (the harness gives one, the test another), as the k8s sandboxd flavour runs
+ * it (8888 for the router, 8080 where the SDK dials REST): both addresses serve the HTTP API
+ * alike: the same routes and workspace, the same token, the same Origin rule, and /healthz
+ * lists both ports. (Before, the second --listen replaced the first: one port.)
+ */
+START_TEST(several_listen_addresses_served_alike)
+{
+    struct daemon d;
+    const char *args[] = {"--listen", "127.0.0.1:0", NULL};
+    const char *env[] = {"SBXD_TOKEN=tok-two-ports", NULL};
+    daemon_start(&d, args, env);
+    char *log = daemon_log_read(&d);
+    const char *p = strstr(log, "\"ports\":\"");
+    int a = 0, b = 0;
+    bool two = p && sscanf(p + 9, "%d,%d", &a, &b) == 2;
+    ck_assert_msg(two, "the listening line names no two ports: %s", log);
+    free(log);
+    ck_assert_int_eq(a, d.port);
+    ck_assert_int_ne(a, b);
+    struct daemon on[2] = {d, d};
+    on[1].port = b;
+    const char *auth = "Authorization: Bearer tok-two-ports";
+    for (int i = 0; i < 2; i++) {
+        struct http_resp r;
+        ck_assert_int_eq(http_request(&on[i], "GET", "/healthz", NULL, NULL, 0, 0, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        const cJSON *ports = cJSON_GetObjectItem(r.json, "http_ports");
+        ck_assert_int_eq(cJSON_GetArraySize(ports), 2);
+        ck_assert_int_eq(cJSON_GetArrayItem(ports, 0)->valueint, a);
+        ck_assert_int_eq(cJSON_GetArrayItem(ports, 1)->valueint, b);
+        http_resp_free(&r);
+        /* The token guards each. */
+        const char *run = "{\"command\":\"echo ok\"}";
+        ck_assert_int_eq(http_request(&on[i], "POST", "/execute", NULL, run, strlen(run), 0, &r),
+                         0);
+        assert_error(&r, 401, "UNAUTHENTICATED");
+        http_resp_free(&r);
+        ck_assert_int_eq(
+            http_request_with(&on[i], "POST", "/execute", auth, NULL, run, strlen(run), 0, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_str_eq(jstr(r.json, "stdout"), "ok\n");
+        http_resp_free(&r);
+        /* Every route, on one workspace: a file put through one is read through the other;
+         * the legacy and /v1 faces too. */
+        char path[64];
+        snprintf(path, sizeof(path), "/files/via-%d.txt", i);
+        ck_assert_int_eq(http_request_with(&on[i], "PUT", path, auth, "text/plain", "x", 1, 0, &r),
+                         0);
+        ck_assert_int_lt(r.status, 300);
+        http_resp_free(&r);
+        snprintf(path, sizeof(path), "/v1/files/via-%d.txt", i);
+        ck_assert_int_eq(http_request_with(&on[1 - i], "GET", path, auth, NULL, NULL, 0, 0, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_str_eq(r.body, "x");
+        http_resp_free(&r);
+        ck_assert_int_eq(
+            http_request_with(&on[i], "GET", "/exists/via-0.txt", auth, NULL, NULL, 0, 0, &r), 0);
+        ck_assert_int_eq(r.status, 200);
+        http_resp_free(&r);
+        /* The Origin rule: a page of another site is refused, token or not. */
+        char hdr[160];
+        snprintf(hdr, sizeof(hdr), "%s\r\nOrigin: http://evil.example", auth);
+        ck_assert_int_eq(http_request_with(&on[i], "POST", "/execute", hdr, "text/plain", run,
+                                           strlen(run), 0, &r),
+                         0);
+        ck_assert_int_eq(r.status, 403);
+        http_resp_free(&r);
+    }
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/*
  * sbxd under setpriv with CAP_SETUID and CAP_SETGID gone from its bounding set (as capsh
  * --drop or a runtime's capability list leaves a root daemon): SBXD_BIN points at a script
  * that starts the real one so. Returns false (the test is skipped) when that cannot be
@@ -358,6 +431,7 @@ Suite *lifecycle_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bad_option_exits_2_naming_it);
     tcase_add_test(tc, port_in_use_exits_1);
+    tcase_add_test(tc, several_listen_addresses_served_alike);
     tcase_add_test(tc, no_user_switch_refuses_to_start);
     tcase_add_test(tc, no_user_switch_with_degraded_ok_serves_503);
     tcase_add_test(tc, workspace_is_created);

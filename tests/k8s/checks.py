@@ -337,6 +337,10 @@ def port_of(addr):
     return int(m.group(1)) if m else None
 
 
+# Where agent-sandbox's sandboxd listens, and so where its SDKs dial it (REST, gRPC).
+SANDBOXD_REST, SANDBOXD_GRPC = 8080, 9090
+
+
 def check_sandboxd(o, spec, defaults, where):
     """components/sandboxd: both of sbxd's listeners declared, named in the KEP-539.2
     discovery variables, and probed: readiness over REST (/v1/health), startup and liveness
@@ -344,15 +348,24 @@ def check_sandboxd(o, spec, defaults, where):
     n = "%s: %s" % (where, ident(o))
     c = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
-    rest = port_of(env.get("SBXD_LISTEN", defaults["listen"][1]))
+    # The HTTP API on sbxd's own port (the router's, the legacy SDK's) and on sandboxd's REST
+    # port 8080, where the SDK's sandboxd mode dials it; the gRPC API on sandboxd's 9090.
+    listen = [a.strip() for a in env.get("SBXD_LISTEN", defaults["listen"][1]).split(",")]
+    http = port_of(defaults["listen"][1])
+    rest = SANDBOXD_REST
     grpc_listen = env.get("SBXD_GRPC_LISTEN", defaults.get("grpc-listen", ("", ""))[1])
     grpc = port_of(grpc_listen)
+    check("%s: SBXD_LISTEN %s: the HTTP API on %s and on sandboxd's REST port %s, every "
+          "address" % (n, env.get("SBXD_LISTEN"), http, rest),
+          sorted(port_of(a) or 0 for a in listen) == sorted([http, rest]) and
+          all(a.startswith(("0.0.0.0:", "[::]:", ":")) for a in listen), json.dumps(env))
     check("%s: SBXD_GRPC_LISTEN %s listens on every address (kubelet probes the pod IP)" %
-          (n, grpc_listen), "SBXD_GRPC_LISTEN" in env and grpc and
+          (n, grpc_listen), "SBXD_GRPC_LISTEN" in env and grpc == SANDBOXD_GRPC and
           grpc_listen.startswith(("0.0.0.0:", "[::]:", ":")), json.dumps(env))
-    check("%s: containerPorts %s http, %s grpc, and no other" % (n, rest, grpc),
+    check("%s: containerPorts %s http, %s rest, %s grpc, and no other" % (n, http, rest, grpc),
           sorted((p.get("containerPort"), p.get("name"), p.get("protocol", "TCP"))
-                 for p in c.get("ports", [])) == sorted([(rest, "http", "TCP"),
+                 for p in c.get("ports", [])) == sorted([(http, "http", "TCP"),
+                                                        (rest, "rest", "TCP"),
                                                         (grpc, "grpc", "TCP")]),
           json.dumps(c.get("ports")))
     for var, port in (("SANDBOXD_GRPC_ADDR", grpc), ("SANDBOXD_REST_ADDR", rest)):
@@ -405,28 +418,46 @@ def normalised_pod(meta, spec):
     return json.dumps(spec, sort_keys=True)
 
 
-def check_network(objs, crds, where):
+def check_network(objs, crds, where, sandboxd=False, egress_open=False):
+    """The legacy flavour: ingress only from the router on 8888. With components/sandboxd,
+    besides that rule one more: in-cluster clients (pods of any namespace, no address
+    block) on sandboxd's REST and gRPC ports, which the SDK dials on the pod IP or the
+    headless Service. Egress denied unless components/egress-internet opens it."""
     tmpl = [o for o in objs if o.get("kind") == "SandboxTemplate"]
     nps = [o for o in objs if o.get("kind") == "NetworkPolicy"]
     pods = pod_specs(objs)
     router = {"app": "sandbox-router"}
 
+    def ports(r):
+        return sorted((p.get("protocol", "TCP"), p.get("port")) for p in r.get("ports", []))
+
+    def router_rule(r):
+        return bool(r.get("from")) and ports(r) == [("TCP", 8888)] and all(
+            peer.get("podSelector", {}).get("matchLabels") == router and "ipBlock" not in peer
+            for peer in r["from"])
+
+    def in_cluster_rule(r):
+        return bool(r.get("from")) and \
+            ports(r) == [("TCP", SANDBOXD_REST), ("TCP", SANDBOXD_GRPC)] and \
+            all(set(peer) <= {"podSelector", "namespaceSelector"} and "namespaceSelector" in peer
+                for peer in r["from"])
+
     def router_only(rules):
-        for r in rules:
-            for peer in r.get("from", []):
-                if peer.get("podSelector", {}).get("matchLabels") != router or "ipBlock" in peer:
-                    return False
-            if [(p.get("protocol", "TCP"), p.get("port")) for p in r.get("ports", [])] != [("TCP", 8888)]:
-                return False
-        return bool(rules)
+        if sandboxd:
+            return len(rules) == 2 and sum(map(router_rule, rules)) == 1 and \
+                sum(map(in_cluster_rule, rules)) == 1
+        return bool(rules) and all(router_rule(r) for r in rules)
+
+    what = ("ingress from the router on 8888 and from in-cluster clients on %d and %d" %
+            (SANDBOXD_REST, SANDBOXD_GRPC) if sandboxd else "ingress only from the router on 8888")
 
     for t in tmpl:
         npol = t["spec"].get("networkPolicy")
-        check("%s: %s: a managed NetworkPolicy: ingress only from the router on 8888, no egress"
-              % (where, ident(t)),
+        check("%s: %s: a managed NetworkPolicy: %s, %s" %
+              (where, ident(t), what, "egress opened" if egress_open else "no egress"),
               t["spec"].get("networkPolicyManagement", "Managed") == "Managed" and npol is not None
-              and router_only(npol.get("ingress", [])) and not npol.get("egress"),
-              json.dumps(npol))
+              and router_only(npol.get("ingress", [])) and
+              (egress_open or not npol.get("egress")), json.dumps(npol))
         check("%s: %s: a Service per sandbox (the router's way in)" % (where, ident(t)),
               t["spec"].get("service") is True)
     ing_schema = eg_schema = None
@@ -441,9 +472,11 @@ def check_network(objs, crds, where):
                       for _, meta, _ in pods)
         check("%s: %s selects every sbxd pod" % (where, ident(np)), bool(sel) and covered,
               json.dumps(sel))
-        check("%s: %s: ingress only from the router on 8888, egress denied" % (where, ident(np)),
+        check("%s: %s: %s, egress %s" % (where, ident(np), what,
+                                          "opened" if egress_open else "denied"),
               sorted(s.get("policyTypes", [])) == ["Egress", "Ingress"] and
-              router_only(s.get("ingress", [])) and s.get("egress") == [], json.dumps(s)[:300])
+              router_only(s.get("ingress", [])) and (egress_open or s.get("egress") == []),
+              json.dumps(s)[:400])
         if ing_schema:
             errs = errors(ing_schema, s.get("ingress", [])) + errors(eg_schema, s.get("egress", []))
             check("%s: %s: rules match the NetworkPolicy rule schema (from the CRD)" %
@@ -610,11 +643,14 @@ def main():
                               [p.get("containerPort") for p in c.get("ports", [])] == [8888]
                               and "startupProbe" not in c and
                               "grpc" not in c.get("livenessProbe", {}))
+                check_network(objs, crds, where, sandboxd="sandboxd" in opts,
+                              egress_open="egress-internet" in opts)
                 if "sandboxd" in opts:
                     svcs = [o for o in objs if o["kind"] == "Service"]
-                    check("%s: the Service forwards 8888 http and 9090 grpc" % where,
+                    check("%s: the Service forwards 8888 http, 8080 rest and 9090 grpc" % where,
                           all([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]]
-                              == [(8888, "http"), (9090, "grpc")] for s in svcs))
+                              == [(8888, "http"), (8080, "rest"), (9090, "grpc")]
+                              for s in svcs))
                 if "egress-internet" in opts:
                     eg = [o["spec"].get("egress") for o in objs if o["kind"] == "NetworkPolicy"]
                     eg += [o["spec"]["networkPolicy"].get("egress") for o in objs
@@ -637,6 +673,11 @@ def main():
                                "SANDBOXD_REST_ADDR", "SandboxdPodTunnelConnectionConfig")
                    if w not in text]
         check("docs/kubernetes.md explains the sandboxd mode", not missing, missing)
+        missing = [w for w in ("8080", "9090", "pod IP", "headless Service", "in-cluster",
+                               "pod name", "runtime selection", "--listen")
+                   if w not in text]
+        check("docs/kubernetes.md explains the sandboxd ports, the direct connectivity modes "
+              "and the policy that admits them", not missing, missing)
         missing = [w for w in ("components/token", "defaultMode: 0400") if w not in text]
         check("docs/kubernetes.md explains the token component", not missing, missing)
 

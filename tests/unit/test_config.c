@@ -1,4 +1,6 @@
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,6 +58,43 @@ START_TEST(flags_beat_env_beat_defaults)
     ck_assert_uint_eq(cfg.max_output_bytes, 2 * 1048576);
     ck_assert_int_eq(cfg.log_format, LOG_FORMAT_TEXT);
     ck_assert_str_eq(cfg.listen, "127.0.0.1:0");
+}
+END_TEST
+
+START_TEST(listen_several)
+{
+    char *envp[] = {NULL};
+    char *one[] = {"sbxd", NULL};
+    ck_assert_int_eq(parse(one, envp), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.nlisten, 1);
+    /* Repeated, and a comma list (blanks around an item ignored): all of them, in order. */
+    char *rep[] = {"sbxd",        "--listen", "127.0.0.1:8080", "--listen=[::1]:0, :9", "--listen",
+                   "127.0.0.2:1", NULL};
+    ck_assert_int_eq(parse(rep, envp), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.nlisten, 4);
+    ck_assert_str_eq(cfg.listen, "127.0.0.1:8080,[::1]:0, :9,127.0.0.2:1");
+    ck_assert_int_eq(cfg.listen_addr[0].ss_family, AF_INET);
+    ck_assert_int_eq(ntohs(((struct sockaddr_in *)&cfg.listen_addr[0])->sin_port), 8080);
+    ck_assert_int_eq(cfg.listen_addr[1].ss_family, AF_INET6);
+    ck_assert_int_eq(ntohs(((struct sockaddr_in *)&cfg.listen_addr[2])->sin_port), 9);
+    ck_assert_int_eq(ntohs(((struct sockaddr_in *)&cfg.listen_addr[3])->sin_port), 1);
+    /* The variable takes a list too; a flag replaces it whole. */
+    char *env_list[] = {"SBXD_LISTEN=:8888,:8080", NULL};
+    ck_assert_int_eq(parse(one, env_list), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.nlisten, 2);
+    char *flag[] = {"sbxd", "--listen", "127.0.0.1:0", NULL};
+    ck_assert_int_eq(parse(flag, env_list), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.nlisten, 1);
+    /* An empty or bad item, or more than 8, is refused, naming the option. */
+    char *empty[] = {"sbxd", "--listen", ":8888,", NULL};
+    ck_assert_int_eq(parse(empty, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--listen"));
+    char *bad[] = {"sbxd", "--listen", ":8888,nowhere", NULL};
+    ck_assert_int_eq(parse(bad, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "'nowhere'"));
+    char *many[] = {"sbxd", "--listen", ":1,:2,:3,:4,:5,:6,:7,:8,:9", NULL};
+    ck_assert_int_eq(parse(many, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "at most 8"));
 }
 END_TEST
 
@@ -313,6 +352,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, help_and_version);
     tcase_add_test(tc, sizes);
     tcase_add_test(tc, listen_forms);
+    tcase_add_test(tc, listen_several);
     tcase_add_test(tc, grpc_listen_forms);
     tcase_add_test(tc, workspace_baseline);
     tcase_add_test(tc, archive_limits);
