@@ -262,4 +262,13 @@ int fs_copy_into(int src, int dst, bool share, struct fs_copy_stats *cs, struct 
  * tree when recursive. The root itself is refused. */
 int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err);
 
+/* Whether path names the workspace root by its spelling alone: nothing but '/' and "."
+ * components ("", "/", ".", "./"). */
+bool fs_path_is_root(const char *path);
+
+/* Empty the workspace root: everything in it deleted as a recursive fs_delete deletes a tree
+ * (never following a link), the root itself kept. What was deleted before a failure stays
+ * deleted. */
+int fs_delete_contents(int rootfd, struct sbxd_err *err);
+
 #endif

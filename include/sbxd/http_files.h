@@ -31,30 +31,39 @@ void files_user(const struct server *srv, struct fs_user *u);
 enum MHD_Result files_send(struct MHD_Connection *c, int fd, const struct stat *st,
                            const char *attachment);
 
-/* Where a listed entry lies, for a face that looks further (the legacy one follows
- * symlinks): the workspace root, the listed directory's fd and its path. */
+/* Where a listed entry lies, for a face that looks further (to follow symlinks): the
+ * workspace root, the listed directory's fd and its path (relative to the root). */
 struct listing_at {
     int rootfd;
     int dirfd;
     const char *path;
 };
 
+/* The rule every listing face shares for a symlink entry e: one that leads to something
+ * inside the workspace (followed beneath the root as every path is) is described by what it
+ * leads to, its name kept: 1. One that leaves the workspace, is absolute, dangles or loops:
+ * -1, e untouched. Not a symlink: 0. Runs with the caller's rights (the user's). */
+int files_list_follow(struct fs_entry *e, const struct listing_at *at);
+
 /* How a face lists a directory. */
 struct listing_form {
-    int list_flags; /* FS_LIST_*: FS_LIST_SORTED for /files */
+    int list_flags; /* FS_LIST_*: FS_LIST_SORTED for /files and /v1 */
     bool envelope;  /* {"path","entries":[…],"total"} (offset and limit apply), else [ … ] */
-    /* Write one entry (e may be rewritten first); runs with the user's rights. */
-    void (*entry)(struct jsonw *w, struct fs_entry *e, const struct listing_at *at);
+    /* Write one entry (e may be rewritten first), or nothing: false leaves it out (a link a
+     * face does not list). Runs with the user's rights. */
+    bool (*entry)(struct jsonw *w, struct fs_entry *e, const struct listing_at *at);
     /* The answer when the directory cannot be listed at all. */
     enum MHD_Result (*fail)(struct MHD_Connection *c, const struct sbxd_err *err);
 };
 
 /* Answer 200 with the listing of the open directory fd (consumed) at path, as form says,
- * entries offset to offset+limit. The JSON is made a chunk at a time as libmicrohttpd asks
+ * the names offset to offset+limit of the directory (an entry the form leaves out counts as
+ * one: pages follow on with offset += limit, and "total" counts every name). shown is the
+ * envelope's "path" (NULL: path). The JSON is made a chunk at a time as libmicrohttpd asks
  * for it, in memory bounded whatever the directory holds. */
 enum MHD_Result files_list_send(struct server *srv, struct MHD_Connection *c, int fd,
-                                const char *path, const struct listing_form *form, uint64_t offset,
-                                uint64_t limit);
+                                const char *path, const char *shown,
+                                const struct listing_form *form, uint64_t offset, uint64_t limit);
 
 /* One upload in progress: its target, its temporary file, and how its body is read. Made by
  * the route's begin (files_put_new), fed by route_files_body, freed with the request. */

@@ -1,6 +1,7 @@
 /*
  * delete.c - a file, a symlink, an empty directory or (recursive) a whole tree deleted
- * beneath the workspace root (fs_delete), never following a link.
+ * beneath the workspace root (fs_delete), never following a link; or everything in the root
+ * (fs_delete_contents).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -141,4 +142,31 @@ int fs_delete(int rootfd, const char *path, bool recursive, struct sbxd_err *err
                                path);
     }
     return delete_name(dfd, name, path, recursive, err);
+}
+
+bool fs_path_is_root(const char *path)
+{
+    for (const char *p = path; *p;) {
+        p += strspn(p, "/");
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        if (n != 1 || *p != '.')
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+int fs_delete_contents(int rootfd, struct sbxd_err *err)
+{
+    /* A real open of the root (walks read it), relative to the fd held since start-up: the
+     * root is never looked up by its path again, so whatever now lies at that path is not
+     * what is emptied. */
+    int dfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int e = errno;
+        return sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot open the workspace");
+    }
+    return delete_tree(dfd, err);
 }

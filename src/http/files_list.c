@@ -9,6 +9,8 @@
  * Only a read failing later (an I/O error half-way) can cut a listing short; it then ends as
  * valid JSON with the entries read ("total" counting those), and the cut is logged.
  */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include "sbxd/http_files.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
+#include "sbxd/resolve.h"
 
 enum listing_stage { LIST_SKIP, LIST_ENTRIES, LIST_COUNT, LIST_TAIL, LIST_DONE };
 
@@ -26,25 +29,61 @@ struct listing {
     struct server *srv;
     struct fs_lister *l;
     const struct listing_form *form;
-    char *path;                  /* the listed path, decoded */
+    char *path;                  /* the listed path, decoded, relative to the root */
+    char *shown;                 /* the envelope's "path" */
     uint64_t offset, limit;      /* the page asked for (an envelope's) */
     uint64_t passed, sent, rest; /* entries before the page, in it, after it */
+    uint64_t omitted;            /* names in the page the form left out */
     enum listing_stage stage;
     struct jsonw out; /* the chunk being sent */
     size_t off;       /* ... and how much of it went out */
 };
 
+int files_list_follow(struct fs_entry *e, const struct listing_at *at)
+{
+    if (strcmp(e->type, "symlink") != 0)
+        return 0;
+    /* Followed by the confined resolver, never by the kernel: from the listed directory's fd
+     * first (no path resolved again), and only a link that climbs above that directory from
+     * the root by its path (confined all the same). A link out of the workspace (to a host
+     * file, or an absolute one) is never described by what it points to: what lies outside
+     * is not the workspace's to show. */
+    struct sbxd_err err = {0};
+    int tfd = fs_resolve_beneath(at->dirfd, e->name, 0, &err);
+    if (tfd < 0 && err.kind == SBXD_E_DENIED) {
+        char *path = malloc(PATH_MAX + sizeof(e->name) + 1);
+        if (!path)
+            return -1;
+        snprintf(path, PATH_MAX + sizeof(e->name) + 1, "%s%s%s", at->path, *at->path ? "/" : "",
+                 e->name);
+        tfd = fs_resolve_beneath(at->rootfd, path, 0, &err);
+        free(path);
+    }
+    if (tfd < 0)
+        return -1;
+    struct stat st;
+    int rc = fstat(tfd, &st);
+    close(tfd);
+    if (rc < 0)
+        return -1;
+    char name[sizeof(e->name)];
+    memcpy(name, e->name, sizeof(name));
+    fs_entry_from_stat(e, name, &st);
+    return 1;
+}
+
 static void listing_cut(struct listing *ls, const struct sbxd_err *err)
 {
     LOG_EVENT("warn", "listing_cut", LOG_S("path", ls->path), LOG_S("error", err->msg),
-              LOG_I("entries", ls->sent), LOG_I("read", ls->passed + ls->sent + ls->rest));
+              LOG_I("entries", ls->sent),
+              LOG_I("read", ls->passed + ls->sent + ls->omitted + ls->rest));
     ls->stage = LIST_TAIL;
 }
 
 /* The next entry of the page into the chunk, or the stage after the page. */
 static void listing_entry(struct listing *ls, struct sbxd_err *err)
 {
-    if (ls->sent == ls->limit) {
+    if (ls->sent + ls->omitted == ls->limit) {
         ls->stage = LIST_COUNT;
         return;
     }
@@ -56,8 +95,10 @@ static void listing_entry(struct listing *ls, struct sbxd_err *err)
         ls->stage = LIST_TAIL;
     } else {
         struct listing_at at = {ls->srv->rootfd, fs_list_dirfd(ls->l), ls->path};
-        ls->form->entry(&ls->out, &e, &at);
-        ls->sent++;
+        if (ls->form->entry(&ls->out, &e, &at))
+            ls->sent++;
+        else
+            ls->omitted++;
     }
 }
 
@@ -66,7 +107,7 @@ static void listing_tail(struct listing *ls)
     jw_arr_end(&ls->out);
     if (ls->form->envelope) {
         jw_key(&ls->out, "total");
-        jw_uint(&ls->out, ls->passed + ls->sent + ls->rest);
+        jw_uint(&ls->out, ls->passed + ls->sent + ls->omitted + ls->rest);
         jw_obj_end(&ls->out);
     }
     jw_newline(&ls->out);
@@ -137,6 +178,7 @@ static void listing_free(void *cls)
     fs_list_close(ls->l);
     jw_free(&ls->out);
     free(ls->path);
+    free(ls->shown);
     free(ls);
 }
 
@@ -149,21 +191,27 @@ static void listing_head(struct listing *ls)
     }
     jw_obj_begin(&ls->out);
     jw_key(&ls->out, "path");
-    jw_str(&ls->out, ls->path);
+    jw_str(&ls->out, ls->shown);
     jw_key(&ls->out, "entries");
     jw_arr_begin(&ls->out);
 }
 
 enum MHD_Result files_list_send(struct server *srv, struct MHD_Connection *c, int fd,
-                                const char *path, const struct listing_form *form, uint64_t offset,
-                                uint64_t limit)
+                                const char *path, const char *shown,
+                                const struct listing_form *form, uint64_t offset, uint64_t limit)
 {
     struct sbxd_err err = {0};
     struct listing *ls = calloc(1, sizeof(*ls));
-    if (ls)
+    if (ls) {
         ls->path = strdup(path);
-    if (!ls || !ls->path) {
+        ls->shown = strdup(shown ? shown : path);
+    }
+    if (!ls || !ls->path || !ls->shown) {
         close(fd);
+        if (ls) {
+            free(ls->path);
+            free(ls->shown);
+        }
         free(ls);
         return MHD_NO;
     }

@@ -166,7 +166,9 @@ static const struct tool_doc {
     {"list_files", "List a directory",
      "List the entries of a workspace directory (sorted by name), with depth > 1 also those "
      "of its subdirectories. Each entry: path, type (file, directory, symlink, other), size, "
-     "mode, modified_at. At most 1000 entries (truncated says so).",
+     "mode, modified_at; a symlink to something in the workspace is described by what it "
+     "leads to, with symlink true (one that leads out or nowhere: type symlink). At most 1000 "
+     "entries (truncated says so).",
      false,
      PATH_PROP(
          "path",
@@ -180,7 +182,8 @@ static const struct tool_doc {
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"entrie"
      "s\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"pat"
      "h\":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},\"size\":{\"type\":"
-     "\"integer\"},\"mode\":{\"type\":\"string\"},\"modified_at\":{\"type\":[\"str"
+     "\"integer\"},\"mode\":{\"type\":\"string\"},\"symlink\":{\"type\":\"boolean\"},"
+     "\"modified_at\":{\"type\":[\"str"
      "ing\",\"null\"]}},\"required\":[\"path\",\"type\"]}},\"truncated\":{\"type\""
      ":\"boolean\"}},\"required\":[\"path\",\"entries\",\"truncated\"]}",
      "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
@@ -444,15 +447,15 @@ static bool arg_bool(const cJSON *args, const char *key, bool def, bool *out, st
 static char *norm_path(struct server *srv, const char *p, char *msg, size_t msglen)
 {
     if (p[0] == '/') {
-        size_t n = strlen(srv->workspace);
-        if (strncmp(p, srv->workspace, n) != 0 || (p[n] != '/' && p[n] != '\0')) {
+        const char *rel = http_files_within(srv, p);
+        if (!rel) {
             snprintf(msg, msglen,
-                     "'%.200s' is outside the workspace (%s): paths are relative to it, or "
-                     "absolute within it",
+                     "'%.200s' is outside the workspace (%.200s): paths are relative to it, "
+                     "or absolute within it",
                      p, srv->workspace);
             return NULL;
         }
-        p += n;
+        p = rel;
     }
     while (*p == '/' || (p[0] == '.' && (p[1] == '/' || p[1] == '\0')))
         p++;
@@ -1177,6 +1180,7 @@ static int tool_write_file(struct mcp_tool_ctx *x, const cJSON *args, struct jso
 }
 
 struct lister {
+    int rootfd;
     struct jsonw *w;     /* the entries, as JSON objects */
     struct jsonw *lines; /* the same, a line each ("PATH[/]  SIZE"), for the text block */
     unsigned n, max;
@@ -1203,6 +1207,11 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         }
         char path[4096];
         snprintf(path, sizeof(path), "%s%s%s", rel, *rel ? "/" : "", e.name);
+        /* As /files lists: a link inside the workspace as what it leads to, marked; one that
+         * cannot be followed as itself. Never walked into below (only real directories are):
+         * a link cannot make the listing loop or list a tree twice. */
+        struct listing_at at = {L->rootfd, fs_list_dirfd(l), rel};
+        bool link = files_list_follow(&e, &at) != 0;
         struct jsonw *w = L->w;
         jw_obj_begin(w);
         jw_key(w, "path");
@@ -1213,6 +1222,10 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         jw_uint(w, e.size);
         jw_key(w, "mode");
         write_mode(w, e.mode);
+        if (link) {
+            jw_key(w, "symlink");
+            jw_bool(w, true);
+        }
         reply_time_field(w, "modified_at", e.mtime_ns);
         jw_obj_end(w);
         char size[24];
@@ -1222,7 +1235,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
             jw_raw(L->lines, "/", 1);
         jw_raw(L->lines, size, (size_t)sn);
         L->n++;
-        if (depth > 1 && strcmp(e.type, "directory") == 0) {
+        if (depth > 1 && !link && strcmp(e.type, "directory") == 0) {
             int sub =
                 openat(fs_list_dirfd(l), e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0)
@@ -1269,7 +1282,7 @@ static int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     jw_init(&ents, 4096);
     jw_init(&lines, 4096);
     jw_arr_begin(&ents);
-    struct lister L = {.w = &ents, .lines = &lines, .max = MCP_LIST_MAX};
+    struct lister L = {.rootfd = srv->rootfd, .w = &ents, .lines = &lines, .max = MCP_LIST_MAX};
     list_dir(&L, fd, path, (unsigned)depth);
     fs_user_leave(&u);
     jw_arr_end(&ents);

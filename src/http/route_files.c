@@ -44,18 +44,56 @@ char *files_url_decode(const char *s, struct sbxd_err *err)
     return d;
 }
 
-/* Leading slashes, also encoded ones, are dropped: the path is relative to the workspace root
- * whatever it starts with (the legacy routes re-root "/etc/x" as "etc/x"). */
-char *http_files_path(const struct route *rt, const char *url, struct sbxd_err *err)
+/* What follows the directory dir in the absolute path path, compared a component at a time
+ * (runs of '/' count as one): the rest, at a '/' or at the end; NULL when path does not lie
+ * beneath dir or is dir itself spelled otherwise. A sibling that only shares dir's prefix
+ * ("/workspace-evil" for "/workspace") is no match. */
+static const char *after_dir(const char *path, const char *dir)
+{
+    if (dir[0] != '/' || path[0] != '/')
+        return NULL;
+    const char *p = path, *q = dir;
+    for (;;) {
+        while (*q == '/')
+            q++;
+        if (!*q)
+            return p;
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(q, "/");
+        if (strncmp(p, q, n) != 0 || (p[n] != '/' && p[n] != '\0'))
+            return NULL;
+        p += n;
+        q += n;
+    }
+}
+
+const char *http_files_within(const struct server *srv, const char *path)
+{
+    const char *rest = after_dir(path, srv->workspace);
+    return rest ? rest : after_dir(path, srv->cfg->workspace);
+}
+
+/* An absolute path under the workspace's own path (its canonical one, or as --workspace or
+ * SANDBOX_BASE_DIR spelled it) is that path inside it, as the reference sandboxd takes it:
+ * "/workspace/out.csv" is "out.csv". Any other leading slashes, also encoded ones, are
+ * dropped: the path is relative to the workspace root whatever it starts with (the legacy
+ * routes re-root "/etc/x" as "etc/x"). Only the spelling is looked at here; what the rest
+ * names is resolved beneath the root like any path, so "/workspace/../x" is still refused. */
+char *http_files_path(const struct server *srv, const struct route *rt, const char *url,
+                      struct sbxd_err *err)
 {
     const char *p = url + (rt ? strlen(rt->path) : 0);
-    while (*p == '/')
-        p++;
+    if (rt && *p == '/')
+        p++; /* the route's own separator: "/v1/files/a/b" names "a/b", relative */
     char *s = files_url_decode(p, err);
     if (!s)
         return NULL;
-    size_t lead = strspn(s, "/");
-    memmove(s, s + lead, strlen(s + lead) + 1);
+    const char *rel = http_files_within(srv, s);
+    if (!rel)
+        rel = s;
+    rel += strspn(rel, "/");
+    memmove(s, rel, strlen(rel) + 1);
     if (strlen(s) >= PATH_MAX) {
         sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes", PATH_MAX - 1);
         free(s);
@@ -64,8 +102,9 @@ char *http_files_path(const struct route *rt, const char *url, struct sbxd_err *
     return s;
 }
 
-/* The entry as /files and /v1 describe it; with path, also its path (a PUT's answer). */
-static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *path)
+/* The entry as /files and /v1 describe it; with path, also its path (a PUT's answer); link:
+ * it is a symlink, described by what it leads to. */
+static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *path, bool link)
 {
     char mode[8], when[40];
     snprintf(mode, sizeof(mode), "%04o", (unsigned)e->mode);
@@ -85,26 +124,40 @@ static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *p
     jw_str(w, mode);
     jw_key(w, "modified_at");
     jw_str(w, when);
+    if (link) {
+        jw_key(w, "symlink");
+        jw_bool(w, true);
+    }
     jw_obj_end(w);
 }
 
-static void entry_files(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
+/* /files: a symlink inside the workspace is described by what it leads to, with "symlink":
+ * true; one that cannot be followed (out of the workspace, absolute, dangling, a loop) is
+ * still listed, as itself (type "symlink"): sbxd's own face shows every entry, so that what
+ * is there can be seen, stat'ed with follow=false, moved and deleted. */
+static bool entry_files(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    (void)at;
-    write_entry(w, e, NULL);
+    bool link = files_list_follow(e, at) != 0;
+    write_entry(w, e, NULL, link);
+    return true;
 }
 
-/* /v1 knows two types: what is not a directory is listed as a file. */
-static void entry_v1(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
+/* /v1, as the reference sandboxd lists: two types (what is not a directory is a file), the
+ * permission bits alone, a symlink inside the workspace as what it leads to, and one that
+ * cannot be followed left out. */
+static bool entry_v1(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    (void)at;
+    if (files_list_follow(e, at) < 0)
+        return false;
     if (strcmp(e->type, "directory") != 0)
         e->type = "file";
-    write_entry(w, e, NULL);
+    e->mode &= 0777;
+    write_entry(w, e, NULL, false);
+    return true;
 }
 
-/* What differs between the two faces served here. The contract of /v1 and the python runtime
- * promise no order, so only /files sorts its listings (up to SBXD_LIST_SORT_MAX entries). */
+/* What differs between the two faces served here. Both sort their listings by name (up to
+ * SBXD_LIST_SORT_MAX entries), the reference sandboxd's order (os.ReadDir). */
 struct face_rules {
     struct listing_form list;
     bool bare_write; /* a write answers 204 with no body; else 200/201 with the entry */
@@ -112,7 +165,7 @@ struct face_rules {
 
 static const struct face_rules face_rules[FACE_COUNT] = {
     [FACE_FILES] = {{FS_LIST_SORTED, true, entry_files, reply_err}, false},
-    [FACE_V1] = {{0, true, entry_v1, reply_err}, true},
+    [FACE_V1] = {{FS_LIST_SORTED, true, entry_v1, reply_err}, true},
 };
 
 static const struct face_rules *rules_of(const struct req_ctx *rc)
@@ -146,10 +199,29 @@ static bool query_uint(struct MHD_Connection *c, const char *key, uint64_t *n)
     return !*end;
 }
 
+/* The "path" of a /v1 listing, as the reference sandboxd spells it: the path as the request
+ * named it (decoded; the workspace's own path not taken off), with a leading '/' ("/" for
+ * the root, "/sub"). malloc'd; NULL when out of memory. */
+static char *v1_shown_path(const struct req_ctx *rc)
+{
+    const char *p = rc->url + strlen(rc->route->path);
+    if (*p == '/')
+        p++;
+    struct sbxd_err err = {0};
+    autofree char *d = files_url_decode(p, &err);
+    if (!d)
+        return NULL;
+    char *out = malloc(strlen(d) + 2);
+    if (out)
+        snprintf(out, strlen(d) + 2, "%s%s", d[0] == '/' ? "" : "/", d);
+    return out;
+}
+
 /* Serve the open directory fd (consumed) as a page of its listing, ?offset= and ?limit=. */
 static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *c, int fd,
-                                     const char *path, const struct face_rules *rules)
+                                     const char *path, const struct req_ctx *rc)
 {
+    const struct face_rules *rules = rules_of(rc);
     uint64_t limit = UINT64_MAX, offset = 0;
     const char *bad = NULL;
     if (!query_uint(c, "limit", &limit) || limit == 0)
@@ -160,7 +232,8 @@ static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *
         close(fd);
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", bad);
     }
-    return files_list_send(srv, c, fd, path, &rules->list, offset, limit);
+    autofree char *shown = rc->route->face == FACE_V1 ? v1_shown_path(rc) : NULL;
+    return files_list_send(srv, c, fd, path, shown, &rules->list, offset, limit);
 }
 
 /* A true/false query argument into *v (left alone when absent): false when malformed. */
@@ -375,7 +448,7 @@ static enum MHD_Result files_watch(struct server *srv, struct MHD_Connection *c,
 static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
-    autofree char *path = http_files_path(rc->route, rc->url, &err);
+    autofree char *path = http_files_path(srv, rc->route, rc->url, &err);
     if (!path)
         return reply_err(c, &err);
     bool stat = false;
@@ -408,7 +481,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
     if (fd < 0)
         return reply_err(c, &err);
     if (S_ISDIR(st.st_mode))
-        return get_directory(srv, c, fd, path, rules_of(rc));
+        return get_directory(srv, c, fd, path, rc);
     return files_send(c, fd, &st, NULL);
 }
 
@@ -422,25 +495,66 @@ static enum MHD_Result reply_no_content(struct MHD_Connection *c)
     return ret;
 }
 
+/* A boolean as Go's strconv.ParseBool spells it (the reference sandboxd parses its
+ * ?recursive= so): 1 t T TRUE true True, 0 f F FALSE false False. */
+static bool go_parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const no[] = {"0", "f", "F", "FALSE", "false", "False"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(*yes); i++) {
+        if (strcmp(v, yes[i]) == 0 || strcmp(v, no[i]) == 0) {
+            *out = strcmp(v, yes[i]) == 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* DELETE ?recursive=: true or false on /files; on /v1 as the reference parses it (ParseBool,
+ * and an empty value is no value). False when malformed. */
+static bool delete_recursive(struct MHD_Connection *c, const struct req_ctx *rc, bool *recursive)
+{
+    char v[16];
+    bool bad;
+    *recursive = false;
+    if (!query_arg(c, "recursive", v, sizeof(v), &bad))
+        return true;
+    if (bad)
+        return false;
+    if (rc->route->face == FACE_V1)
+        return !*v || go_parse_bool(v, recursive);
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+        return false;
+    *recursive = strcmp(v, "true") == 0;
+    return true;
+}
+
 static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c,
                                     struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
-    autofree char *path = http_files_path(rc->route, rc->url, &err);
+    autofree char *path = http_files_path(srv, rc->route, rc->url, &err);
     if (!path)
         return reply_err(c, &err);
-    char v[16];
-    bool bad, recursive = false;
-    if (query_arg(c, "recursive", v, sizeof(v), &bad)) {
-        if (bad || (strcmp(v, "true") != 0 && strcmp(v, "false") != 0))
-            return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                               "recursive must be true or false");
-        recursive = strcmp(v, "true") == 0;
-    }
+    bool recursive;
+    if (!delete_recursive(c, rc, &recursive))
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                           rc->route->face == FACE_V1
+                               ? "recursive must be a boolean (1, t, true, 0, f, false, ...)"
+                               : "recursive must be true or false");
+    /* The root itself stays (it is the volume the pod mounted, and sbxd's open fd): deleting
+     * it empties it, and only when asked for a recursive delete, as the reference sandboxd
+     * does. */
+    bool root = fs_path_is_root(path);
+    if (root && !recursive)
+        return reply_error(c, MHD_HTTP_CONFLICT, "CONFLICT",
+                           "the workspace root is not deleted; add ?recursive=true to delete "
+                           "everything in it");
     struct fs_user u;
     files_user(srv, &u);
     fs_user_enter(&u);
-    int r = fs_delete(srv->rootfd, path, recursive, &err);
+    int r = root ? fs_delete_contents(srv->rootfd, &err)
+                 : fs_delete(srv->rootfd, path, recursive, &err);
     fs_user_leave(&u);
     return r < 0 ? reply_err(c, &err) : reply_no_content(c);
 }
@@ -462,7 +576,7 @@ void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, u
 static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
-    autofree char *path = http_files_path(rc->route, rc->url, &err);
+    autofree char *path = http_files_path(srv, rc->route, rc->url, &err);
     if (!path)
         return reply_err(c, &err);
     autofree char *to = malloc(PATH_MAX);
@@ -478,8 +592,11 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     if (!query_bool(c, "overwrite", &overwrite))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "overwrite must be true or false");
-    size_t lead = strspn(to, "/");
-    memmove(to, to + lead, strlen(to + lead) + 1);
+    const char *rel = http_files_within(srv, to);
+    if (!rel)
+        rel = to;
+    rel += strspn(rel, "/");
+    memmove(to, rel, strlen(rel) + 1);
     struct fs_user u;
     files_user(srv, &u);
     struct fs_copy_stats cs = {0};
@@ -577,6 +694,18 @@ static int put_conditions(struct MHD_Connection *c, struct files_put *p, struct 
     return 0;
 }
 
+/* A file PUT that failed. A directory at the target is 409 on /files but 400 on /v1, as the
+ * reference sandboxd answers it; a file where a parent directory is needed stays 409 on both
+ * (the reference's 500 there makes the SDK retry five times, when nothing a retry does can
+ * help). */
+static enum MHD_Result put_failed(struct MHD_Connection *c, const struct req_ctx *rc,
+                                  const struct sbxd_err *err)
+{
+    if (rc->route->face == FACE_V1 && err->kind == SBXD_E_CONFLICT && err->sys_errno == EISDIR)
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", err->msg);
+    return reply_err(c, err);
+}
+
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const char *url, const char *method)
 {
@@ -587,7 +716,7 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
     struct files_put *p = files_put_new(srv, rc);
     if (!p)
         return MHD_NO;
-    p->path = http_files_path(rc->route, url, &err);
+    p->path = http_files_path(srv, rc->route, url, &err);
     if (!p->path)
         return reply_err(c, &err);
     const char *bad = put_options(c, p);
@@ -622,7 +751,7 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
         if (p->multipart && mp_init(&p->mp, ct, "file", files_put_data, p) < 0)
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT", "%s", p->mp.error);
         if (put_conditions(c, p, &err) < 0 || files_put_open(p, &err) < 0)
-            return reply_err(c, &err);
+            return put_failed(c, rc, &err);
         p->up.no_replace = p->no_replace;
         snprintf(p->up.if_match, sizeof(p->up.if_match), "%s", p->if_match);
     }
@@ -664,7 +793,7 @@ static enum MHD_Result files_put_end(struct MHD_Connection *c, struct req_ctx *r
         return reply_err(c, &p->error);
     if (p->directory ? put_directory(p, &st, &status, &err) < 0
                      : files_put_commit(p, &st, &err) < 0)
-        return reply_err(c, &err);
+        return p->directory ? reply_err(c, &err) : put_failed(c, rc, &err);
     if (!p->directory)
         status = p->up.existed ? MHD_HTTP_OK : MHD_HTTP_CREATED;
     if (rules_of(rc)->bare_write)
@@ -674,7 +803,7 @@ static enum MHD_Result files_put_end(struct MHD_Connection *c, struct req_ctx *r
     fs_entry_from_stat(&e, slash ? slash + 1 : p->path, &st);
     struct jsonw w;
     jw_init(&w, 256);
-    write_entry(&w, &e, p->path);
+    write_entry(&w, &e, p->path, false);
     return reply_jsonw(c, status, &w);
 }
 

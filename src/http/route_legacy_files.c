@@ -35,34 +35,15 @@ static char *path_as_sent(const struct req_ctx *rc, struct sbxd_err *err)
     return files_url_decode(rc->url + skip + (rc->url[skip] == '/'), err);
 }
 
-/* As the python runtime (os.scandir) lists them, a legacy listing describes a symlink by what
- * it points to when that is inside the workspace; one that leaves it or dangles stays a file.
- * Resolved beneath the listed directory's fd; only a link that climbs above that directory
- * is resolved by its path from the workspace root (confined all the same). */
-static void follow(struct fs_entry *e, const struct listing_at *at)
+/* The legacy entry: {name,size,type,mod_time} with the time in seconds since the epoch. A
+ * symlink is described by what it leads to, as the python runtime's os.scandir does, when
+ * that is inside the workspace; one that leaves it, dangles or loops is left out, as on /v1
+ * (files_list_follow): the python runtime described what an escaping link points to, host
+ * files included, and failed the whole listing on a dangling one. */
+static bool write_legacy_entry(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    struct sbxd_err err = {0};
-    int tfd = fs_resolve_beneath(at->dirfd, e->name, 0, &err);
-    if (tfd < 0 && err.kind == SBXD_E_DENIED) {
-        char path[PATH_MAX + 256];
-        snprintf(path, sizeof(path), "%s%s%s", at->path, *at->path ? "/" : "", e->name);
-        tfd = fs_resolve_beneath(at->rootfd, path, 0, &err);
-    }
-    struct stat st;
-    if (tfd >= 0 && fstat(tfd, &st) == 0) {
-        char name[sizeof(e->name)];
-        memcpy(name, e->name, sizeof(name));
-        fs_entry_from_stat(e, name, &st);
-    }
-    if (tfd >= 0)
-        close(tfd);
-}
-
-/* The legacy entry: {name,size,type,mod_time} with the time in seconds since the epoch. */
-static void write_legacy_entry(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
-{
-    if (strcmp(e->type, "symlink") == 0)
-        follow(e, at);
+    if (files_list_follow(e, at) < 0)
+        return false;
     jw_obj_begin(w);
     jw_key(w, "name");
     jw_str(w, e->name);
@@ -73,6 +54,7 @@ static void write_legacy_entry(struct jsonw *w, struct fs_entry *e, const struct
     jw_key(w, "mod_time");
     jw_double(w, (double)e->mtime_ns / 1e9, 6);
     jw_obj_end(w);
+    return true;
 }
 
 static enum MHD_Result list_failed(struct MHD_Connection *c, const struct sbxd_err *err)
@@ -92,7 +74,7 @@ static int open_legacy(struct server *srv, struct MHD_Connection *c, struct req_
 {
     const char *missing = want_dir ? "Path is not a directory" : "File not found";
     struct sbxd_err err = {0};
-    *path = http_files_path(rc->route, rc->url, &err);
+    *path = http_files_path(srv, rc->route, rc->url, &err);
     if (!*path) {
         *ret = reply_legacy_err(c, &err, missing, NULL);
         return -1;
@@ -126,7 +108,7 @@ static enum MHD_Result legacy_get(struct server *srv, struct MHD_Connection *c, 
     if (fd < 0)
         return ret;
     if (list)
-        return files_list_send(srv, c, fd, path, &legacy_listing, 0, UINT64_MAX);
+        return files_list_send(srv, c, fd, path, NULL, &legacy_listing, 0, UINT64_MAX);
     struct sbxd_err err = {0};
     autofree char *name = path_as_sent(rc, &err);
     return files_send(c, fd, &st, name ? name : "");
@@ -148,7 +130,7 @@ enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c
                                     struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
-    autofree char *path = http_files_path(rc->route, rc->url, &err);
+    autofree char *path = http_files_path(srv, rc->route, rc->url, &err);
     autofree char *sent = path ? path_as_sent(rc, &err) : NULL;
     if (!sent)
         return reply_legacy_err(c, &err, NULL, NULL);
@@ -173,11 +155,14 @@ enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c
 }
 
 /* POST /upload: the destination is the part's filename, known only once its headers are
- * parsed; the temporary file is made then. A leading '/' is re-rooted (as in the python
- * runtime, which does not percent-decode a filename either). */
+ * parsed; the temporary file is made then. An absolute filename under the workspace's own
+ * path is that path inside it; any other leading '/' is re-rooted (as in the python runtime,
+ * which does not percent-decode a filename either). */
 static int upload_open(struct files_put *p)
 {
-    const char *f = p->mp.filename;
+    const char *f = http_files_within(p->srv, p->mp.filename);
+    if (!f)
+        f = p->mp.filename;
     while (*f == '/')
         f++;
     if (!*f)

@@ -87,6 +87,21 @@ class LegacyCase(common.SharedDaemonCase):
     def on_disk(self, rel):
         return os.path.join(self.ws, rel)
 
+    def listable(self, directory):
+        """The names a listing shows: all but symlinks that lead out of the workspace,
+        are absolute, or lead to nothing."""
+        ws = os.path.realpath(self.ws)
+        out = set()
+        for n in os.listdir(directory):
+            p = os.path.join(directory, n)
+            if os.path.islink(p):
+                target = os.path.realpath(p)
+                if (os.readlink(p).startswith("/") or not os.path.exists(target) or
+                        os.path.commonpath([ws, target]) != ws):
+                    continue
+            out.add(n)
+        return out
+
     def read_disk(self, rel):
         with open(self.on_disk(rel), "rb") as f:
             return f.read()
@@ -421,7 +436,9 @@ class TestList(LegacyCase):
                 self.assertEqual(byname["hello.txt"]["size"], len(b"hello world\n"))
                 self.assertIn("data", byname)
                 self.assertEqual(byname["data"]["type"], "directory")
-                self.assertEqual(set(byname), set(os.listdir(self.ws)))
+                # every entry but the links out of the workspace or to nothing (other
+                # tests of the shared workspace make some), which listings leave out
+                self.assertEqual(set(byname), self.listable(self.ws))
 
     def test_list_mod_time_is_epoch_seconds(self):
         byname = self.assert_entries(self.get("/list/"))
@@ -471,6 +488,19 @@ class TestList(LegacyCase):
         self.assertEqual(byname["to-dir"]["type"], "directory", byname["to-dir"])
         self.assertEqual(byname["to-file"]["type"], "file", byname["to-file"])
         self.assertEqual(byname["to-file"]["size"], 12, byname["to-file"])
+
+
+    def test_list_omits_links_out_and_broken(self):
+        # One rule on every listing face (the reference's TestDirectoryListingOmitsEscaping
+        # Symlinks): a link inside is its target; one out of the workspace, absolute, or to
+        # nothing is left out (the python-runtime's os.scandir fails the whole listing on a
+        # broken one, and describes what an escaping one points to).
+        res = self.execute("mkdir -p lnk3 && cd lnk3 && echo x > f && ln -sf f in && "
+                           "ln -sf nowhere broken && ln -sfn /etc abs && ln -sf ../../x out")
+        self.assertEqual(res["exit_code"], 0, res)
+        byname = self.assert_entries(self.get("/list/lnk3"))
+        self.assertEqual(set(byname), {"f", "in"})
+        self.assertEqual(byname["in"]["type"], "file")
 
 
 class TestExists(LegacyCase):
@@ -680,6 +710,41 @@ class TestSdkCalls(LegacyCase):
         for path in (".", ""):
             with self.subTest(path=path):
                 self.assertIn("sdk-root.txt", {e["name"] for e in self.sdk_list(path)})
+
+    def sdk_write_unsafe(self, path, content):
+        """write(path, allow_unsafe_paths=True): the filename goes as given."""
+        body, ctype = multipart([("file", path, content)])
+        self.send("POST", "upload", body, {"Content-Type": ctype})
+
+    def test_sdk_absolute_workspace_paths(self):
+        # An absolute path under the workspace's own path names that path inside it (the
+        # reference sandboxd's SanitizePath; the python-runtime re-rooted it as
+        # <base>/<base>/...): exists("/workspace/out.csv"), list("/workspace/sub").
+        self.sdk_write("sdk-abs/sub/out.csv", "a,b\n")
+        base = self.ws + "/sdk-abs"
+        self.assertTrue(self.sdk_exists(base + "/sub/out.csv"))
+        self.assertTrue(self.sdk_exists(self.ws))
+        self.assertFalse(self.sdk_exists(base + "/sub/missing.csv"))
+        r = self.send("GET", "exists/%s" % quote(base + "/sub/out.csv")).json()
+        self.assertEqual(r, {"path": base + "/sub/out.csv", "exists": True})
+        self.assertEqual([e["name"] for e in self.sdk_list(base + "/sub")], ["out.csv"])
+        self.assertIn("sdk-abs", {e["name"] for e in self.sdk_list(self.ws)})
+        r = self.send("GET", "download/%s" % quote(base + "/sub/out.csv"))
+        self.assertEqual(r.body, b"a,b\n")
+        self.sdk_write_unsafe(base + "/up.txt", b"unsafe\n")
+        self.assertEqual(self.read_disk("sdk-abs/up.txt"), b"unsafe\n")
+        self.assertFalse(os.path.exists(self.on_disk(self.ws.lstrip("/"))),
+                         "the workspace's path was made inside the workspace")
+
+    def test_sdk_absolute_paths_elsewhere_re_rooted(self):
+        # Any other absolute path stays re-rooted under the workspace, as before.
+        self.assertFalse(self.sdk_exists("/etc/passwd"))
+        r = self.d.request("GET", "/download/%s" % quote("/etc/passwd"), headers=self.SDK_HEADERS)
+        self.assert_json(r, 404, FILE_NOT_FOUND)
+        self.sdk_write_unsafe("/etc/sdk-rerooted.txt", b"in\n")
+        self.assertEqual(self.read_disk("etc/sdk-rerooted.txt"), b"in\n")
+        self.assertFalse(os.path.exists("/etc/sdk-rerooted.txt"))
+        self.assertFalse(self.sdk_exists(self.ws + "-evil/f"))
 
     def test_sdk_run(self):
         self.sdk_write("sdk-run/script.sh", "echo from \"$1\"; ls sdk-run\n")

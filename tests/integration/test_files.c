@@ -188,29 +188,48 @@ END_TEST
 START_TEST(directory_listing)
 {
     cJSON_Delete(run(&g_sbxd, "mkdir -p ls/sub && printf abc > ls/b.txt && printf x > ls/a.txt "
-                              "&& chmod 600 ls/a.txt && ln -s b.txt ls/c-link"));
+                              "&& chmod 600 ls/a.txt && ln -s b.txt ls/c-link && "
+                              "ln -s sub ls/d-link && ln -s /etc ls/e-abs && "
+                              "ln -s ../../x ls/f-out && ln -s nowhere ls/g-broken"));
     struct http_resp r = req(&g_sbxd, "GET", "/files/ls", NULL, NULL, 0);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(jstr(r.json, "path"), "ls");
     cJSON *e = cJSON_GetObjectItem(r.json, "entries");
-    ck_assert_int_eq(cJSON_GetArraySize(e), 4);
-    const char *names[] = {"a.txt", "b.txt", "c-link", "sub"};
-    const char *types[] = {"file", "file", "symlink", "directory"};
-    for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(cJSON_GetArraySize(e), 8);
+    /* A link inside the workspace is what it leads to, marked "symlink": true; one that
+     * cannot be followed (absolute, out, dangling) is listed as itself. */
+    const char *names[] = {"a.txt", "b.txt", "c-link",   "d-link",
+                           "e-abs", "f-out", "g-broken", "sub"};
+    const char *types[] = {"file",    "file",    "file",    "directory",
+                           "symlink", "symlink", "symlink", "directory"};
+    for (int i = 0; i < 8; i++) {
         cJSON *it = cJSON_GetArrayItem(e, i);
         ck_assert_str_eq(jstr(it, "name"), names[i]);
         ck_assert_str_eq(jstr(it, "type"), types[i]);
+        ck_assert_int_eq(cJSON_IsTrue(cJSON_GetObjectItem(it, "symlink")), i >= 2 && i <= 6);
         const char *at = jstr(it, "modified_at");
         ck_assert_msg(strlen(at) == 24 && at[10] == 'T' && at[23] == 'Z', "modified_at %s", at);
     }
     ck_assert_str_eq(jstr(cJSON_GetArrayItem(e, 0), "mode"), "0600");
     ck_assert_int_eq((int)jnum(cJSON_GetArrayItem(e, 1), "size"), 3);
+    ck_assert_int_eq((int)jnum(cJSON_GetArrayItem(e, 2), "size"), 3);
     http_resp_free(&r);
     r = req(&g_sbxd, "GET", "/files/ls?offset=1&limit=2", NULL, NULL, 0);
     e = cJSON_GetObjectItem(r.json, "entries");
     ck_assert_int_eq(cJSON_GetArraySize(e), 2);
     ck_assert_str_eq(jstr(cJSON_GetArrayItem(e, 0), "name"), "b.txt");
-    ck_assert_int_eq((int)jnum(r.json, "total"), 4);
+    ck_assert_int_eq((int)jnum(r.json, "total"), 8);
+    http_resp_free(&r);
+    /* /v1 leaves out the links it cannot follow; a page still covers `limit` names, and
+     * "total" counts every name. */
+    r = req(&g_sbxd, "GET", "/v1/files/ls?offset=3&limit=3", NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "path"), "/ls");
+    e = cJSON_GetObjectItem(r.json, "entries");
+    ck_assert_int_eq(cJSON_GetArraySize(e), 1);
+    ck_assert_str_eq(jstr(cJSON_GetArrayItem(e, 0), "name"), "d-link");
+    ck_assert_str_eq(jstr(cJSON_GetArrayItem(e, 0), "type"), "directory");
+    ck_assert_int_eq((int)jnum(r.json, "total"), 8);
     http_resp_free(&r);
     r = req(&g_sbxd, "GET", "/files/ls?limit=x", NULL, NULL, 0);
     assert_error(&r, 400, "INVALID_ARGUMENT");
@@ -316,8 +335,9 @@ START_TEST(delete)
     r = req(&g_sbxd, "DELETE", "/files/del/up", NULL, NULL, 0);
     ck_assert_int_eq(r.status, 204);
     http_resp_free(&r);
+    /* The root is emptied only on a recursive delete (as the reference sandboxd's). */
     r = req(&g_sbxd, "DELETE", "/files/", NULL, NULL, 0);
-    assert_error(&r, 400, "INVALID_ARGUMENT");
+    assert_error(&r, 409, "CONFLICT");
     http_resp_free(&r);
     r = req(&g_sbxd, "DELETE", "/files/del/x?recursive=yes", NULL, NULL, 0);
     assert_error(&r, 400, "INVALID_ARGUMENT");

@@ -571,6 +571,21 @@ START_TEST(uid_mode_contains_the_tree_and_shares_files)
     ck_assert_msg(strncmp(om, "1000:1000 ", 10) == 0 && strlen(om) == 13 && om[11] == '7',
                   "workspace root %s: not the group's to write", om);
 
+    /* Files the file API writes are 0664 in directories of 0775 here (the reference sandboxd
+     * makes 0644 and 0755): the next command runs as another uid of the group, and changes
+     * such a file, or adds one beside it, only through the group's rights. */
+    http_request(&d, "PUT", "/v1/files/put/d/f.txt", "application/octet-stream", "one\n", 4, 0, &h);
+    ck_assert_int_eq(h.status, 204);
+    http_resp_free(&h);
+    owner_mode(&d, "put/d/f.txt", om, sizeof(om));
+    ck_assert_str_eq(om, "1000:1000 664");
+    owner_mode(&d, "put/d", om, sizeof(om));
+    ck_assert_str_eq(om, "1000:1000 775");
+    r = execute(&d, "{\"command\":\"echo two >> put/d/f.txt && touch put/d/new && "
+                    "cat put/d/f.txt\"}");
+    ck_assert_str_eq(jstr(r, "stdout"), "one\ntwo\n");
+    cJSON_Delete(r);
+
     /* A file the command links to from outside its reach is never handed over. */
     if (!under_gvisor()) {
         char outside[] = "/tmp/sbxd-it-uid-XXXXXX";

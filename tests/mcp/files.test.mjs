@@ -147,6 +147,28 @@ describe('file tools', () => {
     assert.equal(raw.content[1].text, lines.join(''));
   });
 
+  it('list_files: a symlink inside as its target, marked; one out or broken as itself', async () => {
+    fs.mkdirSync(ws('lnk', 'd'), { recursive: true });
+    fs.writeFileSync(ws('lnk', 'f'), 'twelve bytes');
+    fs.writeFileSync(ws('lnk', 'd', 'in.txt'), 'in');
+    fs.symlinkSync('f', ws('lnk', 'to-file'));
+    fs.symlinkSync('d', ws('lnk', 'to-dir'));
+    fs.symlinkSync('/etc', ws('lnk', 'abs'));
+    fs.symlinkSync('nowhere', ws('lnk', 'broken'));
+    const s = assertOk(await call(c, 'list_files', { path: d.ws + '/lnk', depth: 2 }), 'list lnk');
+    const by = Object.fromEntries(s.entries.map((e) => [e.path, e]));
+    assert.equal(by['lnk/to-file'].type, 'file', JSON.stringify(by));
+    assert.equal(by['lnk/to-file'].size, 12);
+    assert.equal(by['lnk/to-file'].symlink, true);
+    assert.equal(by['lnk/to-dir'].type, 'directory');
+    assert.equal(by['lnk/to-dir'].symlink, true);
+    assert.equal(by['lnk/abs'].type, 'symlink');
+    assert.equal(by['lnk/broken'].type, 'symlink');
+    assert.equal(by['lnk/f'].symlink, undefined);
+    assert.ok(by['lnk/d/in.txt'], 'a real directory is walked into');
+    assert.ok(!by['lnk/to-dir/in.txt'], 'a linked directory is not walked into');
+  });
+
   it('move_file: renamed on disk; overwrite only when asked', async () => {
     fs.writeFileSync(ws('from.txt'), 'payload');
     fs.writeFileSync(ws('target.txt'), 'old');
