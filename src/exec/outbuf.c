@@ -19,7 +19,7 @@ void outbuf_free(struct outbuf *ob)
 int outbuf_append(struct outbuf *ob, const void *data, size_t n)
 {
     ob->total += n;
-    size_t room = ob->cap - ob->len;
+    size_t room = ob->len < ob->cap ? ob->cap - ob->len : 0; /* (a note may pass cap) */
     size_t keep = n < room ? n : room;
     if (keep == 0)
         return 0;
@@ -39,5 +39,22 @@ int outbuf_append(struct outbuf *ob, const void *data, size_t n)
     }
     memcpy(ob->data + ob->len, data, keep);
     ob->len += keep;
+    return 0;
+}
+
+int outbuf_note(struct outbuf *ob, const void *text, size_t n)
+{
+    if (!n)
+        return 0;
+    if (ob->len + n > ob->alloc) {
+        uint8_t *nd = realloc(ob->data, ob->len + n);
+        if (!nd)
+            return -1;
+        ob->data = nd;
+        ob->alloc = ob->len + n;
+    }
+    memcpy(ob->data + ob->len, text, n);
+    ob->len += n;
+    ob->total += n;
     return 0;
 }
