@@ -65,7 +65,9 @@ static const struct opt opts[] = {
      "honoured too; 300 s is the python runtime's default."},
     {"max-timeout-ms", "MS", "SBXD_MAX_TIMEOUT_MS", NULL, 0, "3600000", OPT_UINT,
      OFF(max_timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
-     "Largest timeout_ms a request may ask for (raised to --timeout-ms when only that is set)."},
+     "Largest timeout a request may ask for (timeout_ms, X-Sandbox-Timeout, a gRPC deadline): "
+     "raised to --timeout-ms when only that is set; given alone below it, --timeout-ms falls "
+     "to it."},
     {"max-output-bytes", "SIZE", "SBXD_MAX_OUTPUT_BYTES", NULL, 0, "1MiB", OPT_SIZE,
      OFF(max_output_bytes), 1, 1 * GIB,
      "Bytes of stdout and of stderr kept per command (the head); the rest is counted and "
