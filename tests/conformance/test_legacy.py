@@ -288,8 +288,8 @@ class TestExecuteSdkTimeout(LegacyCase):
         self.assertEqual((res["stdout"], res["stderr"]), ("partial\n", ""), res)
 
     def test_native_execute_timeout_ms_wins_over_x_sandbox_timeout(self):
-        body = json.dumps({"command": "sleep 0.6; echo ok", "timeout_ms": 10000}).encode()
-        r = self.execute_raw(body, headers=self.sdk_headers("0.2"), timeout=15)
+        body = json.dumps({"command": "sleep 0.3; echo ok", "timeout_ms": 10000}).encode()
+        r = self.execute_raw(body, headers=self.sdk_headers("0.1"), timeout=15)
         self.assertEqual(r.status, 200, r)
         res = r.json()
         self.assertEqual((res["status"], res["stdout"], res["exit_code"]), ("exited", "ok\n", 0),

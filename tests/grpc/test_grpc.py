@@ -499,16 +499,16 @@ class OutputCapTest(GrpcCase):
 
 
 class ServerTimeoutTest(GrpcCase):
-    """sbxd's own timeout (here 1 s, the most a call may have) ends a call as a deadline
+    """sbxd's own timeout (here 0.5 s, the most a call may have) ends a call as a deadline
     does: DEADLINE_EXCEEDED, its message saying the command timed out."""
 
-    DAEMON_ARGS = ["--timeout-ms", "1000", "--max-timeout-ms", "1000"]
+    DAEMON_ARGS = ["--timeout-ms", "500", "--max-timeout-ms", "500"]
 
     def test_execute_timed_out(self):
         t0 = time.monotonic()
         e = self.execute_code(grpc.StatusCode.DEADLINE_EXCEEDED, sh("sleep 5"), timeout=30)
         self.assertLess(time.monotonic() - t0, 4.0)
-        self.assertIn("timed out after 1.0 seconds", e.details())
+        self.assertIn("timed out after 0.5 seconds", e.details())
 
     def test_start_timed_out(self):
         """The stream carries the output up to the timeout, then ends DEADLINE_EXCEEDED
@@ -522,7 +522,7 @@ class ServerTimeoutTest(GrpcCase):
                 self.assertNotEqual(got[-1], "exit", "an ExitEvent after the timeout: %r" % ev)
         self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED,
                          cm.exception.details())
-        self.assertIn("timed out after 1.0 seconds", cm.exception.details())
+        self.assertIn("timed out after 0.5 seconds", cm.exception.details())
         self.assertEqual(got, ["stdout"])
         self.assertLess(time.monotonic() - t0, 4.0)
 
