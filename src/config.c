@@ -61,13 +61,16 @@ static const struct opt opts[] = {
      "A reset (POST /reset) gives the emptied workspace a copy of this directory's tree "
      "(reflinks where the file system can), as the command user, who must be able to read it; "
      "outside the workspace. Empty: a reset leaves the workspace empty."},
-    {"timeout-ms", "MS", "SBXD_TIMEOUT_MS", "SANDBOX_EXEC_TIMEOUT_SECONDS", 1000, "60000", OPT_UINT,
-     OFF(timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
-     "Wall-clock timeout of a command that asks for none. SANDBOX_EXEC_TIMEOUT_SECONDS (in "
-     "seconds) is honoured too."},
+    {"timeout-ms", "MS", "SBXD_TIMEOUT_MS", "SANDBOX_EXEC_TIMEOUT_SECONDS", 1000, "300000",
+     OPT_UINT, OFF(timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
+     "Wall-clock timeout of a command that asks for none (neither timeout_ms, nor "
+     "X-Sandbox-Timeout, nor a gRPC deadline). SANDBOX_EXEC_TIMEOUT_SECONDS (in seconds) is "
+     "honoured too; 300 s is the python runtime's default."},
     {"max-timeout-ms", "MS", "SBXD_MAX_TIMEOUT_MS", NULL, 0, "3600000", OPT_UINT,
      OFF(max_timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
-     "Largest timeout_ms a request may ask for (raised to --timeout-ms when only that is set)."},
+     "Largest timeout a request may ask for (timeout_ms, X-Sandbox-Timeout, a gRPC deadline): "
+     "raised to --timeout-ms when only that is set; given alone below it, --timeout-ms falls "
+     "to it."},
     {"max-output-bytes", "SIZE", "SBXD_MAX_OUTPUT_BYTES", NULL, 0, "1MiB", OPT_SIZE,
      OFF(max_output_bytes), 1, 1 * GIB,
      "Bytes of stdout and of stderr kept per command (the head); the rest is counted and "
@@ -677,7 +680,7 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
         flag_val[o - opts] = val;
     }
 
-    bool max_timeout_given = false;
+    bool max_timeout_given = false, timeout_given = false;
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt *o = &opts[i];
         const char *val = flag_val[i];
@@ -695,6 +698,8 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
         }
         if (val && o->off == OFF(max_timeout_ms))
             max_timeout_given = true;
+        if (val && o->off == OFF(timeout_ms))
+            timeout_given = true;
         if (!val)
             val = o->def;
         if (apply(cfg, o, val, src, scale, errbuf, errlen) < 0)
@@ -702,6 +707,12 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
     }
 
     if (cfg->timeout_ms > cfg->max_timeout_ms) {
+        /* A maximum below the default timeout (sbxd --max-timeout-ms 60000) lowers the
+         * default to it: only two values given that contradict each other are an error. */
+        if (max_timeout_given && !timeout_given) {
+            cfg->timeout_ms = cfg->max_timeout_ms;
+            return CONFIG_RUN;
+        }
         if (max_timeout_given) {
             snprintf(errbuf, errlen, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
                      (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);

@@ -42,9 +42,10 @@ void outbuf_free(struct outbuf *ob);
  * still counted; what is kept stops growing). */
 int outbuf_append(struct outbuf *ob, const void *data, size_t n);
 
-/* Add text after what is kept, past cap (a note about the output, not output; counted as
- * kept and seen, so outbuf_truncated says the same). -1 when memory ran out (nothing
- * added). */
+/* Append sbxd's own words (a note on how the command ended) after what is kept: past cap if
+ * need be, as they are not the command's bytes and must not be cut. Counted in total too, so
+ * outbuf_truncated still says whether the command's own bytes were cut. -1 if memory ran out
+ * (nothing appended). */
 int outbuf_note(struct outbuf *ob, const void *text, size_t n);
 
 static inline bool outbuf_truncated(const struct outbuf *ob)

@@ -24,6 +24,10 @@ struct timespec time_after_ms(clockid_t clock, int64_t ms);
  * variable that waits on CLOCK_MONOTONIC. */
 struct timespec time_mono_timespec(int64_t mono_ns);
 
+/* ms milliseconds as seconds, written as Python writes a float (300.0, 0.5, 1.25): the words
+ * of a timeout as the agent-sandbox python runtime reports one. */
+void time_seconds_text(uint64_t ms, char *buf, size_t len);
+
 /* RFC 3339 UTC timestamp with milliseconds, e.g. 2026-01-02T03:04:05.678Z. */
 void time_rfc3339(int64_t real_ns, char *buf, size_t len);
 

@@ -83,7 +83,7 @@ static size_t grow_size(struct outbuf *ob, size_t need)
 int outbuf_append(struct outbuf *ob, const void *data, size_t n)
 {
     ob->total += n;
-    size_t room = ob->cap - ob->len;
+    size_t room = ob->len < ob->cap ? ob->cap - ob->len : 0; /* (a note may pass cap) */
     size_t keep = n < room ? n : room;
     if (keep == 0)
         return 0;
@@ -108,6 +108,8 @@ int outbuf_append(struct outbuf *ob, const void *data, size_t n)
 
 int outbuf_note(struct outbuf *ob, const void *text, size_t n)
 {
+    if (!n)
+        return 0;
     if (ob->len + n > ob->alloc) {
         uint8_t *nd = realloc(ob->data, ob->len + n);
         if (!nd)

@@ -185,6 +185,24 @@ static void output_trailers(struct grpc_call *c, const char *name, const struct 
     grpc_call_trailer(c, key, v);
 }
 
+/* The exit code sandboxd reports: Go's ExitError.ExitCode(), which is -1 for a process
+ * that a signal ended (sbxd's own 128 + N stays in /execute; sbxd-status says why). */
+static int32_t sandboxd_exit_code(const struct job_result *r)
+{
+    return r->signal ? -1 : r->exit_code;
+}
+
+/* sbxd's own timeout ended the command: the call ends as one whose deadline passed (sandboxd
+ * runs its command on the call's context), with a message saying so. */
+static void finish_timed_out(struct grpc_call *c, uint64_t timeout_ms)
+{
+    char secs[32];
+    time_seconds_text(timeout_ms, secs, sizeof(secs));
+    grpc_call_finish(c, GRPC_DEADLINE_EXCEEDED,
+                     "the command timed out after %s seconds and its process tree was killed",
+                     secs);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Execute: one command to its end.                                                      */
 
@@ -209,18 +227,16 @@ static bool fit_response(struct outbuf *out, struct outbuf *errb, size_t budget)
 }
 
 /* The call's answer. A command that ended, however, gets its ExecuteResponse and OK: one
- * killed for its output or its memory too, with its exit code (128 + 9) as /execute gives
- * it and sbxd-status saying why. A timeout or a cancellation is a status of its own, and a
- * command that never ran is refused as sandboxd refuses it. */
+ * killed by a signal too (for its output or its memory as well), with sandboxd's exit code
+ * for it (-1) and sbxd-status saying why. A timeout or a cancellation is a status of its
+ * own, and a command that never ran is refused as sandboxd refuses it. */
 static void finish_execute(struct grpc_call *c, const struct exec_request *req,
                            const struct job_result *r, struct outbuf *out, struct outbuf *errb,
                            const char *why_cap)
 {
     switch (r->status) {
     case JOB_TIMEOUT:
-        grpc_call_finish(c, GRPC_DEADLINE_EXCEEDED,
-                         "the command passed its %llu ms timeout and its process tree was killed",
-                         (unsigned long long)req->timeout_ms);
+        finish_timed_out(c, req->timeout_ms);
         return;
     case JOB_CANCELED:
         switch (grpc_call_cancelled(c)) {
@@ -248,7 +264,7 @@ static void finish_execute(struct grpc_call *c, const struct exec_request *req,
     output_trailers(c, "stderr", errb);
     exec_output_notice(out, errb, why_cap);
     Process__V1__ExecuteResponse m = PROCESS__V1__EXECUTE_RESPONSE__INIT;
-    m.exit_code = r->exit_code;
+    m.exit_code = sandboxd_exit_code(r);
     m.stdout = (ProtobufCBinaryData){out->len, out->data};
     m.stderr = (ProtobufCBinaryData){errb->len, errb->data};
     if (grpc_call_send(c, &m.base) < 0)
@@ -421,8 +437,12 @@ static void follow(struct grpc_call *c, struct bg_proc *p)
         finish_failed_start(c, &in.res);
         return;
     }
+    if (in.res.status == JOB_TIMEOUT) { /* its output is sent; no ExitEvent, as a deadline */
+        finish_timed_out(c, bg_request(p)->timeout_ms);
+        return;
+    }
     Process__V1__ExitEvent exit_ev = PROCESS__V1__EXIT_EVENT__INIT;
-    exit_ev.exit_code = in.res.exit_code;
+    exit_ev.exit_code = sandboxd_exit_code(&in.res);
     Process__V1__StartResponse m = PROCESS__V1__START_RESPONSE__INIT;
     m.event_case = PROCESS__V1__START_RESPONSE__EVENT_EXIT;
     m.exit = &exit_ev;

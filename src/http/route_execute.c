@@ -1,4 +1,5 @@
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +17,13 @@
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-/* The result object of design 3.2, into w. */
-static void write_result(struct jsonw *w, const struct job *job, const struct outbuf *out,
-                         const struct outbuf *errb, enum exec_encoding enc, double queued_ms)
+/* The result object of design 3.2 (r: the job's, or the legacy shape's), into w. */
+static void write_result(struct jsonw *w, const struct job *job, const struct job_result *r,
+                         const struct outbuf *out, const struct outbuf *errb,
+                         enum exec_encoding enc, double queued_ms)
 {
     jw_obj_begin(w);
-    exec_result_fields(w, job_id(job), job_result(job), out, errb, enc);
+    exec_result_fields(w, job_id(job), r, out, errb, enc);
     exec_queued_field(w, queued_ms);
     jw_obj_end(w);
 }
@@ -211,6 +213,54 @@ static enum MHD_Result reply_legacy_failure(struct MHD_Connection *c, const char
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
 
+/* The command's timeout that the agent-sandbox SDK asks for in X-Sandbox-Timeout: seconds,
+ * as Python's str() of the caller's number ("60", "0.5", "1e-05"), in ms rounded up and at
+ * most `most`; 0 (none) for anything else: absent, not a plain decimal number (hex, "inf",
+ * "nan", a unit), not finite, or not above 0, which the SDK never sends. The header asks no
+ * more than a body's timeout_ms may (--max-timeout-ms bounds both): a client gains nothing
+ * by it that it could not ask for in the body. */
+static uint64_t sdk_timeout_ms(struct MHD_Connection *c, uint64_t most)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Sandbox-Timeout");
+    if (!v || !*v || strspn(v, "0123456789.eE+-") != strlen(v))
+        return 0;
+    char *end;
+    double secs = strtod(v, &end);
+    if (*end || !isfinite(secs) || secs <= 0)
+        return 0;
+    double ms = ceil(secs * 1000.0);
+    return ms >= (double)most ? most : ms < 1 ? 1 : (uint64_t)ms;
+}
+
+/* The largest part of the command text a legacy timeout message quotes. */
+#define LEGACY_QUOTE_MAX 1024
+
+/* The legacy shape's account of a command that ran, as the python runtime gives it: its
+ * exit code is subprocess's returncode, -N after signal N; a timeout is its failed
+ * execution, exit code 1 and "Failed to execute command: Command '...' timed out after N
+ * seconds" in stderr, here after what the command wrote there (the runtime kept nothing).
+ * The other fields keep sbxd's words (status, signal, timed_out). */
+static void legacy_result(const struct exec_request *req, struct job_result *r, struct outbuf *errb)
+{
+    if (r->status != JOB_TIMEOUT) {
+        if (r->signal)
+            r->exit_code = -r->signal;
+        return;
+    }
+    r->exit_code = 1;
+    char cmd[LEGACY_QUOTE_MAX + 4], secs[32], note[LEGACY_QUOTE_MAX + 128];
+    exec_request_text(req, cmd, sizeof(cmd));
+    if (strlen(cmd) > LEGACY_QUOTE_MAX) { /* cut on a character boundary, and said so */
+        size_t n = utf8_whole((const uint8_t *)cmd, LEGACY_QUOTE_MAX);
+        memcpy(cmd + n, "...", 4);
+    }
+    time_seconds_text(req->timeout_ms, secs, sizeof(secs));
+    int k = snprintf(note, sizeof(note),
+                     "%sFailed to execute command: Command '%s' timed out after %s seconds",
+                     errb->len && errb->data[errb->len - 1] != '\n' ? "\n" : "", cmd, secs);
+    (void)outbuf_note(errb, note, (size_t)k); /* out of memory: the exit code still says it */
+}
+
 /* A request that cannot run: its error, or for the legacy shape the python runtime's 200.
  * Busy and shutting down stay errors, to be retried rather than read as the command's. */
 static enum MHD_Result reply_cannot_run(struct MHD_Connection *c, const struct req_ctx *rc,
@@ -301,8 +351,8 @@ static void legacy_body_free(void *cls)
 
 /* Send the result with out and errb (taken over) as a legacy_body. */
 static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struct job *job,
-                                           struct outbuf *out, struct outbuf *errb,
-                                           double queued_ms)
+                                           const struct job_result *res, struct outbuf *out,
+                                           struct outbuf *errb, double queued_ms)
 {
     struct legacy_body *b = calloc(1, sizeof(*b));
     if (!b) {
@@ -315,7 +365,7 @@ static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struc
     struct jsonw t;
     jw_init(&t, 512);
     jw_obj_begin(&t);
-    exec_result_fields(&t, job_id(job), job_result(job), NULL, NULL, EXEC_ENC_UTF8);
+    exec_result_fields(&t, job_id(job), res, NULL, NULL, EXEC_ENC_UTF8);
     jw_key(&t, "stdout_truncated");
     jw_bool(&t, outbuf_truncated(out));
     jw_key(&t, "stderr_truncated");
@@ -349,6 +399,10 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
                            "sbxd is shutting down and takes no new commands");
     struct request_policy pol;
     exec_service_policy(&srv->exec, MX_SYNC, &pol);
+    /* The SDK's timeout, for a body that gives none (its timeout_ms wins). */
+    uint64_t asked = sdk_timeout_ms(c, pol.max_timeout_ms);
+    if (asked)
+        pol.default_timeout_ms = asked;
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
@@ -388,18 +442,22 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
         outbuf_init(&errb, cap);
     }
     exec_service_collect(job, &out, &errb);
-    bool legacy_failed = legacy && job_result(job)->status == JOB_FAILED_TO_START;
+    /* A command that failed to start, was killed or timed out: the legacy shape says it in
+     * the python runtime's words; and what was cut, in a line of stderr. */
+    struct job_result res = *job_result(job);
+    bool legacy_failed = legacy && res.status == JOB_FAILED_TO_START;
     if (legacy && !legacy_failed) {
         char why[160];
         snprintf(why, sizeof(why),
                  "this answer keeps %llu bytes per stream; --sdk-output-bytes "
                  "raises it",
                  (unsigned long long)srv->cfg->sdk_output_bytes);
-        exec_output_notice(&out, &errb, why);
+        exec_output_notice(&out, &errb, why); /* first: it ends a cut head on a whole character */
+        legacy_result(&req, &res, &errb);
         if (out.len + errb.len > LEGACY_STREAM_MIN) {
             exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms,
                                rc->client);
-            enum MHD_Result r = reply_legacy_stream(c, job, &out, &errb, adm.queued_ms);
+            enum MHD_Result r = reply_legacy_stream(c, job, &res, &out, &errb, adm.queued_ms);
             job_free(job);
             exec_request_free(&req);
             return r;
@@ -409,7 +467,7 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct jsonw w;
     jw_init(&w, 512 + out.len + errb.len);
     if (!legacy_failed)
-        write_result(&w, job, &out, &errb, req.encoding, adm.queued_ms);
+        write_result(&w, job, &res, &out, &errb, req.encoding, adm.queued_ms);
     exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);
     exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms, rc->client);
     outbuf_free(&out);

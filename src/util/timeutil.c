@@ -32,6 +32,19 @@ int time_ms_until(int64_t deadline_ns)
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+void time_seconds_text(uint64_t ms, char *buf, size_t len)
+{
+    unsigned long long whole = ms / 1000, frac = ms % 1000;
+    int digits = 3;
+    if (!frac) {
+        snprintf(buf, len, "%llu.0", whole);
+        return;
+    }
+    for (; frac % 10 == 0; frac /= 10)
+        digits--;
+    snprintf(buf, len, "%llu.%0*llu", whole, digits, frac);
+}
+
 void time_rfc3339(int64_t real_ns, char *buf, size_t len)
 {
     time_t secs = (time_t)(real_ns / 1000000000LL);

@@ -4,6 +4,7 @@ answers them and as docs/api.md's compatibility section promises."""
 
 import json
 import os
+import re
 import time
 import unittest
 
@@ -212,7 +213,11 @@ class TestExecute(LegacyCase):
 
 
 class TestExecuteTimeoutEnv(DaemonTestCase, LegacyCase):
+    """A daemon whose default timeout is 1 s (the python-runtime's variable) and whose
+    largest is 1 s too."""
+
     DAEMON_ENV = {"SANDBOX_EXEC_TIMEOUT_SECONDS": "1"}
+    DAEMON_ARGS = ["--max-timeout-ms", "1000"]
 
     def test_execute_sandbox_exec_timeout_seconds(self):
         t0 = time.monotonic()
@@ -226,6 +231,102 @@ class TestExecuteTimeoutEnv(DaemonTestCase, LegacyCase):
         res = self.execute("echo quick")
         self.assertEqual(res["stdout"], "quick\n")
         self.assertEqual(res["exit_code"], 0)
+
+    def test_execute_timeout_says_so_in_stderr(self):
+        """As the python-runtime reports a subprocess.TimeoutExpired: exit_code 1 and
+        stderr saying "Failed to execute command: Command '...' timed out after N seconds";
+        sbxd keeps the output the command made before."""
+        command = "echo partial; echo warn >&2; sleep 5"
+        res = self.execute(command, timeout=15)
+        self.assertEqual(res["exit_code"], 1, res)
+        self.assertEqual(res["stdout"], "partial\n", res)
+        self.assertEqual(res["stderr"], "warn\n" + FAILED_PREFIX +
+                         "Command '%s' timed out after 1.0 seconds" % command, res)
+        self.assertEqual((res.get("status"), res.get("timed_out")), ("timeout", True), res)
+
+    def test_execute_x_sandbox_timeout_capped_at_max_timeout(self):
+        """The SDK's X-Sandbox-Timeout never lifts a command past --max-timeout-ms."""
+        t0 = time.monotonic()
+        res = self.execute("sleep 5", headers=dict(ROUTER_HEADERS, **{"X-Sandbox-Timeout": "30"}),
+                           timeout=15)
+        self.assertLess(time.monotonic() - t0, 3.0, "sleep 5 outlived the 1 s maximum")
+        self.assertEqual(res["exit_code"], 1, res)
+        self.assertTrue(res["stderr"].endswith("timed out after 1.0 seconds"), res)
+
+
+class TestExecuteSdkTimeout(LegacyCase):
+    """The SDK's commands.run(command, timeout=T) sends X-Sandbox-Timeout: str(T) (connector.py,
+    _router_timeout_header_value): the command's timeout is T seconds."""
+
+    def sdk_headers(self, value):
+        return dict(ROUTER_HEADERS, **{"X-Sandbox-Timeout": value})
+
+    def test_execute_default_timeout_is_300_s(self):
+        """The python-runtime's SANDBOX_EXEC_TIMEOUT_SECONDS default: 300 s."""
+        import subprocess
+        p = subprocess.run([common.sbxd_bin(), "--help"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        m = re.search(r"--timeout-ms MS .*?default (\d+)\n", p.stdout, re.S)
+        self.assertIsNotNone(m, p.stdout[:2000])
+        self.assertEqual(m.group(1), "300000")
+
+    def test_execute_x_sandbox_timeout_ends_the_command(self):
+        t0 = time.monotonic()
+        res = self.execute("echo partial; sleep 5", headers=self.sdk_headers("0.5"), timeout=15)
+        elapsed = time.monotonic() - t0
+        self.assertLess(elapsed, 3.0, "sleep 5 was not stopped by X-Sandbox-Timeout: 0.5")
+        self.assertGreaterEqual(elapsed, 0.45, "answered before the 0.5 s timeout")
+        self.assertEqual(res["exit_code"], 1, res)
+        self.assertEqual(res["stdout"], "partial\n", res)
+        self.assertEqual(res["stderr"], FAILED_PREFIX + "Command 'echo partial; sleep 5' timed out "
+                         "after 0.5 seconds", res)
+
+    def test_execute_x_sandbox_timeout_not_a_positive_number_ignored(self):
+        """Values the SDK never sends (it drops bools, <= 0, nan and inf) leave the default."""
+        for v in ("abc", "0", "-1", "-0.5", "nan", "inf", "1e999", "0x10", "1s", "", "1.5.2"):
+            with self.subTest(value=v):
+                res = self.execute("sleep 0.05; echo ok", headers=self.sdk_headers(v))
+                self.assertEqual((res["stdout"], res["exit_code"]), ("ok\n", 0), res)
+
+    def test_native_execute_takes_x_sandbox_timeout_without_timeout_ms(self):
+        """The native /execute (any field besides command) keeps its own result: status
+        timeout, 128+9, stderr as the command left it."""
+        body = json.dumps({"command": "echo partial; sleep 5", "encoding": "utf8"}).encode()
+        t0 = time.monotonic()
+        r = self.execute_raw(body, headers=self.sdk_headers("0.5"), timeout=15)
+        self.assertLess(time.monotonic() - t0, 3.0, "sleep 5 was not stopped by the header")
+        self.assertEqual(r.status, 200, r)
+        res = r.json()
+        self.assertEqual((res["status"], res["timed_out"], res["exit_code"], res["signal"]),
+                         ("timeout", True, 137, 9), res)
+        self.assertEqual((res["stdout"], res["stderr"]), ("partial\n", ""), res)
+
+    def test_native_execute_timeout_ms_wins_over_x_sandbox_timeout(self):
+        body = json.dumps({"command": "sleep 0.3; echo ok", "timeout_ms": 10000}).encode()
+        r = self.execute_raw(body, headers=self.sdk_headers("0.1"), timeout=15)
+        self.assertEqual(r.status, 200, r)
+        res = r.json()
+        self.assertEqual((res["status"], res["stdout"], res["exit_code"]), ("exited", "ok\n", 0),
+                         res)
+
+
+class TestExecuteSignalExitCode(LegacyCase):
+    def test_execute_killed_by_signal_is_minus_n(self):
+        """subprocess's returncode, as the python-runtime answers it: -N after signal N."""
+        for sig, n in (("KILL", 9), ("TERM", 15), ("INT", 2)):
+            with self.subTest(signal=sig):
+                res = self.execute("echo before; kill -%s $$" % sig)
+                self.assertEqual((res["exit_code"], res["stdout"]), (-n, "before\n"), res)
+                self.assertEqual((res.get("status"), res.get("signal")), ("signaled", n), res)
+
+    def test_native_execute_killed_by_signal_is_128_plus_n(self):
+        body = json.dumps({"command": "kill -TERM $$", "encoding": "utf8"}).encode()
+        r = self.execute_raw(body)
+        self.assertEqual(r.status, 200, r)
+        res = r.json()
+        self.assertEqual((res["exit_code"], res["signal"], res["status"]), (143, 15, "signaled"),
+                         res)
 
 
 class TestUpload(LegacyCase):

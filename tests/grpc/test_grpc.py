@@ -312,11 +312,24 @@ class ExecuteTest(GrpcCase):
         self.assertEqual(tr.get("sbxd-status"), "exited", tr)
         self.assertNotEqual(tr.get("sbxd-stdout-truncated"), "true", tr)
 
-    def test_signal_is_128_plus_n(self):
-        for sig, code in (("KILL", 137), ("TERM", 143), ("INT", 130)):
-            r, tr = self.execute(sh("kill -%s $$" % sig))
-            self.assertEqual(r.exit_code, code, "kill -%s" % sig)
+    def test_signal_is_minus_1(self):
+        """As sandboxd's Execute reports a command killed by a signal (Go's
+        ExitError.ExitCode() is -1 then); the trailer says which."""
+        for sig in ("KILL", "TERM", "INT"):
+            r, tr = self.execute(sh("echo before; kill -%s $$" % sig))
+            self.assertEqual((r.exit_code, r.stdout), (-1, b"before\n"), "kill -%s" % sig)
             self.assertEqual(tr.get("sbxd-status"), "signaled", tr)
+
+    def test_sdk_timeout_is_the_deadline(self):
+        """The SDK's stub.Execute(request, timeout=T): past T the call ends
+        DEADLINE_EXCEEDED, as sandboxd's (exec.CommandContext on the call's context)."""
+        stub = S.pbg.ProcessServiceStub(self.d.channel)
+        request = pb.ExecuteRequest(config=pb.ProcessConfig(command=sh("sleep 5")))
+        t0 = time.monotonic()
+        with self.assertRaises(grpc.RpcError) as cm:
+            stub.Execute(request, timeout=0.5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertLess(time.monotonic() - t0, 3.0)
 
     def test_argv_without_shell(self):
         """A command is argv, executed directly; a name without '/' is found in PATH."""
@@ -565,6 +578,35 @@ class OutputMemoryTest(GrpcCase):
         self.assertEqual(tr.get("sbxd-stdout-truncated"), "true", tr)
 
 
+class ServerTimeoutTest(GrpcCase):
+    """sbxd's own timeout (here 0.5 s, the most a call may have) ends a call as a deadline
+    does: DEADLINE_EXCEEDED, its message saying the command timed out."""
+
+    DAEMON_ARGS = ["--timeout-ms", "500", "--max-timeout-ms", "500"]
+
+    def test_execute_timed_out(self):
+        t0 = time.monotonic()
+        e = self.execute_code(grpc.StatusCode.DEADLINE_EXCEEDED, sh("sleep 5"), timeout=30)
+        self.assertLess(time.monotonic() - t0, 4.0)
+        self.assertIn("timed out after 0.5 seconds", e.details())
+
+    def test_start_timed_out(self):
+        """The stream carries the output up to the timeout, then ends DEADLINE_EXCEEDED
+        without an ExitEvent (as a Start whose deadline passed)."""
+        call, _ = self.start(sh("echo before; sleep 5"), timeout=30)
+        t0 = time.monotonic()
+        got = []
+        with self.assertRaises(grpc.RpcError) as cm:
+            for ev in call:
+                got.append(ev.WhichOneof("event"))
+                self.assertNotEqual(got[-1], "exit", "an ExitEvent after the timeout: %r" % ev)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED,
+                         cm.exception.details())
+        self.assertIn("timed out after 0.5 seconds", cm.exception.details())
+        self.assertEqual(got, ["stdout"])
+        self.assertLess(time.monotonic() - t0, 4.0)
+
+
 class StartTest(GrpcCase):
     def test_events_init_output_exit(self):
         call, pid = self.start(sh("echo out; sleep 0.1; echo err >&2; exit 3"))
@@ -572,8 +614,9 @@ class StartTest(GrpcCase):
         self.assertEqual((out, err, code), (b"out\n", b"err\n", 3))
 
     def test_exit_code_of_a_signal(self):
+        """ExitEvent{exit_code: -1} for a process killed by a signal, as sandboxd's Start."""
         call, _ = self.start(sh("kill -TERM $$"))
-        self.assertEqual(self.collect(call)[2], 143)
+        self.assertEqual(self.collect(call)[2], -1)
 
     def test_large_output_in_order(self):
         call, _ = self.start(["seq", "1", "200000"])
@@ -627,7 +670,7 @@ class StartTest(GrpcCase):
             self.assert_code(grpc.StatusCode.FAILED_PRECONDITION, self.resize, pid, 100, 30)
         finally:
             self.signal(pid, pb.SIGNAL_SIGKILL)
-        self.assertEqual(self.collect(call)[2], 137)
+        self.assertEqual(self.collect(call)[2], -1)
 
     def test_write_stdin_then_eof(self):
         call, pid = self.start(sh("while read l; do echo \"got $l\"; done; echo done"))
@@ -652,7 +695,7 @@ class StartTest(GrpcCase):
         self.assert_code(grpc.StatusCode.FAILED_PRECONDITION, self.write_stdin, pid, b"late")
         self.assert_code(grpc.StatusCode.FAILED_PRECONDITION, self.write_stdin, pid, eof=True)
         self.signal(pid, pb.SIGNAL_SIGKILL)
-        self.assertEqual(self.collect(call)[2], 137)
+        self.assertEqual(self.collect(call)[2], -1)
 
     def test_send_signal_reaches_the_tree(self):
         self.need_probe()
@@ -661,13 +704,13 @@ class StartTest(GrpcCase):
         self.wait_running(m1)
         self.wait_running(m2)
         self.signal(pid, pb.SIGNAL_SIGTERM)
-        self.assertEqual(self.collect(call)[2], 143)
+        self.assertEqual(self.collect(call)[2], -1)
         self.assert_gone(m1, 3.0, "the background sleep")
         self.assert_gone(m2, 3.0)
 
     def test_sigint_and_sigkill(self):
-        for sig, code in ((pb.SIGNAL_SIGINT, 130), (pb.SIGNAL_SIGKILL, 137),
-                          (pb.SIGNAL_SIGTERM, 143)):
+        for sig, code in ((pb.SIGNAL_SIGINT, -1), (pb.SIGNAL_SIGKILL, -1),
+                          (pb.SIGNAL_SIGTERM, -1)):
             call, pid = self.start(["sleep", "30.%s" % marker()])
             self.signal(pid, sig)
             self.assertEqual(self.collect(call)[2], code, pb.Signal.Name(sig))
@@ -682,7 +725,7 @@ class StartTest(GrpcCase):
             self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, self.signal, pid, 1)
         finally:
             self.signal(pid, pb.SIGNAL_SIGKILL)
-        self.assertEqual(self.collect(call)[2], 137)
+        self.assertEqual(self.collect(call)[2], -1)
 
     def test_after_exit_not_found(self):
         """Once its Start has ended, a process is unknown to WriteStdin, SendSignal and
@@ -709,7 +752,7 @@ class StartTest(GrpcCase):
                 self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, self.resize, pid, cols, rows)
         finally:
             self.signal(pid, pb.SIGNAL_SIGKILL)
-        self.assertEqual(self.collect(call)[2], 137)
+        self.assertEqual(self.collect(call)[2], -1)
 
     def test_start_pty_out_of_range_invalid_argument(self):
         self.assert_code(grpc.StatusCode.INVALID_ARGUMENT, self.stub().Start,

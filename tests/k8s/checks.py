@@ -326,6 +326,10 @@ def check_pod(o, meta, spec, defaults, runtimeclasses, where):
     req = [r.strip() for r in env.get("SBXD_REQUIRE_ISOLATION", "").split(",")]
     check("%s: SBXD_REQUIRE_ISOLATION holds seccomp, tree_kill, capabilities" % n,
           {"seccomp", "tree_kill", "capabilities"} <= set(req), env.get("SBXD_REQUIRE_ISOLATION"))
+    timeout = env.get("SBXD_TIMEOUT_MS") or (env.get("SANDBOX_EXEC_TIMEOUT_SECONDS") and
+                                              float(env["SANDBOX_EXEC_TIMEOUT_SECONDS"]) * 1000)
+    check("%s: a command's default timeout is set, to the python runtime's 300 s" % n,
+          timeout is not None and float(timeout) == 300000, env)
     check("%s: the image is the kustomization's name 'sbxd'" % n, c.get("image") == "sbxd")
     check("%s: pod labelled app.kubernetes.io/name=sbxd" % n,
           meta.get("labels", {}).get("app.kubernetes.io/name") == "sbxd")

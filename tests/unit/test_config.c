@@ -33,7 +33,7 @@ START_TEST(defaults)
     ck_assert(!cfg.grpc_off);
     ck_assert_int_eq(cfg.grpc_addr.ss_family, AF_INET);
     ck_assert_str_eq(cfg.workspace, "/workspace");
-    ck_assert_uint_eq(cfg.timeout_ms, 60000);
+    ck_assert_uint_eq(cfg.timeout_ms, 300000);
     ck_assert_uint_eq(cfg.max_output_bytes, 1048576);
     ck_assert_uint_eq(cfg.max_body_bytes, 1048576);
     ck_assert_uint_eq(cfg.max_running, 32);
@@ -184,6 +184,21 @@ START_TEST(legacy_timeout_seconds)
     ck_assert_uint_eq(cfg.max_timeout_ms, 7200000);
     char *argv2[] = {"sbxd", "--max-timeout-ms", "1000", NULL};
     ck_assert_int_eq(parse(argv2, envp), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
+}
+END_TEST
+
+/* The default timeout (300 s) yields to a lower maximum given alone; a timeout given above
+ * the maximum given stays an error. */
+START_TEST(max_timeout_below_the_default)
+{
+    char *argv[] = {"sbxd", "--max-timeout-ms", "30000", NULL};
+    char *none[] = {NULL};
+    ck_assert_int_eq(parse(argv, none), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.timeout_ms, 30000);
+    ck_assert_uint_eq(cfg.max_timeout_ms, 30000);
+    char *both[] = {"sbxd", "--max-timeout-ms", "30000", "--timeout-ms", "45000", NULL};
+    ck_assert_int_eq(parse(both, none), CONFIG_EXIT_2);
     ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
 }
 END_TEST
@@ -347,6 +362,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, flags_beat_env_beat_defaults);
     tcase_add_test(tc, workspace_env_order);
     tcase_add_test(tc, legacy_timeout_seconds);
+    tcase_add_test(tc, max_timeout_below_the_default);
     tcase_add_test(tc, bad_values_name_the_option);
     tcase_add_test(tc, bad_env_names_the_variable);
     tcase_add_test(tc, help_and_version);

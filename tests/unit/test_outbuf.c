@@ -75,16 +75,22 @@ START_TEST(pool_shared_and_given_back)
 }
 END_TEST
 
-/* A note goes past the cap and leaves truncated as it was. */
-START_TEST(note_past_cap)
+/* A note goes past cap whole; the command's bytes stay cut (and counted) as before it. */
+START_TEST(note_passes_cap)
 {
     struct outbuf ob;
     outbuf_init(&ob, 4);
     ck_assert_int_eq(outbuf_append(&ob, "abcdef", 6), 0);
-    ck_assert_int_eq(outbuf_note(&ob, "[cut]", 5), 0);
+    ck_assert_int_eq(outbuf_note(&ob, "|note", 5), 0);
     ck_assert_uint_eq(ob.len, 9);
-    ck_assert_mem_eq(ob.data, "abcd[cut]", 9);
+    ck_assert(memcmp(ob.data, "abcd|note", 9) == 0);
     ck_assert(outbuf_truncated(&ob));
+    ck_assert_int_eq(outbuf_append(&ob, "x", 1), 0); /* past cap: counted, not kept */
+    ck_assert_uint_eq(ob.len, 9);
+    outbuf_free(&ob);
+    outbuf_init(&ob, 16);
+    ck_assert_int_eq(outbuf_note(&ob, "only", 4), 0);
+    ck_assert(!outbuf_truncated(&ob));
     outbuf_free(&ob);
 }
 END_TEST
@@ -97,7 +103,7 @@ Suite *outbuf_suite(void)
     tcase_add_test(tc, memory_bounded_by_cap);
     tcase_add_test(tc, small_output_small_buffer);
     tcase_add_test(tc, pool_shared_and_given_back);
-    tcase_add_test(tc, note_past_cap);
+    tcase_add_test(tc, note_passes_cap);
     suite_add_tcase(s, tc);
     return s;
 }

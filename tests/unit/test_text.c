@@ -6,6 +6,7 @@
 
 #include "sbxd/base64.h"
 #include "sbxd/jsonw.h"
+#include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 #include "suites.h"
 
@@ -240,6 +241,22 @@ START_TEST(json_structure)
 }
 END_TEST
 
+/* Seconds as Python prints a float: the words of a timeout in the python runtime's message. */
+START_TEST(seconds_as_python_writes_them)
+{
+    static const struct {
+        uint64_t ms;
+        const char *text;
+    } cases[] = {{300000, "300.0"}, {500, "0.5"}, {1000, "1.0"}, {1250, "1.25"},
+                 {1, "0.001"},      {10, "0.01"}, {0, "0.0"},    {604800000, "604800.0"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[32];
+        time_seconds_text(cases[i].ms, buf, sizeof(buf));
+        ck_assert_str_eq(buf, cases[i].text);
+    }
+}
+END_TEST
+
 START_TEST(base64_roundtrip)
 {
     static const char *vec[][2] = {{"", ""},
@@ -279,6 +296,7 @@ Suite *text_suite(void)
     tcase_add_test(tc, json_every_ascii_byte_at_every_position);
     tcase_add_test(tc, json_structure);
     tcase_add_test(tc, base64_roundtrip);
+    tcase_add_test(tc, seconds_as_python_writes_them);
     suite_add_tcase(s, tc);
     return s;
 }
