@@ -7,7 +7,7 @@
 
 static struct sbxd_config cfg;
 static char errbuf[512];
-static char outbuf[16384];
+static char outbuf[65536];
 
 static enum config_outcome parse(char *const *argv, char *const *envp)
 {
@@ -220,6 +220,8 @@ START_TEST(help_and_version)
                            "--max-running",
                            "--shutdown-grace-ms",
                            "--log-format",
+                           "--pass-env",
+                           "SBXD_PASS_ENV",
                            "SANDBOX_BASE_DIR",
                            "SANDBOX_EXEC_TIMEOUT_SECONDS",
                            "--version"};
