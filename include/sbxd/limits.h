@@ -226,7 +226,7 @@
  * in credentials or another tool's settings (GO*, BUNDLE_*); the CA bundles' names hold CERT,
  * which a prefix never passes. */
 #define SBXD_PASS_ENV_DEFAULT                                                                      \
-    "PATH,LANG,LANGUAGE,LC_*,TZ,TMPDIR,SANDBOX_*,"                                                 \
+    "PATH,LANG,LANGUAGE,LC_*,TZ,SANDBOX_*,"                                                        \
     "PYTHON*,VIRTUAL_ENV,CONDA_*,MAMBA_ROOT_PREFIX,PIP_*,UV_*,"                                    \
     "JAVA_*,JDK_JAVA_OPTIONS,MAVEN_HOME,MAVEN_OPTS,GRADLE_HOME,GRADLE_USER_HOME,"                  \
     "GOPATH,GOROOT,GOBIN,GOCACHE,GOMODCACHE,GOFLAGS,GOTOOLCHAIN,"                                  \
