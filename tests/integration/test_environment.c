@@ -16,27 +16,32 @@
 #define TOKEN "env-test-token-5d1c9a"
 
 /* A directory (0755) holding `mytool`, a script that prints "mytool-ran": what an image puts
- * on its PATH (ENV PATH=/opt/venv/bin:...). */
-static void tool_dir_make(char *dir, size_t len)
+ * on its PATH (ENV PATH=/opt/venv/bin:...). Made and removed by the test runner itself (an
+ * unchecked fixture), so a failed test leaves nothing behind. */
+static char tools[64];
+
+static void tool_dir_make(void)
 {
-    snprintf(dir, len, "/tmp/sbxd-it-tools-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    ck_assert_int_eq(chmod(dir, 0755), 0);
+    snprintf(tools, sizeof(tools), "/tmp/sbxd-it-tools-XXXXXX");
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/mytool", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("#!/bin/sh\necho mytool-ran\n", f);
-    fclose(f);
-    ck_assert_int_eq(chmod(path, 0755), 0);
+    FILE *f = NULL;
+    if (mkdtemp(tools) && chmod(tools, 0755) == 0) {
+        snprintf(path, sizeof(path), "%s/mytool", tools);
+        f = fopen(path, "w");
+    }
+    if (!f || fputs("#!/bin/sh\necho mytool-ran\n", f) < 0 || fclose(f) != 0 ||
+        chmod(path, 0755) < 0) {
+        perror("the tool directory");
+        abort();
+    }
 }
 
-static void tool_dir_remove(const char *dir)
+static void tool_dir_remove(void)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/mytool", dir);
+    snprintf(path, sizeof(path), "%s/mytool", tools);
     unlink(path);
-    rmdir(dir);
+    rmdir(tools);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -129,8 +134,7 @@ static char *ws_file(const struct daemon *d, const char *name)
 
 /* What every face's command must see of the daemon started by the first test (besides the
  * shell's own PWD, SHLVL, _ on the faces that run one). */
-static void assert_allowed(const struct daemon *d, const char *face, const char *env,
-                           const char *tools)
+static void assert_allowed(const struct daemon *d, const char *face, const char *env)
 {
     char line[PATH_MAX + 64];
     snprintf(line, sizeof(line), "PATH=%s:/usr/bin:/bin", tools);
@@ -167,8 +171,6 @@ static void assert_allowed(const struct daemon *d, const char *face, const char 
  */
 START_TEST(commands_inherit_the_allow_list_on_every_face)
 {
-    char tools[64];
-    tool_dir_make(tools, sizeof(tools));
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "PATH=%s:/usr/bin:/bin", tools);
     const char *env[] = {path,
@@ -191,7 +193,7 @@ START_TEST(commands_inherit_the_allow_list_on_every_face)
 
     /* /execute, argv: exactly these. */
     char *out = exec_out(&d, false, "{\"argv\":[\"env\"]}");
-    assert_allowed(&d, "/execute", out, tools);
+    assert_allowed(&d, "/execute", out);
     char names[1024];
     env_names(out, names, sizeof(names));
     ck_assert_str_eq(names, "HOME,JAVA_HOME,LANG,PATH,PIP_NO_CACHE_DIR,PYTHONPATH,SANDBOX_FOO,"
@@ -221,7 +223,7 @@ START_TEST(commands_inherit_the_allow_list_on_every_face)
     ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
     http_resp_free(&r);
     out = ws_file(&d, "env-process");
-    assert_allowed(&d, "/processes", out, tools);
+    assert_allowed(&d, "/processes", out);
     free(out);
 
     /* A shell context */
@@ -235,7 +237,7 @@ START_TEST(commands_inherit_the_allow_list_on_every_face)
     ck_assert_msg(r.status == 200 && strstr(r.body, "mytool-ran"), "%ld %s", r.status, r.body);
     http_resp_free(&r);
     out = ws_file(&d, "env-context");
-    assert_allowed(&d, "context", out, tools);
+    assert_allowed(&d, "context", out);
     free(out);
     snprintf(cpath, sizeof(cpath), "/contexts/%s", ctx);
     req(&d, false, "DELETE", cpath, NULL, &r);
@@ -260,7 +262,7 @@ START_TEST(commands_inherit_the_allow_list_on_every_face)
     ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
     http_resp_free(&r);
     out = ws_file(&d, "env-mcp");
-    assert_allowed(&d, "mcp", out, tools);
+    assert_allowed(&d, "mcp", out);
     free(out);
 
     /* /healthz names what passes, never a value. */
@@ -282,7 +284,6 @@ START_TEST(commands_inherit_the_allow_list_on_every_face)
     http_resp_free(&r);
 
     ck_assert(daemon_stop_clean(&d, 10000));
-    tool_dir_remove(tools);
 }
 END_TEST
 
@@ -380,6 +381,7 @@ Suite *environment_suite(void)
 {
     Suite *s = suite_create("environment");
     TCase *tc = tcase_create("pass_env");
+    tcase_add_unchecked_fixture(tc, tool_dir_make, tool_dir_remove);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, commands_inherit_the_allow_list_on_every_face);
     tcase_add_test(tc, patterns_never_pass_the_token_sbxd_names_or_secrets);
