@@ -177,6 +177,16 @@ static const struct opt opts[] = {
      "read once at start; never a name containing TOKEN, SECRET, PASSWORD, PASSWD, CRED, KEY, "
      "AUTH, BEARER, PRIVATE, CERT or PWD, nor a value with a URL that names a user "
      "(scheme://user:password@host)."},
+    {"pass-env", "LIST", "SBXD_PASS_ENV", NULL, 0, SBXD_PASS_ENV_DEFAULT, OPT_LIST, OFF(pass_env),
+     0, sizeof(((struct sbxd_config *)0)->pass_env),
+     "What commands inherit of sbxd's environment, read once at start (comma-separated): NAME "
+     "passes that variable, even one that looks like a credential; PREFIX* (* alone: all) "
+     "every variable whose name begins with PREFIX, but never one whose name contains "
+     "TOKEN, SECRET, PASSWORD, PASSWD, CRED, KEY, AUTH, BEARER, PRIVATE, CERT or PWD, nor a "
+     "value with a URL that names a user, nor HOME. No SBXD_ variable ever passes. A "
+     "leading + adds to the default list (+MY_API_KEY). PATH and LANG not passed are "
+     "sbxd's built-in ones; HOME is the workspace unless named; empty: just those three. "
+     "A request's env is merged over it."},
     {"shutdown-grace-ms", "MS", "SBXD_SHUTDOWN_GRACE_MS", NULL, 0, "10000", OPT_UINT,
      OFF(shutdown_grace_ms), 0, SBXD_TIMEOUT_HARD_MAX_MS,
      "After SIGTERM, how long running commands and background processes may finish before "
@@ -386,6 +396,26 @@ static void print_wrapped(FILE *out, const char *left, const char *text)
     fputc('\n', out);
 }
 
+/* A long comma-separated default, wrapped to the help's right-hand column. */
+static void print_list(FILE *out, const char *list)
+{
+    enum { INDENT = 29, WIDTH = 96 };
+    fprintf(out, "%*s", INDENT, "");
+    int col = INDENT;
+    while (*list) {
+        size_t item = strcspn(list, ",");
+        item += list[item] == ',';
+        if (col > INDENT && col + (int)item > WIDTH) {
+            fprintf(out, "\n%*s", INDENT, "");
+            col = INDENT;
+        }
+        fprintf(out, "%.*s", (int)item, list);
+        col += (int)item;
+        list += item;
+    }
+    fputc('\n', out);
+}
+
 static void print_usage(FILE *out)
 {
     fprintf(out, "Usage: sbxd [OPTION]...\n"
@@ -399,7 +429,12 @@ static void print_usage(FILE *out)
         snprintf(left, sizeof(left), "--%s %s", o->flag, o->metavar);
         print_wrapped(out, left, o->help);
         fprintf(out, "  %-26s env %s%s%s, default %s\n", "", o->env, o->alt_env ? " or " : "",
-                o->alt_env ? o->alt_env : "", *o->def ? o->def : "none");
+                o->alt_env ? o->alt_env : "",
+                strlen(o->def) > 60 ? "(below)"
+                : *o->def           ? o->def
+                                    : "none");
+        if (strlen(o->def) > 60) /* a list: wrapped at its commas */
+            print_list(out, o->def);
     }
     fprintf(out, "  %-26s %s\n", "--help", "Show this help and exit.");
     fprintf(out, "  %-26s %s\n", "--version", "Show the version and exit.");

@@ -20,6 +20,7 @@
 
 #include "sbxd/auth.h"
 #include "sbxd/cgroup.h"
+#include "sbxd/cmdenv.h"
 #include "sbxd/background.h"
 #include "sbxd/context.h"
 #include "sbxd/watch.h"
@@ -225,6 +226,20 @@ static void drain(struct server *srv, struct grpc_front *grpc, const struct sbxd
         wait_signal(set, 20);
 }
 
+/* Which variables of sbxd's environment commands inherit: names only, never a value. */
+static void log_environment(const struct cmdenv *ce)
+{
+    char names[1024];
+    size_t n = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < ce->npassed && n < sizeof(names); i++) {
+        int w = snprintf(names + n, sizeof(names) - n, "%s%s", i ? "," : "", ce->passed[i]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    LOG_EVENT("info", "environment", LOG_S("mode", ce->empty ? "minimal" : "allow-list"),
+              LOG_S("passed", names));
+}
+
 /* The process itself, before anything else runs: std fds, the log, the token out of the
  * environment, the fd limit, malloc's behaviour and the signals. 0, or an exit status. */
 static int setup_process(struct sbxd_config *cfg, sigset_t *set)
@@ -240,6 +255,16 @@ static int setup_process(struct sbxd_config *cfg, sigset_t *set)
         return 2;
     }
     cfg->token = token;
+    /* Then what commands inherit of the environment, chosen once (the token is gone from it,
+     * and no SBXD_ variable passes anyway: cmdenv.h). */
+    static struct cmdenv cmdenv;
+    char why_env[256];
+    if (cmdenv_init(&cmdenv, cfg->pass_env, environ, why_env, sizeof(why_env)) < 0) {
+        fprintf(stderr, "sbxd: %s\n", why_env);
+        return 2;
+    }
+    cfg->cmdenv = &cmdenv;
+    log_environment(&cmdenv);
     raise_fd_limit(cfg);
     /* Large buffers (captured output, bodies, results) each get their own mapping, returned
      * to the kernel when freed. glibc would otherwise raise this threshold after the first

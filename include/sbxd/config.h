@@ -16,6 +16,8 @@
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 
+struct cmdenv;
+
 struct sbxd_config {
     char listen[256]; /* as given: one address, or a comma list (--listen repeated joins them) */
     struct sockaddr_storage listen_addr[SBXD_LISTEN_MAX];
@@ -64,6 +66,7 @@ struct sbxd_config {
     char require_isolation[128]; /* comma-separated ISO_REQ_* words (isolation.h) */
     bool degraded_ok;            /* start even when commands cannot run as --user */
     char metadata_prefix[128];   /* /v1/metadata: the environment variables it serves */
+    char pass_env[4096];         /* what commands inherit of sbxd's environment (cmdenv.h) */
     char token_file[PATH_MAX];   /* --token-file; empty: none */
     uint64_t max_connections;
     uint64_t max_client_connections;
@@ -72,6 +75,8 @@ struct sbxd_config {
     uint64_t max_header_bytes;
     /* Not an option: the bearer token in force (main loads it), NULL or "" for none. */
     const char *token;
+    /* Not an option: the environment commands start from (main builds it from pass_env). */
+    const struct cmdenv *cmdenv;
     uint64_t memory_max; /* per command, default and maximum; 0: none */
     uint64_t pids_max;   /* per command, default and maximum; 0: none */
     uid_t user_uid;

@@ -218,8 +218,27 @@
 /* Seconds a client is told to wait after 429 or 503. */
 #define SBXD_RETRY_AFTER_S 1
 
-/* Base environment of every command; the request's env is merged over it. */
+/* Base environment of every command; the request's env is merged over it. PATH and LANG
+ * when sbxd's environment passes none (cmdenv.h). */
 #define SBXD_BASE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define SBXD_BASE_LANG "C.UTF-8"
+/* What commands inherit of sbxd's environment unless --pass-env says otherwise (cmdenv.h):
+ * what an image or a pod sets for programs to find their runtime, libraries, locale and
+ * CA bundles (docs/configuration.md gives the reasons). Exact names where a prefix would take
+ * in credentials or another tool's settings (GO*, BUNDLE_*); the CA bundles' names hold CERT,
+ * which a prefix never passes. */
+#define SBXD_PASS_ENV_DEFAULT                                                                      \
+    "PATH,LANG,LANGUAGE,LC_*,TZ,SANDBOX_*,"                                                        \
+    "PYTHON*,VIRTUAL_ENV,CONDA_*,MAMBA_ROOT_PREFIX,PIP_*,UV_*,"                                    \
+    "JAVA_*,JDK_JAVA_OPTIONS,MAVEN_HOME,MAVEN_OPTS,GRADLE_HOME,GRADLE_USER_HOME,"                  \
+    "GOPATH,GOROOT,GOBIN,GOCACHE,GOMODCACHE,GOFLAGS,GOTOOLCHAIN,"                                  \
+    "NODE_*,NPM_CONFIG_*,NVM_DIR,BUN_INSTALL,DENO_DIR,"                                            \
+    "CARGO_HOME,RUSTUP_HOME,RUSTUP_TOOLCHAIN,RUST_VERSION,"                                        \
+    "GEM_HOME,GEM_PATH,BUNDLE_PATH,BUNDLE_APP_CONFIG,RUBY_VERSION,DOTNET_*,"                       \
+    "R_HOME,R_LIBS,R_LIBS_USER,JULIA_DEPOT_PATH,PERL5LIB,"                                         \
+    "LD_LIBRARY_PATH,PKG_CONFIG_PATH,CUDA_HOME,"                                                   \
+    "SSL_CERT_FILE,SSL_CERT_DIR,REQUESTS_CA_BUNDLE,CURL_CA_BUNDLE,NODE_EXTRA_CA_CERTS"
+/* Items a --pass-env may hold. */
+#define SBXD_PASS_ENV_MAX_ITEMS 256
 
 #endif

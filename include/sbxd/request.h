@@ -2,7 +2,7 @@
  * request.h - the /execute request: JSON in, a validated exec_request out.
  *
  * Everything a command needs is decided here, before any process exists: argv, the
- * final environment (request env merged over a minimal base, never the daemon's own),
+ * final environment (request env merged over the policy's base, cmdenv.h),
  * stdin bytes, cwd, timeout and limits checked against the server's maxima. Unknown
  * fields, wrong types, NUL inside strings and duplicate keys are all rejected.
  */
@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sbxd/cmdenv.h"
 #include "sbxd/err.h"
 #include "sbxd/exec_result.h"
 
@@ -55,6 +56,7 @@ struct request_policy {
     uint64_t max_pids;         /* 0: no maximum */
     double max_cpu_quota;      /* CPUs on this machine */
     const char *workspace;     /* absolute; HOME of commands, and accepted as a cwd prefix */
+    const struct cmdenv *env;  /* the base environment (cmdenv.h); NULL: the minimal one */
     bool allow_pty;            /* "pty" is accepted (background processes only) */
 };
 

@@ -90,25 +90,49 @@ static bool env_name_ok(const char *name)
     return name[0] && !strchr(name, '=');
 }
 
+/* Whether the request's env (a JSON object) names the variable of entry ("NAME=..."). */
+static bool json_names(const void *ctx, const char *entry, size_t len)
+{
+    for (const cJSON *c = ctx ? ((const cJSON *)ctx)->child : NULL; c; c = c->next)
+        if (c->string && strncmp(c->string, entry, len) == 0 && c->string[len] == '\0')
+            return true;
+    return false;
+}
+
+/* The base environment into req->envp (calloc'd with room for nreq more and the NULL): HOME
+ * (the workspace, unless the base holds its own) and the base's variables, each unless the
+ * request names it (names(ctx, ...)): then the request's value is added after. */
+static int base_env(const struct request_policy *pol, size_t nreq,
+                    bool (*names)(const void *ctx, const char *entry, size_t len), const void *ctx,
+                    struct exec_request *req, size_t *n, struct sbxd_err *err)
+{
+    const struct cmdenv *ce = pol->env ? pol->env : cmdenv_minimal();
+    req->envp = calloc(ce->nvars + nreq + 2, sizeof(char *));
+    if (!req->envp)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    *n = 0;
+    if (!ce->home && !names(ctx, "HOME=", 4) &&
+        !(req->envp[(*n)++] = join_kv("HOME", pol->workspace)))
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    for (size_t i = 0; i < ce->nvars; i++) {
+        const char *v = ce->vars[i];
+        if (names(ctx, v, strcspn(v, "=")))
+            continue; /* the request's value is added below */
+        if (!(req->envp[(*n)++] = strdup(v)))
+            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
 static int build_env(const cJSON *env, const struct request_policy *pol, struct exec_request *req,
                      struct sbxd_err *err)
 {
     int nreq = env ? cJSON_GetArraySize(env) : 0;
     if (nreq > SBXD_MAX_ENV)
         return sbxd_fail(err, SBXD_E_INVALID, 0, "'env' has more than %d variables", SBXD_MAX_ENV);
-    const char *base[3][2] = {
-        {"PATH", SBXD_BASE_PATH}, {"HOME", pol->workspace}, {"LANG", SBXD_BASE_LANG}};
-    req->envp = calloc((size_t)nreq + 4, sizeof(char *));
-    if (!req->envp)
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     size_t n = 0;
-    for (int b = 0; b < 3; b++) {
-        const cJSON *over = env ? cJSON_GetObjectItemCaseSensitive(env, base[b][0]) : NULL;
-        if (over)
-            continue; /* the request's value is added below */
-        if (!(req->envp[n++] = join_kv(base[b][0], base[b][1])))
-            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    }
+    if (base_env(pol, (size_t)nreq, json_names, env, req, &n, err) < 0)
+        return -1;
     for (const cJSON *c = env ? env->child : NULL; c; c = c->next) {
         if (!env_name_ok(c->string))
             return sbxd_fail(err, SBXD_E_INVALID, 0,
@@ -428,11 +452,6 @@ static bool bytes_eq(const struct exec_bytes *a, const struct exec_bytes *b)
     return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
 }
 
-static bool bytes_is(const struct exec_bytes *a, const char *s)
-{
-    return a->len == strlen(s) && memcmp(a->data, s, a->len) == 0;
-}
-
 static int build_argv(const struct exec_bytes *argv, size_t argc, struct exec_request *req,
                       struct sbxd_err *err)
 {
@@ -456,6 +475,21 @@ static int build_argv(const struct exec_bytes *argv, size_t argc, struct exec_re
     return 0;
 }
 
+/* The names of a request that did not come as JSON. */
+struct byte_names {
+    const struct exec_bytes *names;
+    size_t n;
+};
+
+static bool bytes_names(const void *ctx, const char *entry, size_t len)
+{
+    const struct byte_names *b = ctx;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->names[i].len == len && memcmp(b->names[i].data, entry, len) == 0)
+            return true;
+    return false;
+}
+
 static int build_env_bytes(const struct exec_bytes *names, const struct exec_bytes *values,
                            size_t nenv, const struct request_policy *pol, struct exec_request *req,
                            struct sbxd_err *err)
@@ -463,19 +497,10 @@ static int build_env_bytes(const struct exec_bytes *names, const struct exec_byt
     if (nenv > SBXD_MAX_ENV)
         return sbxd_fail(err, SBXD_E_INVALID, 0, "the environment has more than %d variables",
                          SBXD_MAX_ENV);
-    const char *base[3][2] = {
-        {"PATH", SBXD_BASE_PATH}, {"HOME", pol->workspace}, {"LANG", SBXD_BASE_LANG}};
-    req->envp = calloc(nenv + 4, sizeof(char *));
-    if (!req->envp)
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    struct byte_names bn = {names, nenv};
     size_t n = 0;
-    for (int b = 0; b < 3; b++) {
-        bool over = false;
-        for (size_t i = 0; i < nenv && !over; i++)
-            over = bytes_is(&names[i], base[b][0]);
-        if (!over && !(req->envp[n++] = join_kv(base[b][0], base[b][1])))
-            return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    }
+    if (base_env(pol, nenv, bytes_names, &bn, req, &n, err) < 0)
+        return -1;
     for (size_t i = 0; i < nenv; i++) {
         bool later = false; /* a name given again later: that one wins */
         for (size_t j = i + 1; j < nenv && !later; j++)

@@ -43,6 +43,7 @@ void exec_service_policy(const struct exec_service *s, enum metrics_mode mode,
         .max_pids = s->cfg->pids_max,
         .max_cpu_quota = (double)cpus_online(),
         .workspace = s->workspace,
+        .env = s->cfg->cmdenv,
         .allow_pty = background,
     };
 }

@@ -6,6 +6,7 @@
 
 #include "sbxd/grpc.h"
 #include "sbxd/background.h"
+#include "sbxd/cmdenv.h"
 #include "sbxd/http.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
@@ -72,8 +73,15 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_int(w, h->daemon_oom_score_adj);
     jw_key(w, "fds");
     jw_str(w, "closed");
+    /* What commands inherit of sbxd's environment: the names, never a value (cmdenv.h). */
+    const struct cmdenv *ce = srv->cfg->cmdenv;
     jw_key(w, "environment");
-    jw_str(w, "minimal");
+    jw_str(w, !ce || ce->empty ? "minimal" : "allow-list");
+    jw_key(w, "environment_passed");
+    jw_arr_begin(w);
+    for (size_t i = 0; ce && i < ce->npassed; i++)
+        jw_str(w, ce->passed[i]);
+    jw_arr_end(w);
     jw_key(w, "core_dumps");
     jw_bool(w, false);
     /* What the probe found on this host, used or not. */

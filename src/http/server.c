@@ -1,5 +1,4 @@
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
+#include "sbxd/secret.h"
 #include "sbxd/server.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
@@ -122,48 +122,18 @@ bool http_is_head(void)
 }
 
 /*
- * Whether a variable's value holds a URL with userinfo (scheme://user[:password]@host): a
- * DATABASE_URL or a mirror with its password in it, whatever the variable is called. Every
- * URL of the value is looked at (a comma-separated list of them too).
- */
-static bool has_url_userinfo(const char *v)
-{
-    for (const char *p = strstr(v, "://"); p; p = strstr(p + 3, "://")) {
-        const char *auth = p + 3;
-        size_t n = strcspn(auth, "/?#, \t");
-        const char *at = memchr(auth, '@', n);
-        if (at)
-            return true;
-    }
-    return false;
-}
-
-/*
  * What /v1/metadata may serve: the variables with the prefix, never one whose name looks like
- * a credential, nor one whose value holds a URL with a user or password. Untrusted code in
- * the sandbox can ask for it (the port is reachable from inside), so an orchestrator's
- * secret put under the prefix by mistake must not be handed to it. The name markers are the
- * reference sandboxd's (agent-sandbox packages/sandboxd, sensitiveEnvMarkers: a substring of
- * the upper-cased name), plus PWD (a password's usual short name): sbxd serves at most what
- * it serves.
+ * a credential, nor one whose value holds a URL with a user or password (secret.h). Untrusted
+ * code in the sandbox can ask for it (the port is reachable from inside), so an
+ * orchestrator's secret put under the prefix by mistake must not be handed to it.
  */
 static bool metadata_allowed(const char *entry, const char *prefix)
 {
-    static const char *const secret[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY",
-                                         "AUTH",  "BEARER", "PRIVATE",  "CERT",   "PWD"};
     const char *eq = strchr(entry, '=');
     size_t pl = strlen(prefix);
-    if (!eq || (size_t)(eq - entry) < pl || strncmp(entry, prefix, pl) != 0 || eq - entry >= 255)
+    if (!eq || (size_t)(eq - entry) < pl || strncmp(entry, prefix, pl) != 0)
         return false;
-    char name[256];
-    size_t n = (size_t)(eq - entry);
-    for (size_t i = 0; i < n; i++)
-        name[i] = (char)toupper((unsigned char)entry[i]);
-    name[n] = '\0';
-    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
-        if (strstr(name, secret[i]))
-            return false;
-    return !has_url_userinfo(eq + 1);
+    return !secret_name(entry, (size_t)(eq - entry)) && !secret_url_userinfo(eq + 1);
 }
 
 static char **metadata_snapshot(const char *prefix)

@@ -181,10 +181,15 @@ class TestMetadata(DaemonTestCase, V1Case):
         for secret in ("secret", "x", "k", "lower-case secret", "c", "lower-case key"):
             self.assertNotIn(secret, env.values())
 
-    def test_metadata_commands_do_not_inherit_daemon_env(self):
+    def test_metadata_commands_inherit_only_what_metadata_serves(self):
+        # Commands inherit SANDBOX_ variables (--pass-env's default) by the same rule as
+        # /v1/metadata serves them: never a credential-looking name, nor another variable.
         res = self.execute("env")
+        lines = res["stdout"].splitlines()
         for name in self.DAEMON_ENV:
-            self.assertNotIn(name + "=", res["stdout"], "the daemon's %s leaked" % name)
+            want = ["%s=%s" % (name, self.ALLOWED[name])] if name in self.ALLOWED else []
+            self.assertEqual([ln for ln in lines if ln.startswith(name + "=")], want,
+                             "%s: %s" % (name, res["stdout"]))
 
 
 class TestMetadataBaseDir(DaemonTestCase, V1Case):

@@ -318,10 +318,12 @@ def check_healthz(s, label):
         check("%s: uid: the range is usable and commands get its uids" % label,
               det.get("uid_range") == "usable" and
               re.match(r"^\d+-\d+:\d+$", iso.get("user", "")) is not None, json.dumps(iso))
-    check("%s: seccomp deny-list, no_new_privs, fds closed, minimal environment" % label,
+    passed = iso.get("environment_passed")
+    check("%s: seccomp deny-list, no_new_privs, fds closed, allow-listed environment" % label,
           iso.get("seccomp") == "deny-list" and iso.get("no_new_privs") is True and
-          iso.get("fds") == "closed" and iso.get("environment") == "minimal" and
-          iso.get("core_dumps") is False, json.dumps(iso))
+          iso.get("fds") == "closed" and iso.get("environment") == "allow-list" and
+          isinstance(passed, list) and not any(n.upper().startswith("SBXD_") for n in passed)
+          and iso.get("core_dumps") is False, json.dumps(iso))
     return iso
 
 

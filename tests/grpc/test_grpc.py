@@ -5,10 +5,12 @@ gRPC library sends. After every test the daemon must still answer a health Check
 
 import os
 import random
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -605,6 +607,63 @@ class ServerTimeoutTest(GrpcCase):
         self.assertIn("timed out after 0.5 seconds", cm.exception.details())
         self.assertEqual(got, ["stdout"])
         self.assertLess(time.monotonic() - t0, 4.0)
+
+
+class EnvironmentTest(GrpcCase):
+    """What a command inherits of sbxd's environment (--pass-env, by default): the image's
+    PATH (a tool directory first: `mytool` there runs, where it was 127) and the allowed
+    variables; never an SBXD_ setting nor an API key nobody named. Execute and Start alike;
+    env_vars still win."""
+
+    TOOLS = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.TOOLS = tempfile.mkdtemp(prefix="sbxd-grpc-tools-")
+        os.chmod(cls.TOOLS, 0o755)
+        tool = os.path.join(cls.TOOLS, "mytool")
+        with open(tool, "w") as f:
+            f.write("#!/bin/sh\necho mytool-ran\n")
+        os.chmod(tool, 0o755)
+        cls.DAEMON_ENV = {"PATH": cls.TOOLS + ":/usr/bin:/bin", "JAVA_HOME": "/opt/jdk-g",
+                          "SANDBOX_FOO": "foo-g", "MY_API_KEY": "key-g", "SBXD_X": "x-g"}
+        try:
+            super().setUpClass()
+        except BaseException:
+            shutil.rmtree(cls.TOOLS, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.TOOLS, ignore_errors=True)
+
+    def check_env(self, text):
+        env = dict(line.split("=", 1) for line in text.splitlines())
+        self.assertEqual(sorted(env), ["HOME", "JAVA_HOME", "LANG", "PATH", "SANDBOX_FOO"], env)
+        self.assertEqual(env["PATH"], self.TOOLS + ":/usr/bin:/bin")
+        self.assertEqual(env["JAVA_HOME"], "/opt/jdk-g")
+        self.assertEqual(env["HOME"], self.d.ws)
+
+    def test_execute_inherits_the_allow_list(self):
+        r, _ = self.execute(["env"])
+        self.check_env(r.stdout.decode())
+        r, _ = self.execute(["mytool"])
+        self.assertEqual((r.exit_code, r.stdout), (0, b"mytool-ran\n"))
+        r, _ = self.execute(["env"], env={"JAVA_HOME": "/req"})
+        self.assertIn("JAVA_HOME=/req\n", r.stdout.decode())
+        self.assertEqual(r.stdout.decode().count("JAVA_HOME="), 1)
+
+    def test_start_inherits_the_allow_list(self):
+        call, _ = self.start(["env"])
+        out, _, code = self.collect(call)
+        self.assertEqual(code, 0)
+        self.check_env(out.decode())
+        call, _ = self.start(sh("mytool"))
+        out, _, code = self.collect(call)
+        self.assertEqual((code, out), (0, b"mytool-ran\n"))
 
 
 class StartTest(GrpcCase):

@@ -258,8 +258,10 @@ int daemon_try_start(struct daemon *d, const char *const *args, const char *cons
     for (int i = 0; args && args[i] && argc < 94; i++)
         argv[argc++] = args[i];
     argv[argc] = NULL;
-    /* A marker the daemon has in its environment: commands must never see it. */
-    const char *envp[64] = {"PATH=/usr/bin:/bin", "SBXD_TEST_DAEMON_SECRET=do-not-leak"};
+    /* A marker the daemon has in its environment: commands must never see it. PATH is what
+     * commands get when nothing else is said (they inherit sbxd's): the usual one. */
+    const char *envp[64] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                            "SBXD_TEST_DAEMON_SECRET=do-not-leak"};
     int envc = 2;
     const char *asan = getenv("ASAN_OPTIONS");
     static char asan_buf[512];
@@ -267,8 +269,15 @@ int daemon_try_start(struct daemon *d, const char *const *args, const char *cons
         snprintf(asan_buf, sizeof(asan_buf), "ASAN_OPTIONS=%s", asan);
         envp[envc++] = asan_buf;
     }
-    for (int i = 0; env && env[i] && envc < 62; i++)
-        envp[envc++] = env[i];
+    for (int i = 0; env && env[i] && envc < 62; i++) {
+        /* A test's entry replaces one of these of the same name (its PATH, say). */
+        size_t nl = strcspn(env[i], "=") + 1;
+        int j = 0;
+        while (j < envc && strncmp(envp[j], env[i], nl) != 0)
+            j++;
+        envp[j] = env[i];
+        envc += j == envc;
+    }
     envp[envc] = NULL;
 
     pid_t pid = fork();

@@ -20,6 +20,7 @@ int main(void)
     srunner_add_suite(sr, archive_suite());
     srunner_add_suite(sr, stream_suite());
     srunner_add_suite(sr, processes_suite());
+    srunner_add_suite(sr, environment_suite());
     srunner_add_suite(sr, contexts_suite());
     srunner_add_suite(sr, sbx_suite());
     srunner_add_suite(sr, reset_suite());

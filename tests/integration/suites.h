@@ -12,6 +12,7 @@ Suite *entries_suite(void);
 Suite *archive_suite(void);
 Suite *stream_suite(void);
 Suite *processes_suite(void);
+Suite *environment_suite(void);
 Suite *contexts_suite(void);
 Suite *sbx_suite(void);
 Suite *faults_suite(void);

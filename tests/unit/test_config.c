@@ -274,6 +274,8 @@ START_TEST(help_and_version)
                            "--max-running",
                            "--shutdown-grace-ms",
                            "--log-format",
+                           "--pass-env",
+                           "SBXD_PASS_ENV",
                            "SANDBOX_BASE_DIR",
                            "SANDBOX_EXEC_TIMEOUT_SECONDS",
                            "--version"};

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbxd/cmdenv.h"
 #include "sbxd/limits.h"
 #include "sbxd/request.h"
 #include "suites.h"
@@ -280,6 +281,83 @@ START_TEST(build_refuses)
 }
 END_TEST
 
+/* The base environment chosen from sbxd's by --pass-env (cmdenv.h). */
+static const char *cmdenv_get(const struct cmdenv *ce, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < ce->nvars; i++)
+        if (strncmp(ce->vars[i], name, n) == 0 && ce->vars[i][n] == '=')
+            return ce->vars[i] + n + 1;
+    return NULL;
+}
+
+START_TEST(cmdenv_allow_list)
+{
+    char *envp[] = {"PATH=/img/bin:/bin",
+                    "PATH=/second",
+                    "JAVA_HOME=/jdk",
+                    "SANDBOX_URL=https://u:p@h/x",
+                    "SANDBOX_PLAIN=https://h/x",
+                    "SANDBOX_API_KEY=k",
+                    "SBXD_TOKEN=t",
+                    "sbxd_token=t",
+                    "MY_API_KEY=k",
+                    "HOME=/root",
+                    "noequals",
+                    NULL};
+    struct cmdenv ce;
+    char why[256];
+    ck_assert_int_eq(
+        cmdenv_init(&ce, " PATH , JAVA_HOME,SANDBOX_*, s*,H*,,", envp, why, sizeof(why)), 0);
+    ck_assert_str_eq(cmdenv_get(&ce, "PATH"), "/img/bin:/bin"); /* the first, as getenv */
+    ck_assert_str_eq(cmdenv_get(&ce, "JAVA_HOME"), "/jdk");
+    ck_assert_str_eq(cmdenv_get(&ce, "SANDBOX_PLAIN"), "https://h/x");
+    ck_assert_ptr_null(cmdenv_get(&ce, "SANDBOX_URL"));     /* a URL with a user */
+    ck_assert_ptr_null(cmdenv_get(&ce, "SANDBOX_API_KEY")); /* a credential's name */
+    ck_assert_ptr_null(cmdenv_get(&ce, "SBXD_TOKEN"));
+    ck_assert_ptr_null(cmdenv_get(&ce, "sbxd_token"));
+    ck_assert_ptr_null(cmdenv_get(&ce, "MY_API_KEY"));
+    ck_assert_ptr_null(cmdenv_get(&ce, "HOME")); /* by a pattern: never */
+    ck_assert(!ce.home && !ce.empty);
+    ck_assert_str_eq(cmdenv_get(&ce, "LANG"), SBXD_BASE_LANG);
+    ck_assert_uint_eq(ce.npassed, 3);
+    cmdenv_free(&ce);
+
+    /* Named: passed as it is. The base's HOME then is sbxd's, and no request override. */
+    ck_assert_int_eq(cmdenv_init(&ce, "MY_API_KEY,HOME", envp, why, sizeof(why)), 0);
+    ck_assert_str_eq(cmdenv_get(&ce, "MY_API_KEY"), "k");
+    ck_assert_str_eq(cmdenv_get(&ce, "PATH"), SBXD_BASE_PATH);
+    ck_assert(ce.home);
+    struct request_policy p = pol;
+    p.env = &ce;
+    const char *body = "{\"command\":\"x\",\"env\":{\"MY_API_KEY\":\"r\"}}";
+    ck_assert_int_eq(exec_request_parse(body, strlen(body), &p, &req, &err), 0);
+    ck_assert_str_eq(env_get("HOME"), "/root");
+    ck_assert_str_eq(env_get("MY_API_KEY"), "r");
+    size_t n = 0;
+    for (char **e = req.envp; *e; e++)
+        n += strncmp(*e, "MY_API_KEY=", 11) == 0;
+    ck_assert_uint_eq(n, 1);
+    exec_request_free(&req);
+    cmdenv_free(&ce);
+
+    /* + adds to the default; empty is minimal; bad items refused. */
+    ck_assert_int_eq(cmdenv_init(&ce, "+MY_API_KEY", envp, why, sizeof(why)), 0);
+    ck_assert_str_eq(cmdenv_get(&ce, "JAVA_HOME"), "/jdk");
+    ck_assert_str_eq(cmdenv_get(&ce, "MY_API_KEY"), "k");
+    cmdenv_free(&ce);
+    ck_assert_int_eq(cmdenv_init(&ce, "", envp, why, sizeof(why)), 0);
+    ck_assert(ce.empty);
+    ck_assert_uint_eq(ce.nvars, 2);
+    cmdenv_free(&ce);
+    static const char *const bad_lists[] = {"SBXD_TOKEN", "A,Sbxd_x", "1A", "A-B",
+                                            "A*B",        "**",       "A B"};
+    for (size_t i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++)
+        ck_assert_msg(cmdenv_init(&ce, bad_lists[i], envp, why, sizeof(why)) == -1, "%s",
+                      bad_lists[i]);
+}
+END_TEST
+
 Suite *request_suite(void)
 {
     Suite *s = suite_create("request");
@@ -293,6 +371,7 @@ Suite *request_suite(void)
     tcase_add_test(tc, nul_scanner);
     tcase_add_test(tc, build_argv_env_cwd);
     tcase_add_test(tc, build_refuses);
+    tcase_add_test(tc, cmdenv_allow_list);
     suite_add_tcase(s, tc);
     return s;
 }
