@@ -1,5 +1,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -64,8 +65,9 @@ static const struct opt opts[] = {
     {"timeout-ms", "MS", "SBXD_TIMEOUT_MS", "SANDBOX_EXEC_TIMEOUT_SECONDS", 1000, "300000",
      OPT_UINT, OFF(timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
      "Wall-clock timeout of a command that asks for none (neither timeout_ms, nor "
-     "X-Sandbox-Timeout, nor a gRPC deadline). SANDBOX_EXEC_TIMEOUT_SECONDS (in seconds) is "
-     "honoured too; 300 s is the python runtime's default."},
+     "X-Sandbox-Timeout, nor a gRPC deadline). SANDBOX_EXEC_TIMEOUT_SECONDS (in seconds, "
+     "fractions too; not a number above 0: ignored, with a warning) is honoured too; 300 s "
+     "is the python runtime's default."},
     {"max-timeout-ms", "MS", "SBXD_MAX_TIMEOUT_MS", NULL, 0, "3600000", OPT_UINT,
      OFF(max_timeout_ms), 1, SBXD_TIMEOUT_HARD_MAX_MS,
      "Largest timeout a request may ask for (timeout_ms, X-Sandbox-Timeout, a gRPC deadline): "
@@ -454,6 +456,25 @@ static void print_usage(FILE *out)
 }
 
 /* OPT_CHOICE: one of the words between braces in the help text. */
+/* val, a decimal number of seconds (as Python's float() takes it, without inf/nan), as
+ * whole units of 1/scale s rounded up, in buf; -1 for anything else or not above 0. */
+static int seconds_to_ms(const char *val, uint64_t scale, char *buf, size_t len)
+{
+    while (*val == ' ' || *val == '\t')
+        val++;
+    if (!*val || strspn(val, "0123456789.eE+- \t") != strlen(val))
+        return -1;
+    char *end;
+    double secs = strtod(val, &end);
+    while (*end == ' ' || *end == '\t')
+        end++;
+    if (end == val || *end || !(secs > 0) || secs > 1e12)
+        return -1;
+    double units = ceil(secs * (double)scale);
+    snprintf(buf, len, "%.0f", units < 1 ? 1.0 : units);
+    return 0;
+}
+
 static int apply_choice(const struct opt *o, char *field, const char *val, const char *src,
                         char *errbuf, size_t errlen)
 {
@@ -726,10 +747,23 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
             snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->env);
             src = srcbuf;
         }
+        char scaled[32];
         if (!val && o->alt_env && (val = env_lookup(envp, o->alt_env))) {
             snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->alt_env);
             src = srcbuf;
             scale = o->alt_env_scale ? o->alt_env_scale : 1;
+            if (scale > 1) {
+                /* A compatibility variable in seconds reads as the python runtime reads it:
+                 * a number, fractions too ("0.5"); anything else, or not above 0, leaves the
+                 * default (and a warning at start), rather than stopping the pod. */
+                if (seconds_to_ms(val, scale, scaled, sizeof(scaled)) == 0) {
+                    val = scaled;
+                    scale = 1;
+                } else {
+                    snprintf(cfg->env_ignored, sizeof(cfg->env_ignored), "%s", o->alt_env);
+                    val = NULL;
+                }
+            }
         }
         if (val && o->off == OFF(max_timeout_ms))
             max_timeout_given = true;

@@ -246,6 +246,10 @@ static int setup_process(struct sbxd_config *cfg, sigset_t *set)
 {
     ensure_std_fds();
     log_init(cfg->log_format);
+    if (cfg->env_ignored[0])
+        LOG_EVENT("warn", "config",
+                  LOG_S("message", "ignored: not a number of seconds above 0; the default applies"),
+                  LOG_S("variable", cfg->env_ignored));
     /* First, before any thread or child exists: the token leaves the environment here. */
     static char token[SBXD_TOKEN_MAX + 1];
     char why_token[256];

@@ -31,6 +31,7 @@ struct sbxd_config {
     char workspace_baseline[PATH_MAX]; /* empty: none */
     uint64_t timeout_ms;
     uint64_t max_timeout_ms;
+    char env_ignored[48]; /* a compatibility variable ignored as not a number (warned at start) */
     uint64_t max_output_bytes;
     uint64_t sdk_output_bytes;    /* the agent-sandbox SDK's faces' (legacy /execute, gRPC) */
     uint64_t output_memory_bytes; /* their keep beyond max_output_bytes, all commands */

@@ -185,6 +185,21 @@ START_TEST(legacy_timeout_seconds)
     char *argv2[] = {"sbxd", "--max-timeout-ms", "1000", NULL};
     ck_assert_int_eq(parse(argv2, envp), CONFIG_EXIT_2);
     ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
+    /* As the python runtime reads it: fractions count; a value that is no number of seconds
+     * above 0 leaves the default and is named for a warning, never stopping sbxd. */
+    char *half[] = {"SANDBOX_EXEC_TIMEOUT_SECONDS=0.5", NULL};
+    ck_assert_int_eq(parse(argv, half), CONFIG_RUN);
+    ck_assert_uint_eq(cfg.timeout_ms, 500);
+    ck_assert_str_eq(cfg.env_ignored, "");
+    const char *bad[] = {"abc", "0", "-3", "nan", "inf", "", "1e400", "0x10"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char var[64];
+        snprintf(var, sizeof(var), "SANDBOX_EXEC_TIMEOUT_SECONDS=%s", bad[i]);
+        char *envb[] = {var, NULL};
+        ck_assert_msg(parse(argv, envb) == CONFIG_RUN, "%s", bad[i]);
+        ck_assert_uint_eq(cfg.timeout_ms, 300000);
+        ck_assert_str_eq(cfg.env_ignored, "SANDBOX_EXEC_TIMEOUT_SECONDS");
+    }
 }
 END_TEST
 
