@@ -762,6 +762,8 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
                 } else {
                     snprintf(cfg->env_ignored, sizeof(cfg->env_ignored), "%s", o->alt_env);
                     val = NULL;
+                    scale = 1;
+                    src = "";
                 }
             }
         }

@@ -228,7 +228,12 @@ static uint64_t sdk_timeout_ms(struct MHD_Connection *c, uint64_t most)
     double secs = strtod(v, &end);
     if (*end || !isfinite(secs) || secs <= 0)
         return 0;
-    double ms = ceil(secs * 1000.0);
+    /* The SDK stops reading at T too (its read timeout is the same number), and then sends
+     * the POST again (its retry policy allows POST): a command ended at T would be answered
+     * just late, never seen, and run a second time. So it ends a twentieth of T (at most 1 s)
+     * before, and its answer, saying it timed out, arrives in time. */
+    double margin = secs * 1000.0 / 20.0;
+    double ms = ceil(secs * 1000.0 - (margin > 1000.0 ? 1000.0 : margin));
     return ms >= (double)most ? most : ms < 1 ? 1 : (uint64_t)ms;
 }
 
