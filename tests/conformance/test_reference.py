@@ -279,6 +279,14 @@ class TestReferenceFilesystem(RefCase):
         self.assert_error(r, 400)
         self.assertTrue(os.path.isdir(os.path.join(self.ws, "d")))
 
+    def test_put_below_a_file_conflict(self):
+        """handlePutFile (filesystem.go) cannot make a parent where a file stands and
+        answers 500 INTERNAL, which the SDK retries 5 times. sbxd keeps its 409 CONFLICT
+        (docs/api.md): the request cannot succeed by being repeated. Nothing is written."""
+        self.make("a.txt", b"a")
+        self.assert_error(self.v1("PUT", quote("a.txt/b.txt"), b"x"), 409, "CONFLICT")
+        self.assertEqual(self.disk("a.txt"), b"a")
+
     def test_put_encoded_slashes_create_nested_file(self):
         """TestPutEncodedSlashesCreateNestedFile: %2F inside one segment is a separator (the
         whole path is decoded before it is resolved)."""

@@ -353,6 +353,34 @@ class TestSdkLegacyTimeout(SdkCase):
         self.check_timeout("async")
 
 
+class TestSdkEnvironment(SdkCase):
+    """commands.run finds the tools of the image's PATH (an image's ENV PATH=/opt/venv/bin:
+    ...) and sees the pod's SANDBOX_* variables, in both modes, as the python-runtime and
+    the reference pass the daemon's environment on. (being changed: environment
+    passing)"""
+
+    DAEMON_ENV = {"PATH": "{ws}/tools:/usr/local/bin:/usr/bin:/bin",
+                  "SANDBOX_REGION": "europe-west4"}
+
+    def setUp(self):
+        super().setUp()
+        self.make("tools/mytool", b"#!/bin/sh\necho mytool ran\n", 0o755)
+
+    def check(self, mode):
+        sdk = Sdk(self, mode)
+        self.assertEqual(sdk.run("mytool"), ("mytool ran\n", "", 0))
+        self.assertEqual(sdk.run("printenv SANDBOX_REGION")[0], "europe-west4\n")
+
+    def test_run_environment_legacy(self):
+        self.check("legacy")
+
+    def test_run_environment_async(self):
+        self.check("async")
+
+    def test_run_environment_sandboxd(self):
+        self.check("sandboxd")
+
+
 class TestSdkSandboxd(SdkCase):
     """commands.run and files.write/read/list/exists/delete in sandboxd mode, as the
     reference sandboxd answers them."""
