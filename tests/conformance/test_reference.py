@@ -459,7 +459,16 @@ class TestReferenceHealthShutdown(unittest.TestCase):
         shutdown, /v1/health is 503 with the error code UNAVAILABLE."""
         r = self.d.request("GET", "/v1/health")
         self.assertEqual(r.status, 200, r)
-        call = self.start_sleeper()  # keeps the daemon in its drain while we look
+        # A process that outlives the shutdown's SIGTERM keeps the daemon in its drain
+        # (the grace period) while we look; cancelled at the end.
+        call = self.d.process().Start(pb.StartRequest(config=pb.ProcessConfig(
+            command=sh("trap '' TERM; echo ready; while :; do sleep 0.05; done"))),
+            timeout=RPC_TIMEOUT)
+        got = b""
+        for ev in call:
+            got += ev.stdout if ev.WhichOneof("event") == "stdout" else b""
+            if b"ready" in got:
+                break
         try:
             self.d.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 5.0
