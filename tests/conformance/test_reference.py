@@ -766,6 +766,9 @@ class TestReferenceProcessEnvironment(RefCase):
     }
 
     def test_execute_inherits_daemon_environment(self):
+        """buildCommand (process.go; TestExecuteEnvAndCwd sets env_vars over it): the
+        command sees the daemon's PATH, PYTHONPATH and SANDBOX_* variables, a variable of
+        env_vars replaces the daemon's, and sbxd's own SBXD_* never reach it."""
         r = self.execute(["env"], env={"JAVA_HOME": "/override"})
         env = dict(line.split("=", 1) for line in r.stdout.decode().splitlines() if "=" in line)
         self.assertEqual(env.get("PATH"), self.DAEMON_ENV["PATH"], env)

@@ -37,7 +37,6 @@ import time
 import unittest
 import zlib
 
-import grpc
 
 import common
 from common import multipart, quote
@@ -347,9 +346,11 @@ class TestSdkLegacyTimeout(SdkCase):
         self.assertIn("timed out after 1", err)
 
     def test_run_timeout_told_sync(self):
+        """commands.run("sleep 5") past a 1 s SANDBOX_EXEC_TIMEOUT_SECONDS (sync)."""
         self.check_timeout("legacy")
 
     def test_run_timeout_told_async(self):
+        """commands.run("sleep 5") past a 1 s SANDBOX_EXEC_TIMEOUT_SECONDS (async)."""
         self.check_timeout("async")
 
 
@@ -372,12 +373,15 @@ class TestSdkEnvironment(SdkCase):
         self.assertEqual(sdk.run("printenv SANDBOX_REGION")[0], "europe-west4\n")
 
     def test_run_environment_legacy(self):
+        """commands.run("mytool") in legacy mode, sync."""
         self.check("legacy")
 
     def test_run_environment_async(self):
+        """commands.run("mytool") in legacy mode, async."""
         self.check("async")
 
     def test_run_environment_sandboxd(self):
+        """commands.run("mytool") in sandboxd mode (gRPC Execute without env_vars)."""
         self.check("sandboxd")
 
 
@@ -392,6 +396,7 @@ class TestSdkSandboxd(SdkCase):
         self.assertEqual(self.sdk.run("echo hi"), ("hi\n", "", 0))
 
     def test_run_exit_code_and_stderr(self):
+        """commands.run: stderr and the exit status come back apart from stdout."""
         self.assertEqual(self.sdk.run("echo oops >&2; exit 3"), ("", "oops\n", 3))
 
     def test_run_killed_exit_code_minus_one(self):
@@ -409,11 +414,14 @@ class TestSdkSandboxd(SdkCase):
                 self.assertEqual((len(out), code), (n, 0))
 
     def test_write_read(self):
+        """files.write (PUT of the raw bytes) then files.read (GET): the bytes round-trip
+        and land at that path under the workspace, parents made."""
         self.sdk.write("sub/dir/a b.txt", "hello")
         self.assertEqual(self.sdk.read("sub/dir/a b.txt"), b"hello")
         self.assertEqual(self.disk("sub/dir/a b.txt"), b"hello")
 
     def test_write_absolute_path_relative(self):
+        """files.write("/nested/out.csv"): the SDK strips the leading "/" before the PUT."""
         self.sdk.write("/nested/out.csv", b"1,2\n")
         self.assertEqual(self.disk("nested/out.csv"), b"1,2\n")
 
