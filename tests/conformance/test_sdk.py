@@ -37,7 +37,6 @@ import time
 import unittest
 import zlib
 
-
 import common
 from common import multipart, quote
 from test_reference import RefCase
