@@ -172,15 +172,46 @@ def race_reader_writer(write, read, contents, rounds=16, within=60.0):
 
 class Daemon(sbxd_daemon.Daemon):
     """A real sbxd (tests/sbxd_daemon.py) of the binary under test, with an HTTP client of
-    its REST port."""
+    its REST port and a gRPC channel to its ProcessService (opened on first use)."""
 
     def __init__(self, env=None, args=None, workspace_flag=True, name="sbxd"):
+        self._channel = None
         super().__init__(sbxd_bin(), env=env, args=args, workspace_flag=workspace_flag,
                          name=name, prefix="sbxd-conf-")
 
     def request(self, method, target, body=None, headers=None, timeout=HTTP_TIMEOUT):
         return http_request(self.port, method, target, body=body, headers=headers,
                             timeout=timeout)
+
+    def process(self):
+        """A ProcessService stub on the daemon's gRPC port, plaintext, as the SDK dials it
+        (grpc.insecure_channel with grpcio's defaults: 4 MiB receive limit)."""
+        import grpc
+        if self._channel is None:
+            self._channel = grpc.insecure_channel("127.0.0.1:%d" % self.grpc_port)
+        return grpc_stubs().pbg.ProcessServiceStub(self._channel)
+
+    def _closing(self):
+        ch, self._channel = self._channel, None
+        if ch is not None:
+            ch.close()
+
+
+_GRPC_STUBS = None
+
+
+def grpc_stubs():
+    """process.v1's messages (pb) and stub (pbg), generated at run time from proto/ by the
+    grpc tier's helper (tests/grpc/common.py, loaded under a name of its own)."""
+    global _GRPC_STUBS
+    if _GRPC_STUBS is None:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "sbxd_grpc_tier_common", os.path.join(ROOT, "tests", "grpc", "common.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _GRPC_STUBS = mod.stubs()
+    return _GRPC_STUBS
 
 
 class DaemonTestCase(unittest.TestCase):
