@@ -34,9 +34,10 @@ struct exec_limits {
 struct exec_request {
     char **argv; /* NULL-terminated */
     size_t argc;
-    bool shell;  /* from "command": argv is {"/bin/sh", "-c", command} */
-    char **envp; /* NULL-terminated, final */
-    char *cwd;   /* relative to the workspace; "" for the root */
+    bool shell;          /* from "command": argv is {"/bin/sh", "-c", command} */
+    size_t shell_prefix; /* bytes sbxd put before the command text (exec_request_exec_simple) */
+    char **envp;         /* NULL-terminated, final */
+    char *cwd;           /* relative to the workspace; "" for the root */
     uint8_t *stdin_data;
     size_t stdin_len;
     bool has_stdin;
@@ -84,6 +85,13 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
                        struct exec_request *req, struct sbxd_err *err);
 
 void exec_request_free(struct exec_request *req);
+
+/* For "command" that is one simple command (a program and its words, plain or quoted, no
+ * expansion, redirection, operator or assignment; not a shell builtin), make the shell exec
+ * it: the program is then the command's own process, and a signal that ends it is the
+ * command's end, as where no shell stood between (dash runs it as a child otherwise, and
+ * reports 128+N). 0, or -1 when memory ran out (the request unchanged). */
+int exec_request_exec_simple(struct exec_request *req);
 
 /* The command as text for a log line: the shell text of "command", or argv joined by spaces;
  * cut to fit out (len bytes with the terminator). */

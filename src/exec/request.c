@@ -570,6 +570,65 @@ void exec_request_free(struct exec_request *req)
     memset(req, 0, sizeof(*req));
 }
 
+/* The shell's builtins and reserved words (dash's, and POSIX's): exec cannot run them. */
+static const char *const shell_own_words[] = {
+    ".",        ":",        "[",      "alias", "bg",      "break", "case",   "cd",    "chdir",
+    "command",  "continue", "do",     "done",  "echo",    "elif",  "else",   "esac",  "eval",
+    "exec",     "exit",     "export", "false", "fc",      "fg",    "fi",     "for",   "getopts",
+    "hash",     "if",       "in",     "jobs",  "kill",    "local", "printf", "pwd",   "read",
+    "readonly", "return",   "set",    "shift", "source",  "test",  "then",   "times", "trap",
+    "true",     "type",     "ulimit", "umask", "unalias", "unset", "until",  "wait",  "while",
+};
+
+/* Whether text is one simple command: words of plain characters, '...' and "..." without
+ * $ ` \ inside; the first word plain, no assignment, not the shell's own. */
+static bool shell_simple(const char *text)
+{
+    static const char plain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                "0123456789_@%+=:,./-";
+    const char *p = text + strspn(text, " \t");
+    size_t first = strspn(p, plain);
+    if (!first || (p[first] && p[first] != ' ' && p[first] != '\t') || memchr(p, '=', first))
+        return false;
+    for (size_t i = 0; i < sizeof(shell_own_words) / sizeof(shell_own_words[0]); i++)
+        if (strlen(shell_own_words[i]) == first && strncmp(p, shell_own_words[i], first) == 0)
+            return false;
+    for (p += first; *p;) {
+        if (*p == '\'') {
+            const char *q = strchr(p + 1, '\'');
+            if (!q)
+                return false;
+            p = q + 1;
+        } else if (*p == '"') {
+            size_t k = strcspn(p + 1, "\"$`\\");
+            if (p[1 + k] != '"')
+                return false;
+            p += k + 2;
+        } else if (*p == ' ' || *p == '\t' || strchr(plain, *p)) {
+            p++;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+int exec_request_exec_simple(struct exec_request *req)
+{
+    if (!req->shell || req->argc != 3 || req->shell_prefix || !shell_simple(req->argv[2]))
+        return 0;
+    size_t n = strlen(req->argv[2]);
+    char *t = malloc(n + 6);
+    if (!t)
+        return -1;
+    memcpy(t, "exec ", 5);
+    memcpy(t + 5, req->argv[2], n + 1);
+    free(req->argv[2]);
+    req->argv[2] = t;
+    req->shell_prefix = 5;
+    return 0;
+}
+
 void exec_request_text(const struct exec_request *req, char *out, size_t len)
 {
     if (!len)
@@ -578,7 +637,8 @@ void exec_request_text(const struct exec_request *req, char *out, size_t len)
     size_t from = req->shell ? 2 : 0; /* for "command", the shell text itself */
     out[0] = '\0';
     for (size_t i = from; i < req->argc && n + 1 < len; i++) {
-        int w = snprintf(out + n, len - n, "%s%s", i > from ? " " : "", req->argv[i]);
+        const char *a = req->argv[i] + (req->shell && i == 2 ? req->shell_prefix : 0);
+        int w = snprintf(out + n, len - n, "%s%s", i > from ? " " : "", a);
         n += w > 0 ? (size_t)w : 0;
     }
 }

@@ -412,6 +412,14 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_cannot_run(c, rc, &err);
+    /* The python runtime ran the command without a shell: a program a signal ends is -N
+     * there. One simple command is exec'd by the shell here, so it is the process whose end
+     * the answer tells. */
+    bool legacy = stream_format_of(c) == STREAM_NONE && legacy_shape(c, rc);
+    if (legacy && exec_request_exec_simple(&req) < 0) {
+        exec_request_free(&req);
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
+    }
 
     /* Past --max-running it waits its turn here (exec_service.h); a client that hangs up
      * meanwhile has nobody to answer. */
@@ -435,7 +443,6 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     if (req.limits.output_bytes < cap)
         cap = req.limits.output_bytes;
     struct outbuf out, errb;
-    bool legacy = legacy_shape(c, rc);
     if (legacy) {
         /* Its client sees no truncation flag: it keeps more, the part beyond the usual cap
          * from the pool that bounds what all running commands hold together. */

@@ -330,27 +330,41 @@ class TestSdkLegacyAsync(LegacyCalls, SdkCase):
 
 
 class TestSdkLegacyTimeout(SdkCase):
-    """SANDBOX_EXEC_TIMEOUT_SECONDS bounds a legacy command whatever X-Sandbox-Timeout
-    says (the python-runtime never sees that header: it is the router's), and the
-    timeout is told in stderr as the python-runtime tells it. (being changed: timeouts)"""
+    """commands.run(cmd, timeout=T) sends X-Sandbox-Timeout: T, and the command ends as T
+    nears, a twentieth of T early, so that the answer arrives before the SDK stops reading
+    (and sends the POST again); the timeout is told in stderr as the python-runtime tells
+    it, exit code 1. Without the header, SANDBOX_EXEC_TIMEOUT_SECONDS bounds it (as in the
+    python-runtime, which never sees the header: the router keeps it)."""
 
-    DAEMON_ENV = {"SANDBOX_EXEC_TIMEOUT_SECONDS": "1"}
+    DAEMON_ENV = {"SANDBOX_EXEC_TIMEOUT_SECONDS": "0.5"}
 
     def check_timeout(self, mode):
         sdk = Sdk(self, mode)
         t0 = time.monotonic()
-        out, err, code = sdk.run("sleep 5")
-        self.assertLess(time.monotonic() - t0, 3.0)
-        self.assertNotEqual(code, 0)
-        self.assertIn("timed out after 1", err)
+        out, err, code = sdk.run("echo started; sleep 5", timeout=1)
+        self.assertLess(time.monotonic() - t0, 1.0, "not answered before the SDK's timeout")
+        self.assertEqual((out, code), ("started\n", 1))
+        self.assertEqual(err, "Failed to execute command: Command 'echo started; sleep 5' "
+                         "timed out after 0.95 seconds")
 
     def test_run_timeout_told_sync(self):
-        """commands.run("sleep 5") past a 1 s SANDBOX_EXEC_TIMEOUT_SECONDS (sync)."""
+        """commands.run("...; sleep 5", timeout=1) (sync)."""
         self.check_timeout("legacy")
 
     def test_run_timeout_told_async(self):
-        """commands.run("sleep 5") past a 1 s SANDBOX_EXEC_TIMEOUT_SECONDS (async)."""
+        """commands.run("...; sleep 5", timeout=1) (async)."""
         self.check_timeout("async")
+
+    def test_env_timeout_without_the_header(self):
+        """A client that sends no X-Sandbox-Timeout (the router's path): the fractional
+        SANDBOX_EXEC_TIMEOUT_SECONDS, 0.5 s, as the python-runtime reads it."""
+        body = json.dumps({"command": "sleep 5"}).encode()
+        t0 = time.monotonic()
+        r = self.d.request("POST", "/execute", body, {"Content-Type": "application/json"})
+        self.assertLess(time.monotonic() - t0, 3.0)
+        data = r.json()
+        self.assertEqual(data["exit_code"], 1, data)
+        self.assertIn("timed out after 0.5 seconds", data["stderr"])
 
 
 class TestSdkEnvironment(SdkCase):
