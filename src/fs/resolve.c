@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -82,6 +83,7 @@ struct resolver {
     int cur;         /* O_PATH fd of where we stand */
     bool cur_is_dir; /* false: cur is a file, and no component may follow */
     int links;       /* symlinks followed so far */
+    int rootfd;      /* the root's (not owned) */
 };
 
 /* Set r up to resolve path (plen bytes) from the root: r->cur is the root's fd. */
@@ -103,6 +105,7 @@ static int resolver_start(struct resolver *r, int rootfd, const char *path, size
     r->stack[0] = (struct dir_id){st.st_dev, st.st_ino};
     r->cur_is_dir = true;
     r->links = 0;
+    r->rootfd = rootfd;
     return 0;
 }
 
@@ -145,6 +148,23 @@ static int open_failed(const char *comp, int e, struct sbxd_err *err)
     return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot open '%s'", comp);
 }
 
+/* How many bytes of target name the root's own absolute path (as the kernel knows it) and a
+ * following '/' or the end: 0 when target is elsewhere. */
+static size_t root_prefix(int rootfd, const char *target)
+{
+    char self[64], abs[PATH_MAX];
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", rootfd);
+    ssize_t n = readlink(self, abs, sizeof(abs) - 1);
+    if (n <= 0 || abs[0] != '/')
+        return 0;
+    abs[n] = '\0';
+    if (n == 1) /* a root of "/" names everything: never taken */
+        return 0;
+    if (strncmp(target, abs, (size_t)n) != 0 || (target[n] != '/' && target[n] != '\0'))
+        return 0;
+    return (size_t)n;
+}
+
 /* The symlink comp in cur, followed by us: its target goes in front of what is left, to be
  * resolved from cur like the rest of the path (so its ".." are checked the same way). */
 static int follow_link(struct resolver *r, const char *comp, struct sbxd_err *err)
@@ -157,8 +177,22 @@ static int follow_link(struct resolver *r, const char *comp, struct sbxd_err *er
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot read link '%s'", comp);
     target[tl] = '\0';
     if (target[0] == '/') {
-        /* An absolute target means the host's namespace, never the workspace's. */
-        return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "symbolic link '%s' is absolute", comp);
+        /* An absolute target means the host's namespace: only one that names the root's own
+         * absolute path ("/workspace/data" in /workspace, as a command in it would write it)
+         * is taken, as that path beneath the root, resolved from the root like any other
+         * (its ".." checked the same way); any other is refused. */
+        size_t skip = root_prefix(r->rootfd, target);
+        if (!skip)
+            return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "symbolic link '%s' is absolute", comp);
+        tl -= (ssize_t)skip;
+        memmove(target, target + skip, (size_t)tl + 1);
+        int root = openat(r->rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+            return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
+        close(r->cur);
+        r->cur = root;
+        r->depth = 0;
+        r->cur_is_dir = true;
     }
     size_t rl = strlen(r->rest);
     if ((size_t)tl + 1 + rl >= PATH_MAX)
@@ -225,6 +259,22 @@ int fs_resolve_beneath(int rootfd, const char *path, int flags, struct sbxd_err 
     if (plen >= PATH_MAX)
         return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes",
                          PATH_MAX - 1);
+
+    /* A path whose ".." climb above the root as written ("a/../../etc/passwd") is refused
+     * as an escape even where a component is missing on the way (the walk below would stop
+     * at it with "does not exist"): it names something outside, as the reference reads it. */
+    long level = 0;
+    for (const char *p = path; *p;) {
+        p += strspn(p, "/");
+        size_t cl = strcspn(p, "/");
+        if (cl == 2 && p[0] == '.' && p[1] == '.') {
+            if (--level < 0)
+                return sbxd_fail(err, SBXD_E_DENIED, EXDEV, "path escapes the workspace");
+        } else if (cl && !(cl == 1 && p[0] == '.')) {
+            level++;
+        }
+        p += cl;
+    }
 
     struct resolver r = {.cur = -1};
     int ret = -1;

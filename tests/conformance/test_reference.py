@@ -403,6 +403,29 @@ class TestReferenceFilesystem(RefCase):
         self.assertEqual(byname["to-file"]["type"], "file", byname["to-file"])
         self.assertEqual(byname["to-file"]["size"], 12, byname["to-file"])
 
+    def test_absolute_symlinks_into_the_root_followed(self):
+        """serveDirectoryListing and getFile (filesystem.go) evaluate links as the system
+        does: a link whose absolute target lies inside the root ("ln -s /workspace/data x",
+        as a command in the sandbox writes it) is listed as its target and read through; an
+        absolute one elsewhere, or one that climbs out from the root's path, is left out
+        and refused."""
+        self.make("data/f.txt", b"twelve bytes")
+        root = os.path.realpath(self.ws)
+        self.symlink(root + "/data", "abs-dir")
+        self.symlink(root + "/data/f.txt", "abs-file")
+        self.symlink(root + "/../etc", "abs-out")
+        self.symlink("/etc", "abs-etc")
+        byname = {e["name"]: e for e in self.listing("")["entries"]}
+        self.assertEqual(sorted(byname), ["abs-dir", "abs-file", "data"], byname)
+        self.assertEqual(byname["abs-dir"]["type"], "directory", byname["abs-dir"])
+        self.assertEqual(byname["abs-file"]["size"], 12, byname["abs-file"])
+        r = self.v1("GET", "abs-file")
+        self.assertEqual((r.status, r.body), (200, b"twelve bytes"), r)
+        r = self.v1("GET", "abs-dir/f.txt")
+        self.assertEqual((r.status, r.body), (200, b"twelve bytes"), r)
+        self.assert_error(self.v1("GET", "abs-out/passwd"), 403, "PERMISSION_DENIED")
+        self.assert_error(self.v1("GET", "abs-etc/passwd"), 403, "PERMISSION_DENIED")
+
     def test_delete_invalid_recursive_rejected(self):
         """TestDeleteInvalidRecursiveRejected: recursive=banana is 400, and the file stays."""
         self.make("f.txt", b"x")
@@ -849,10 +872,6 @@ class TestReferencePaths(RefCase):
             with self.subTest(path=p):
                 self.assert_error(self.v1("GET", quote(p)), 403, "PERMISSION_DENIED")
 
-    # sbxd difference: its resolver walks the path component by component, so a ".." after
-    # a directory that does not exist stops at that directory (404 NOT_FOUND; legacy: exists
-    # false, 404) before the climb out is seen. Nothing is reached outside either way.
-    @unittest.expectedFailure
     def test_sanitize_path_traversal_through_missing_directory(self):
         """TestSanitizePathTraversalRejected (a/../../etc/passwd with no a): the path is
         cleaned before anything is looked up, so it escapes whether or not a exists: 403

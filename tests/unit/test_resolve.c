@@ -131,6 +131,39 @@ START_TEST(symlink_escapes)
 }
 END_TEST
 
+/* A link whose absolute target is inside the root, by the root's own absolute path (as a
+ * command in the workspace writes it), is followed beneath the root; every other absolute
+ * one, and one that climbs out from the root's path, is refused. */
+START_TEST(absolute_symlinks_into_the_root)
+{
+    char root[PATH_MAX], t[PATH_MAX * 2];
+    ck_assert_ptr_nonnull(realpath(ws, root));
+    snprintf(t, sizeof(t), "%s/a/b", root);
+    ln(t, "absin");
+    snprintf(t, sizeof(t), "%s", root);
+    ln(t, "absroot");
+    snprintf(t, sizeof(t), "%s/../secret", root);
+    ln(t, "absout");
+    snprintf(t, sizeof(t), "%sevil", root); /* a sibling that shares the root's name */
+    ln(t, "abssib");
+    ok("absin", "a/b", FS_RESOLVE_DIRECTORY);
+    ok("absroot/a", "a", 0);
+    ok("absin/..", "a", 0);
+    refused("absout", SBXD_E_DENIED, "escapes");
+    refused("abssib", SBXD_E_DENIED, "absolute");
+}
+END_TEST
+
+/* ".." that climb above the root as written are an escape even through a name that does not
+ * exist (it would otherwise stop there as not found). */
+START_TEST(dotdot_escapes_through_missing_names)
+{
+    refused("nothing/../../secret", SBXD_E_DENIED, "escapes");
+    refused("a/nothing/../../../secret", SBXD_E_DENIED, "escapes");
+    refused("nothing/x", SBXD_E_NOT_FOUND, "does not exist");
+}
+END_TEST
+
 START_TEST(malformed)
 {
     refused("loop1", SBXD_E_INVALID, "symbolic links");
@@ -180,6 +213,8 @@ Suite *resolve_suite(void)
     tcase_add_test(tc, symlinks_inside_are_followed);
     tcase_add_test(tc, dotdot_escapes);
     tcase_add_test(tc, symlink_escapes);
+    tcase_add_test(tc, absolute_symlinks_into_the_root);
+    tcase_add_test(tc, dotdot_escapes_through_missing_names);
     tcase_add_test(tc, malformed);
     tcase_add_test(tc, no_fd_leak);
     suite_add_tcase(s, tc);
