@@ -482,7 +482,7 @@ static int apply_choice(const struct opt *o, char *field, const char *val, const
     for (const char *w = open ? open + 1 : NULL; w && w < close;) {
         size_t wl = strcspn(w, "|}");
         if (strlen(val) == wl && strncmp(val, w, wl) == 0) {
-            snprintf(field, 16, "%s", val);
+            snprintf(field, 16, "%.15s", val); /* the choices are shorter */
             return 0;
         }
         w += wl + 1;

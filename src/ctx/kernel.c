@@ -188,9 +188,11 @@ static int handshake(struct bg_proc *p, struct jp_conn *jc, char *why, size_t le
     return 0;
 }
 
-/* Run code silently (no output, no history) and wait for its reply: set-up. 0 once it ran
- * without error, else -1 with why. */
-static int run_silent(struct jp_conn *jc, const char *code, char *why, size_t len)
+/* Run code silently (no output, no history) in the kernel p and wait for its reply: set-up.
+ * 0 once it ran without error, else -1 with why (at once if the kernel ends meanwhile, as
+ * when sbxd stops and kills it: never the whole wait for an answer that cannot come). */
+static int run_silent(struct bg_proc *p, struct jp_conn *jc, const char *code, char *why,
+                      size_t len)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "code", code);
@@ -211,6 +213,10 @@ static int run_silent(struct jp_conn *jc, const char *code, char *why, size_t le
     int rc = -1;
     int64_t deadline = time_mono_ns() + (int64_t)SBXD_CTX_START_MS * 1000000;
     for (bool done = false; !done && time_mono_ns() < deadline;) {
+        if (bg_ended(p)) {
+            ctx_ended_reason(p, "kernel", why, len);
+            return -1;
+        }
         struct jp_msg m;
         if (jp_recv(jc, ALIVE_CHECK_MS, &m) != 1)
             continue;
@@ -313,7 +319,7 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
     close(mfd);
     char *setup = rc == 0 && c->ipykernel ? setup_code(dir, cwd) : NULL;
     char swhy[300] = "out of memory";
-    if (rc == 0 && c->ipykernel && (!setup || run_silent(jc, setup, swhy, sizeof(swhy)) < 0)) {
+    if (rc == 0 && c->ipykernel && (!setup || run_silent(p, jc, setup, swhy, sizeof(swhy)) < 0)) {
         snprintf(why, sizeof(why), "its set-up failed (%s)", swhy);
         rc = -1;
     }

@@ -63,16 +63,36 @@ static void check_route(const char *url)
     check(url[n] == '\0' || (r->prefix && url[n] == '/'));
 }
 
+/* A server whose workspace is /workspace: a path that names it is taken inside it. */
+static struct sbxd_config fz_cfg = {.workspace = "/workspace"};
+static struct server fz_srv = {.cfg = &fz_cfg, .workspace = "/workspace"};
+
+/* What follows "/workspace" at the front of path (slashes before and between ignored), at a
+ * '/' or the end; NULL when path does not start so. */
+static const char *after_workspace(const char *path)
+{
+    if (path[0] != '/')
+        return NULL;
+    while (*path == '/')
+        path++;
+    if (strncmp(path, "workspace", 9) != 0 || (path[9] != '/' && path[9] != '\0'))
+        return NULL;
+    return path + 9;
+}
+
 static void check_files_path(const char *url, size_t ulen)
 {
     /* The path after the prefix of the route the URL finds (none: nothing taken off). */
     char *ref = malloc(ulen + 1);
     check(ref != NULL);
     long rl = decode(url, ulen, ref);
+    if (rl >= 0)
+        ref[rl] = '\0';
     bool has_nul = rl >= 0 && memchr(ref, '\0', (size_t)rl) != NULL;
 
     struct sbxd_err err = {0};
-    char *p = http_files_path(http_route_find(url), url, &err);
+    const struct route *rt = http_route_find(url);
+    char *p = http_files_path(&fz_srv, rt, url, &err);
     if (!p) {
         check(err.kind != SBXD_E_NONE && err.msg[0]);
         /* Refused only for a bad escape, a NUL, or a path too long. */
@@ -83,15 +103,20 @@ static void check_files_path(const char *url, size_t ulen)
     size_t pl = strlen(p);
     check(rl >= 0 && !has_nul);
     check(pl < PATH_MAX && p[0] != '/');
-    /* p is the decoded URL's tail ... */
-    check(pl <= (size_t)rl);
-    size_t k = (size_t)rl - pl;
-    check(memcmp(ref + k, p, pl) == 0);
-    /* ... after slashes and a front that was not decoded at all (the route's prefix). */
-    size_t j = k;
-    while (j > 0 && ref[j - 1] == '/')
-        j--;
-    check(memcmp(ref, url, j) == 0 && memchr(url, '%', j) == NULL);
+    /* The route's prefix is taken off as sent (it holds no escape), then its separator;
+     * what is left, decoded, loses the workspace's own path at its front, then its
+     * leading slashes: p is exactly that. */
+    size_t rpl = rt ? strlen(rt->path) : 0;
+    check(rpl <= (size_t)rl && memcmp(ref, url, rpl) == 0);
+    const char *tail = ref + rpl;
+    if (rt && *tail == '/')
+        tail++;
+    const char *in = after_workspace(tail);
+    if (in)
+        tail = in;
+    while (*tail == '/')
+        tail++;
+    check(strcmp(tail, p) == 0);
     free(p);
     free(ref);
 }
