@@ -726,6 +726,29 @@ START_TEST(reset_kills_a_fork_runner)
 }
 END_TEST
 
+/* A reset after ordinary work counts no stray: the kill helper it runs to freeze and kill
+ * the command user's processes (effective uid that user's) may still be in /proc when the
+ * reset looks, and was counted as a stray of that user (in most resets), and taken for a
+ * process running as the helper's own uid. */
+START_TEST(reset_counts_no_stray_after_ordinary_work)
+{
+    struct daemon d;
+    start_own(&d, NULL);
+    for (int i = 0; i < 20; i++) {
+        sh_ok(&d, "mkdir -p a && touch a/f");
+        cJSON *rep = reset_ok(&d, "{}");
+        unsigned strays = (unsigned)jnum(rep, "strays");
+        cJSON_Delete(rep);
+        ck_assert_msg(strays == 0, "reset %d counted %u strays after a command that ended", i,
+                      strays);
+    }
+    char *log = daemon_log_read(&d);
+    ck_assert_msg(!strstr(log, "runs as the kill helper"), "the helper was taken for a stranger");
+    free(log);
+    ck_assert(daemon_stop_clean(&d, 15000));
+}
+END_TEST
+
 Suite *reset_suite(void)
 {
     Suite *s = suite_create("reset");
@@ -741,6 +764,7 @@ Suite *reset_suite(void)
     tcase_add_test(tc, reset_needs_the_token);
     tcase_add_test(tc, reset_removes_ipc_and_residue_outside_the_workspace);
     tcase_add_test(tc, shared_directories_are_found_at_start);
+    tcase_add_test(tc, reset_counts_no_stray_after_ordinary_work);
     tcase_add_loop_test(tc, reset_kills_a_fork_runner, 0, NBACKENDS);
     suite_add_tcase(s, tc);
     return s;

@@ -427,7 +427,21 @@ struct strays {
     uid_t uids[KILL_UIDS_MAX]; /* the uids to signal as a whole */
     unsigned nuids;
     bool helper; /* the kill helper may signal by uid (uid_whole_signal) */
+    /* The helpers this reset made, last first out: one that has signalled is on its way out
+     * but may still show in /proc with the uid it signalled as (effective), and is neither a
+     * stray nor a sign that something else runs as the helper's uid. */
+    pid_t helpers[128];
+    unsigned nhelpers;
 };
+
+static bool is_our_helper(const struct strays *s, pid_t pid)
+{
+    unsigned n = s->nhelpers < 128 ? s->nhelpers : 128;
+    for (unsigned i = 0; i < n; i++)
+        if (s->helpers[i] == pid)
+            return true;
+    return false;
+}
 
 static void note_uid(struct strays *s, uid_t uid)
 {
@@ -450,7 +464,7 @@ static unsigned strays_look(struct strays *s, pid_t self)
             continue;
         pid_t pid = (pid_t)atoi(e->d_name);
         struct proc_ids p;
-        if (pid == self || !proc_ids(pid, &p) || !proc_live(&p))
+        if (pid == self || is_our_helper(s, pid) || !proc_ids(pid, &p) || !proc_live(&p))
             continue;
         if (s->helper && (p.uid[0] == helper_uid || p.uid[2] == helper_uid)) {
             s->helper = false;
@@ -487,12 +501,15 @@ static unsigned strays_look(struct strays *s, pid_t self)
  * uids are the last of --uid-range, which no command has (so none can stop it, and its
  * kill(-1) reaches nothing of sbxd's: sbxd's real and saved uids stay root's). false when the
  * helper could not run. */
-static bool uids_signal(const struct strays *s, int sig)
+static bool uids_signal(struct strays *s, int sig)
 {
     for (unsigned i = 0; i < s->nuids; i++) {
         /* Not waited for: the reaper may collect it first (it collects every child). */
         bool became;
-        if (uid_helper_clone(s->uids[i], sig, false, NULL, &became) < 0 || !became)
+        pid_t pid = uid_helper_clone(s->uids[i], sig, false, NULL, &became);
+        if (pid > 0)
+            s->helpers[s->nhelpers++ % 128] = pid;
+        if (pid < 0 || !became)
             return false;
     }
     return true;
