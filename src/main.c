@@ -37,6 +37,7 @@
 #include "sbxd/reaper.h"
 #include "sbxd/reset.h"
 #include "sbxd/resolve.h"
+#include "sbxd/sandbox.h"
 #include "sbxd/server.h"
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"
@@ -163,13 +164,13 @@ static void raise_fd_limit(const struct sbxd_config *cfg)
 /* After a burst, glibc keeps what the connection threads freed in its per-thread arenas: at
  * rest (nothing running, and no request for a second), give it back to the kernel, once per
  * burst. Without this a daemon that served 64 clients stays ~5 MiB larger for good. */
-static void trim_at_rest(struct server *srv, uint64_t *trimmed_at)
+static void trim_at_rest(struct server *srv, struct sandbox *sb, uint64_t *trimmed_at)
 {
     static uint64_t seen;
     static int64_t quiet_since;
     uint64_t done = server_completed(srv);
     int64_t now = time_mono_ns();
-    if (done != seen || server_running(srv) > 0 || bg_running() > 0) {
+    if (done != seen || sandbox_running(sb) > 0 || bg_running() > 0) {
         seen = done;
         quiet_since = now;
         return;
@@ -191,13 +192,13 @@ static int wait_signal(const sigset_t *set, int64_t ms)
     return sig < 0 ? 0 : sig;
 }
 
-static void drain(struct server *srv, struct grpc_front *grpc, const struct sbxd_config *cfg,
-                  const sigset_t *set)
+static void drain(struct server *srv, struct sandbox *sb, struct grpc_front *grpc,
+                  const struct sbxd_config *cfg, const sigset_t *set)
 {
-    server_set_draining(srv);
+    sandbox_drain(sb);
     if (grpc)
         grpc_front_drain(grpc);
-    LOG_EVENT("info", "draining", LOG_I("running", server_running(srv)),
+    LOG_EVENT("info", "draining", LOG_I("running", sandbox_running(sb)),
               LOG_I("processes", bg_running()), LOG_I("grace_ms", cfg->shutdown_grace_ms));
     /* Background processes run until told: they are told now, as a container runtime
      * would, and killed with the rest when the grace period is over. */
@@ -206,21 +207,21 @@ static void drain(struct server *srv, struct grpc_front *grpc, const struct sbxd
      * (an execution in progress answers "died"), and forgotten after the server stopped. */
     ctx_kill_all();
     int64_t deadline = time_mono_ns() + (int64_t)cfg->shutdown_grace_ms * 1000000;
-    while ((server_running(srv) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
+    while ((sandbox_running(sb) > 0 || bg_running() > 0) && time_mono_ns() < deadline) {
         int sig = wait_signal(set, 20);
         server_tick(srv);
         if (sig == SIGTERM || sig == SIGINT)
             break; /* asked twice: do not wait out the grace period */
     }
-    if (server_running(srv) > 0 || bg_running() > 0) {
-        LOG_EVENT("warn", "killing", LOG_I("running", server_running(srv)),
+    if (sandbox_running(sb) > 0 || bg_running() > 0) {
+        LOG_EVENT("warn", "killing", LOG_I("running", sandbox_running(sb)),
                   LOG_I("processes", bg_running()));
         job_kill_all(JOB_KILL_CANCEL);
     }
     /* Killed commands end within milliseconds; their responses and the exit events of
      * background processes' followers are still sent before the server closes. */
     int64_t hard = time_mono_ns() + 5000000000LL;
-    while ((server_running(srv) > 0 || bg_running() > 0 || server_streams(srv) > 0 ||
+    while ((sandbox_running(sb) > 0 || bg_running() > 0 || server_streams(srv) > 0 ||
             (grpc && grpc_front_calls(grpc) > 0)) &&
            time_mono_ns() < hard)
         wait_signal(set, 20);
@@ -388,14 +389,14 @@ static int check_token_file(const struct sbxd_config *cfg, struct isolation *iso
 
 /* The main thread from here on: signals (SIGCHLD: the reaper), the server's ticks, sweeps. Returns
  * on SIGTERM or SIGINT. */
-static void run_main_loop(struct server *srv, const sigset_t *set)
+static void run_main_loop(struct server *srv, struct sandbox *sb, const sigset_t *set)
 {
     int64_t swept = time_mono_ns();
     uint64_t trimmed_at = 0;
     for (;;) {
         int sig = wait_signal(set, SBXD_MAIN_TICK_MS);
         server_tick(srv);
-        trim_at_rest(srv, &trimmed_at);
+        trim_at_rest(srv, sb, &trimmed_at);
         if (time_mono_ns() - swept >= 1000000000LL) {
             bg_sweep();  /* ended background processes past their retention */
             ctx_sweep(); /* contexts idle past --context-idle-s */
@@ -408,12 +409,145 @@ static void run_main_loop(struct server *srv, const sigset_t *set)
     }
 }
 
+/* What main builds and tears down: the workspace, the isolation, the sandbox root, and the
+ * fronts serving it. */
+struct daemon {
+    struct sbxd_config cfg;
+    sigset_t set;
+    int64_t t0;
+    int rootfd;
+    char workspace[PATH_MAX];
+    struct isolation iso;
+    struct harden_plan harden;
+    struct sandbox sb;
+    struct server *srv;
+    struct grpc_front *grpc;
+};
+
+/* The workspace root, its baseline, the isolation and the token file's check; then the
+ * sandbox root over them. 0, or an exit status (the log says why; nothing is left open). */
+static int open_sandbox(struct daemon *d)
+{
+    struct sbxd_err err = {0};
+    d->rootfd = fs_open_root(d->cfg.workspace, d->workspace, &err);
+    if (d->rootfd < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        return 1;
+    }
+    int baseline_fd = open_baseline(d->cfg.workspace_baseline, d->workspace);
+    if (baseline_fd == -2) {
+        close(d->rootfd);
+        return 1;
+    }
+    int rc = setup_isolation(&d->cfg, d->rootfd, d->workspace, &d->iso, &d->harden);
+    if (!rc && (rc = check_token_file(&d->cfg, &d->iso, &d->harden)))
+        harden_free(&d->harden);
+    if (rc) {
+        if (baseline_fd >= 0)
+            close(baseline_fd);
+        close(d->rootfd);
+        return rc;
+    }
+    sandbox_init(&d->sb, &d->cfg, d->rootfd, d->workspace, &d->harden, &d->iso, baseline_fd);
+    return 0;
+}
+
+/* The exec core's threads and tables: the spawn pool, the backend, reset's directories, the
+ * background processes, the deadline keeper. 0, or -1 with err. */
+static int start_core(struct daemon *d, struct sbxd_err *err)
+{
+    const struct sbxd_config *cfg = &d->cfg;
+    /* After protect_daemon: the pool's thread and its inits inherit its settings. */
+    if (d->iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&d->iso, NULL, 0))
+        spawn_pool_start(&d->harden,
+                         (unsigned)(cfg->max_running + cfg->max_processes + cfg->max_contexts),
+                         d->rootfd, d->workspace);
+    contain_choose(&d->iso); /* the backend's implementation, once (contain.h) */
+    /* The directories anybody may write, which a reset sweeps, found meanwhile (reset.h). */
+    struct reset_env renv = {.rootfd = d->rootfd,
+                             .baseline_fd = d->sb.baseline_fd,
+                             .harden = &d->harden,
+                             .iso = &d->iso,
+                             .cfg = cfg};
+    reset_prepare(&renv);
+    struct bg_config bgc = {.max_processes = (unsigned)cfg->max_processes,
+                            .output_bytes = (size_t)cfg->process_output_bytes,
+                            .retention_ms = cfg->process_retention_s * 1000};
+    bg_init(&bgc);
+    if (job_keeper_start() < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot start the deadline keeper");
+    return 0;
+}
+
+/* The fronts, each handed the sandbox: HTTP, the contexts, gRPC. 0, or -1 with err (none of
+ * them left running). */
+static int start_fronts(struct daemon *d, struct sbxd_err *err)
+{
+    const struct sbxd_config *cfg = &d->cfg;
+    d->srv = server_start(cfg, &d->sb, err);
+    if (!d->srv)
+        return -1;
+    struct ctx_config cc = {.max_contexts = (unsigned)cfg->max_contexts,
+                            .idle_ms = cfg->context_idle_s * 1000,
+                            .max_output = cfg->max_output_bytes};
+    ctx_init(&cc, &d->sb.exec);
+    if (!cfg->grpc_off && !(d->grpc = grpc_front_start(cfg, &d->sb, err))) {
+        server_stop(d->srv);
+        bg_shutdown();
+        d->srv = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void log_listening(const struct daemon *d)
+{
+    char ports[SBXD_LISTEN_MAX * 6 + 1];
+    server_ports(d->srv, ports, sizeof(ports));
+    LOG_EVENT("info", "listening", LOG_S("listen", d->cfg.listen),
+              LOG_I("port", server_port(d->srv)), LOG_S("ports", ports),
+              LOG_S("grpc_listen", d->cfg.grpc_listen),
+              d->grpc ? LOG_I("grpc_port", grpc_front_port(d->grpc)) : LOG_NULL("grpc_port"),
+              LOG_S("workspace", d->workspace), LOG_S("version", SBXD_VERSION),
+              LOG_I("max_running", d->cfg.max_running), LOG_I("command_uid", d->harden.uid),
+              LOG_I("command_gid", d->harden.gid), LOG_B("seccomp", d->harden.seccomp),
+              LOG_D("startup_ms", (double)(time_mono_ns() - d->t0) / 1e6));
+}
+
+/* Once sbxd serves: the stale uploads' sweep, the watches, the warm kernels. */
+static void start_background(struct daemon *d)
+{
+    /* Upload temporary files that a killed sbxd left are removed in the background, as the
+     * command user; only those older than this start: an upload begun since is never
+     * touched. */
+    struct fs_user sweep_user = {
+        .switch_ids = d->harden.switch_user, .uid = d->harden.uid, .gid = d->harden.gid};
+    fs_sweep_stale_uploads_async(d->rootfd, time_real_ns() - (time_mono_ns() - d->t0), &sweep_user);
+    struct watch_limits wl = {.max_watchers = (unsigned)d->cfg.max_watchers,
+                              .max_dirs = (unsigned)d->cfg.watch_max_dirs};
+    watch_init(&wl, d->rootfd, &sweep_user);
+    /* Warm kernels are made once sbxd serves: they never delay readiness. */
+    ctx_warm_start((unsigned)d->cfg.warm_contexts);
+}
+
+/* The exec core's threads, the hardening plan, the sandbox and the root: what is left once
+ * the fronts stopped (or never started). */
+static void stop_core(struct daemon *d)
+{
+    job_keeper_stop();
+    spawn_pool_stop();
+    reaper_reap();
+    sandbox_free(&d->sb);
+    harden_free(&d->harden);
+    close(d->rootfd);
+}
+
 int main(int argc, char **argv)
 {
-    int64_t t0 = time_mono_ns();
-    struct sbxd_config cfg;
+    static struct daemon d;
+    d.t0 = time_mono_ns();
     char errbuf[512];
-    switch (config_parse(&cfg, argc, argv, environ, stdout, errbuf, sizeof(errbuf))) {
+    switch (config_parse(&d.cfg, argc, argv, environ, stdout, errbuf, sizeof(errbuf))) {
     case CONFIG_EXIT_0:
         return 0;
     case CONFIG_EXIT_2:
@@ -422,118 +556,35 @@ int main(int argc, char **argv)
     case CONFIG_RUN:
         break;
     }
-    sigset_t set;
-    int rc = setup_process(&cfg, &set);
-    if (rc)
+    int rc = setup_process(&d.cfg, &d.set);
+    if (rc || (rc = open_sandbox(&d)))
         return rc;
     struct sbxd_err err = {0};
-    char workspace[PATH_MAX];
-    int rootfd = fs_open_root(cfg.workspace, workspace, &err);
-    if (rootfd < 0) {
+    if (start_core(&d, &err) < 0 || start_fronts(&d, &err) < 0) {
         LOG_EVENT("error", "start", LOG_S("message", err.msg));
+        stop_core(&d);
         return 1;
     }
-    int baseline_fd = open_baseline(cfg.workspace_baseline, workspace);
-    if (baseline_fd == -2) {
-        close(rootfd);
-        return 1;
-    }
-    static struct isolation iso;
-    struct harden_plan harden;
-    rc = setup_isolation(&cfg, rootfd, workspace, &iso, &harden);
-    if (!rc && (rc = check_token_file(&cfg, &iso, &harden)))
-        harden_free(&harden);
-    if (rc) {
-        if (baseline_fd >= 0)
-            close(baseline_fd);
-        close(rootfd);
-        return rc;
-    }
-    /* After protect_daemon: the pool's thread and its inits inherit its settings. */
-    if (iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&iso, NULL, 0))
-        spawn_pool_start(&harden,
-                         (unsigned)(cfg.max_running + cfg.max_processes + cfg.max_contexts), rootfd,
-                         workspace);
-    contain_choose(&iso); /* the backend's implementation, once (contain.h) */
-    /* The directories anybody may write, which a reset sweeps, found meanwhile (reset.h). */
-    struct reset_env renv = {
-        .rootfd = rootfd, .baseline_fd = baseline_fd, .harden = &harden, .iso = &iso, .cfg = &cfg};
-    reset_prepare(&renv);
-    struct bg_config bgc = {.max_processes = (unsigned)cfg.max_processes,
-                            .output_bytes = (size_t)cfg.process_output_bytes,
-                            .retention_ms = cfg.process_retention_s * 1000};
-    bg_init(&bgc);
-    struct server *srv = NULL;
-    if (job_keeper_start() < 0)
-        sbxd_fail_errno(&err, SBXD_E_INTERNAL, errno, "cannot start the deadline keeper");
-    else
-        srv = server_start(&cfg, rootfd, workspace, &harden, &iso, &err);
-    if (srv) {
-        server_set_baseline(srv, baseline_fd);
-        baseline_fd = -1;
-        struct ctx_config cc = {.max_contexts = (unsigned)cfg.max_contexts,
-                                .idle_ms = cfg.context_idle_s * 1000,
-                                .max_output = cfg.max_output_bytes};
-        ctx_init(&cc, server_exec(srv));
-    }
-    struct grpc_front *grpc = NULL;
-    if (srv && !cfg.grpc_off && !(grpc = grpc_front_start(&cfg, srv, &err))) {
-        server_stop(srv);
-        bg_shutdown();
-        srv = NULL;
-    }
-    if (!srv) {
-        if (baseline_fd >= 0)
-            close(baseline_fd);
-        LOG_EVENT("error", "start", LOG_S("message", err.msg));
-        job_keeper_stop();
-        spawn_pool_stop();
-        harden_free(&harden);
-        close(rootfd);
-        return 1;
-    }
-    char ports[SBXD_LISTEN_MAX * 6 + 1];
-    server_ports(srv, ports, sizeof(ports));
-    LOG_EVENT("info", "listening", LOG_S("listen", cfg.listen), LOG_I("port", server_port(srv)),
-              LOG_S("ports", ports), LOG_S("grpc_listen", cfg.grpc_listen),
-              grpc ? LOG_I("grpc_port", grpc_front_port(grpc)) : LOG_NULL("grpc_port"),
-              LOG_S("workspace", workspace), LOG_S("version", SBXD_VERSION),
-              LOG_I("max_running", cfg.max_running), LOG_I("command_uid", harden.uid),
-              LOG_I("command_gid", harden.gid), LOG_B("seccomp", harden.seccomp),
-              LOG_D("startup_ms", (double)(time_mono_ns() - t0) / 1e6));
-    /* Upload temporary files that a killed sbxd left are removed in the background, as the
-     * command user; only those older than this start: an upload begun since is never
-     * touched. */
-    struct fs_user sweep_user = {
-        .switch_ids = harden.switch_user, .uid = harden.uid, .gid = harden.gid};
-    fs_sweep_stale_uploads_async(rootfd, time_real_ns() - (time_mono_ns() - t0), &sweep_user);
-    struct watch_limits wl = {.max_watchers = (unsigned)cfg.max_watchers,
-                              .max_dirs = (unsigned)cfg.watch_max_dirs};
-    watch_init(&wl, rootfd, &sweep_user);
-    /* Warm kernels are made once sbxd serves: they never delay readiness. */
-    ctx_warm_start((unsigned)cfg.warm_contexts);
+    log_listening(&d);
+    start_background(&d);
 
     /* Where every command's owner reaps it on its pidfd (quiet_exit), the SIGCHLD that its
      * execve turns back on (the kernel resets the exit signal there, whatever the clone
      * asked) would only wake this thread for nothing: it is not waited for and stays
      * pending, and each tick's reap collects whatever nobody waits for (reaper.h). */
-    sigset_t wait_set = set;
-    if (iso.pidfd && !iso.contain->init_reports)
+    sigset_t wait_set = d.set;
+    if (d.iso.pidfd && !d.iso.contain->init_reports)
         sigdelset(&wait_set, SIGCHLD);
-    run_main_loop(srv, &wait_set);
+    run_main_loop(d.srv, &d.sb, &wait_set);
     watch_shutdown(); /* (its streams end, with a "gone" event: none holds the drain up) */
-    drain(srv, grpc, &cfg, &wait_set);
-    if (grpc)
-        grpc_front_stop(grpc);
-    server_stop(srv);
+    drain(d.srv, &d.sb, d.grpc, &d.cfg, &wait_set);
+    if (d.grpc)
+        grpc_front_stop(d.grpc);
+    server_stop(d.srv);
     mcp_shutdown();
     ctx_shutdown();
     bg_shutdown();
-    job_keeper_stop();
-    spawn_pool_stop();
-    reaper_reap();
-    harden_free(&harden);
-    close(rootfd);
+    stop_core(&d);
     LOG_EVENT("info", "stopped", LOG_I("exit_code", 0));
     return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/config.h"
+#include "sbxd/exec_metrics.h"
 #include "sbxd/harden.h"
 #include "sbxd/isolation.h"
 #include "sbxd/job.h"

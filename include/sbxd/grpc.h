@@ -1,9 +1,9 @@
 /*
  * grpc.h - the gRPC front: agent-sandbox's sandboxd ProcessService (process.v1) and the
  * standard health service (grpc.health.v1), over HTTP/2 without TLS (h2c) on a listener of
- * its own (--grpc-listen). Commands go through the HTTP server's exec service (its admission
- * queue, policy, containment, audit line and metrics), so REST and gRPC share one set of
- * limits.
+ * its own (--grpc-listen). Commands go through the sandbox's exec service (its admission
+ * queue, policy, containment, audit line and metrics), so every front shares one set of
+ * limits. It depends on no other front.
  */
 #ifndef SBXD_GRPC_H
 #define SBXD_GRPC_H
@@ -12,14 +12,14 @@
 
 #include "sbxd/config.h"
 #include "sbxd/err.h"
-#include "sbxd/jsonw.h"
-#include "sbxd/server.h"
+#include "sbxd/sandbox.h"
 
 struct grpc_front;
 
-/* Listen on cfg->grpc_addr and serve, commands through srv's exec service. NULL with err when
- * it cannot listen. (Not called when cfg->grpc_off.) */
-struct grpc_front *grpc_front_start(const struct sbxd_config *cfg, struct server *srv,
+/* Listen on cfg->grpc_addr and serve, commands through sb's exec service; its counters
+ * (sbxd_grpc_*) join GET /metrics. NULL with err when it cannot listen. (Not called when
+ * cfg->grpc_off.) */
+struct grpc_front *grpc_front_start(const struct sbxd_config *cfg, struct sandbox *sb,
                                     struct sbxd_err *err);
 
 uint16_t grpc_front_port(const struct grpc_front *g);
@@ -30,9 +30,6 @@ unsigned grpc_front_calls(const struct grpc_front *g);
 /* The drain has begun: health answers NOT_SERVING, new calls UNAVAILABLE; calls in progress
  * go on (their commands are the drain's to end). */
 void grpc_front_drain(struct grpc_front *g);
-
-/* The front's counters for GET /metrics (sbxd_grpc_*), in the Prometheus text format. */
-void grpc_metrics_render(struct jsonw *w);
 
 /* Close the listener, end every connection (GOAWAY), cancel what still runs, wait for every
  * thread, free. */

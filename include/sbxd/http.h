@@ -25,34 +25,22 @@
 #include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
+#include "sbxd/sandbox.h"
 
+/* The HTTP front: libmicrohttpd, its listeners, its connections and what its routes keep.
+ * The daemon's state (the workspace, the exec service, the drain, the reset gate) is the
+ * sandbox's (sandbox.h), shared with the other fronts. */
 struct server {
     struct MHD_Daemon *mhd;
     const struct sbxd_config *cfg;
-    int rootfd;
-    char workspace[PATH_MAX];
-    const struct harden_plan *harden;
-    struct isolation *iso;
-    struct exec_service exec; /* what the routes start commands through */
-    int64_t start_ns;
+    struct sandbox *sb;
     uint16_t port;                   /* the first listener's: ports[0] */
     uint16_t ports[SBXD_LISTEN_MAX]; /* each --listen address's, in order */
     unsigned nports;
     unsigned streams;   /* atomic: process output streams being sent (a drain waits for them) */
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
-    bool draining;      /* atomic */
-    /* Resets (route_reset.c): one at a time (reset_lock); while one runs, `resetting` is
-     * set and requests of gated routes are refused. Those under way hold work_lock shared
-     * (their route's begin and end), and the reset takes it to know they are over. reset_gen
-     * counts the resets done: a request whose head came before one is refused after it. */
-    bool resetting;     /* atomic */
-    uint64_t reset_gen; /* atomic */
-    uint64_t resets;    /* atomic: resets done (/metrics) */
-    pthread_mutex_t reset_lock;
-    pthread_rwlock_t work_lock;
-    int baseline_fd;  /* --workspace-baseline, or -1 */
-    size_t token_len; /* of cfg->token; 0: no token is required */
+    size_t token_len;   /* of cfg->token; 0: no token is required */
     /* guard.c: the open connections, their caps and deadlines */
     pthread_mutex_t guard_lock;
     struct conn *conns;
@@ -86,7 +74,7 @@ struct req_ctx {
     size_t discarded; /* bytes dropped so far */
     char client[64];
     bool holds_running; /* holds an exec_service_admit slot until the request completes */
-    uint64_t reset_gen; /* srv->reset_gen when its head came */
+    uint64_t reset_gen; /* the sandbox's reset_gen when its head came */
     char method[8];
     char *url; /* as sent: percent-escapes are the route's to decode */
     /* A route that streams its body keeps its state here; freed with whether the request
@@ -113,6 +101,11 @@ typedef enum MHD_Result (*route_body_fn)(struct server *srv, struct MHD_Connecti
  * bodies (route_files.c, route_legacy_files.c). */
 enum files_face { FACE_NONE = 0, FACE_FILES, FACE_V1, FACE_LEGACY, FACE_COUNT };
 
+/* The answer to a body over --max-body-bytes, for a route whose protocol has its own error
+ * shape (MCP's JSON-RPC error); NULL: the usual 413. */
+typedef enum MHD_Result (*route_too_large_fn)(struct MHD_Connection *c, uint64_t max);
+
+/* One entry of the route table (routes.c). */
 struct route {
     const char *path;
     unsigned methods; /* HTTP_* bits */
@@ -121,12 +114,18 @@ struct route {
     bool prefix; /* path and everything below it ("/files" and "/files/...") */
     route_begin_fn begin;
     route_body_fn body;
+    route_too_large_fn too_large;
     const char *label;    /* its name in /metrics */
     enum files_face face; /* a file route's face (FACE_NONE for the others) */
     /* Served while a reset is under way (health, metrics, the reset itself); every other
-     * route is then answered 503, and one under way holds srv->work_lock shared. */
+     * route is then answered 503, and one under way holds the sandbox's work_lock shared. */
     bool ungated;
 };
+
+/* The route table (routes.c): every route of the HTTP front, in the order they are matched;
+ * a route's number for /metrics is its index, http_nroutes that of "unmatched". */
+extern const struct route http_routes[];
+extern const unsigned http_nroutes;
 
 /* The route serving url (as sent, escapes kept), or NULL. */
 const struct route *http_route_find(const char *url);
@@ -295,13 +294,10 @@ cJSON *http_json_object(struct MHD_Connection *c, struct req_ctx *rc, const char
                         enum MHD_Result *ret);
 
 /* Whether a reset is under way (route_reset.c). */
-static inline bool server_resetting(struct server *srv)
+static inline bool server_resetting(const struct server *srv)
 {
-    return __atomic_load_n(&srv->resetting, __ATOMIC_SEQ_CST);
+    return sandbox_resetting(srv->sb);
 }
-
-/* Every counter of metrics.h, with the routes' labels (server.c). */
-void server_render_route_metrics(struct jsonw *w);
 
 /* Routes. */
 enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

@@ -2,8 +2,8 @@
  * metrics.h - the daemon's counters for GET /metrics: relaxed atomics bumped where things
  * happen (a few nanoseconds each, no lock), read and rendered in the Prometheus text format
  * only when scraped. Gauges (running commands, open connections, memory) are not kept here:
- * the scrape reads them where they live; the admission queue's depth, which the exec service
- * keeps under its lock, is mirrored here so that metrics_render has it.
+ * the scrape reads them where they live. The counters of modules above util (exec_metrics.h,
+ * the gRPC front's) live with them and render through a registered renderer.
  */
 #ifndef SBXD_METRICS_H
 #define SBXD_METRICS_H
@@ -11,11 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sbxd/exec_result.h"
 #include "sbxd/jsonw.h"
-
-/* How a command ran. */
-enum metrics_mode { MX_SYNC, MX_STREAM, MX_BACKGROUND, MX_NMODES };
 
 /* The limits that refuse or cut off a request; each counted when it bites. */
 enum metrics_limit {
@@ -38,20 +34,20 @@ enum metrics_limit {
 /* Routes are numbered by the server (its table's order); the last is "no route". */
 #define METRICS_MAX_ROUTES 24
 
-void metrics_execution(enum exec_front front, enum metrics_mode mode, const struct job_result *r);
-/* A command that could not even be started (no job was made). */
-void metrics_start_failed(enum exec_front front, enum metrics_mode mode);
 void metrics_limit(enum metrics_limit l);
-/* The admission queue (exec_service_admit): a command began to wait for a running slot; a
- * command stopped waiting after ms, however its wait ended (abandoned: its client hung up). */
-void metrics_queue_enter(void);
-void metrics_queue_leave(double ms, bool abandoned);
 void metrics_http(unsigned route, unsigned status, uint64_t bytes_in, uint64_t bytes_out);
 void metrics_file(bool written, uint64_t bytes);
 
-/* Append every counter, with its HELP and TYPE lines, to w (text, not JSON). route_label
- * gives the label of each route number below nroutes. */
-void metrics_render(struct jsonw *w, const char *const *route_label, unsigned nroutes);
+/* A module's counters, appended to w (text, not JSON) with their HELP and TYPE lines. A
+ * module above util (exec, a front) registers its renderer, so that util depends on none of
+ * them: metrics_register adds fn once (again is a no-op), metrics_render appends what every
+ * registered renderer has, in the order they registered, then the limits and the files. */
+typedef void (*metrics_renderer)(struct jsonw *w);
+void metrics_register(metrics_renderer fn);
+void metrics_render(struct jsonw *w);
+/* The HTTP requests' counters: route_label gives the label of each route number below
+ * nroutes (the HTTP front's renderer calls it). */
+void metrics_render_http(struct jsonw *w, const char *const *route_label, unsigned nroutes);
 
 /* Append one sample line: name{labels} value. labels may be NULL. */
 void metrics_line(struct jsonw *w, const char *name, const char *labels, double value);

@@ -21,7 +21,7 @@
 #include "sbxd/err.h"
 #include "sbxd/exec_service.h"
 #include "sbxd/jsonw.h"
-#include "sbxd/server.h"
+#include "sbxd/sandbox.h"
 
 /* The status codes of gRPC (its doc/statuscodes.md). */
 enum grpc_code {
@@ -89,14 +89,14 @@ int64_t grpc_call_deadline_ns(const struct grpc_call *c);
 /* The client's address ("127.0.0.1:40312"), for the audit line. */
 const char *grpc_call_peer(const struct grpc_call *c);
 
-/* The daemon's pieces. */
-struct server *grpc_call_server(const struct grpc_call *c);
+/* The sandbox's pieces: its exec service, and the configuration. */
 struct exec_service *grpc_call_exec(const struct grpc_call *c);
 const struct sbxd_config *grpc_call_config(const struct grpc_call *c);
 
-/* The drain has begun (grpc_front_drain): health is NOT_SERVING, commands UNAVAILABLE. */
+/* The drain has begun (grpc_front_drain, or the sandbox's): health is NOT_SERVING, commands
+ * UNAVAILABLE. */
 bool grpc_call_draining(const struct grpc_call *c);
-/* The drain flag itself, for exec_admit.stop. */
+/* The sandbox's drain flag itself, for exec_admit.stop. */
 const bool *grpc_call_drain_flag(const struct grpc_call *c);
 
 /* A descriptor that hangs up (poll gives POLLHUP, as a closed socket's does) the moment the

@@ -15,7 +15,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc_internal.h"
 #include "sbxd/isolation.h"
-#include "sbxd/server.h"
+#include "sbxd/sandbox.h"
 
 /* How often a Watch looks at the status again. */
 #define WATCH_TICK_MS 100
@@ -28,15 +28,13 @@ static bool service_known(const char *name)
            strcmp(name, "grpc.health.v1.Health") == 0;
 }
 
-/* The drain of either front (they begin together: a probe of one must not call sbxd ready
- * while the other refuses work), or /healthz's degraded state. */
+/* The drain of this front or the sandbox's (they begin together: a probe of one front must
+ * not call sbxd ready while another refuses work), or /healthz's degraded state. */
 static serving_status status_now(struct grpc_call *c, const char *name)
 {
     if (!service_known(name))
         return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
-    const bool *rest_draining = server_drain_flag(grpc_call_server(c));
-    if (grpc_call_draining(c) || __atomic_load_n(rest_draining, __ATOMIC_ACQUIRE) ||
-        isolation_degraded(grpc_call_exec(c)->iso, NULL, 0))
+    if (grpc_call_draining(c) || isolation_degraded(grpc_call_exec(c)->iso, NULL, 0))
         return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
 }

@@ -24,7 +24,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,11 +38,6 @@
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
 #include "sbxd/timeutil.h"
-
-/* Connections accepted in a row before the thread looks at its other descriptors again. */
-#define ACCEPT_BATCH 64
-/* How long accepting pauses when the kernel has no memory for a connection. */
-#define ACCEPT_PAUSE_MS 100
 
 struct lingering {
     int fd;
@@ -64,30 +58,17 @@ struct front {
     struct lingering linger[SBXD_LINGER_MAX]; /* the thread's own */
     unsigned nlinger;
     char *scratch; /* where lingering sockets' bytes are read to be dropped */
-    int64_t paused_until_ns;
 };
 
 /* The i-th --listen address: bound and listening, its port in srv->ports[i]. */
 static int listen_one(struct server *srv, struct front *f, unsigned i, struct sbxd_err *err)
 {
     const struct sbxd_config *cfg = srv->cfg;
-    const struct sockaddr_storage *addr = &cfg->listen_addr[i];
-    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = acceptor_listen(&cfg->listen_addr[i], cfg->listen_addr_len[i], SBXD_LISTEN_BACKLOG,
+                             &srv->ports[i]);
     if (fd < 0)
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
     f->listen_fd[f->nlisten++] = fd;
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (addr->ss_family == AF_INET6)
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (const struct sockaddr *)addr, cfg->listen_addr_len[i]) < 0 ||
-        listen(fd, SBXD_LISTEN_BACKLOG) < 0)
-        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot listen on %s", cfg->listen);
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-        srv->ports[i] = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                       : ((struct sockaddr_in *)&ss)->sin_port);
     if (i == 0)
         srv->port = srv->ports[0];
     srv->nports = i + 1;
@@ -178,36 +159,24 @@ static void shed_descriptors(int fd, void *srv)
     shed(srv, fd, SHED_DESCRIPTORS);
 }
 
-static void accept_some(struct server *srv, struct front *f, int listen_fd)
+/* A connection accepted: to libmicrohttpd once the guard admits it, else refused at once. */
+static void take(int fd, const struct sockaddr_storage *ss, socklen_t len, void *ctx)
 {
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            enum acceptor_next next =
-                acceptor_failed(&f->acc, "http", listen_fd, errno, shed_descriptors, srv);
-            if (next == ACCEPT_DRAINED)
-                return;
-            if (next == ACCEPT_AGAIN)
-                continue;
-            f->paused_until_ns = time_mono_ns() + ACCEPT_PAUSE_MS * 1000000LL;
-            return;
-        }
-        int one = 1;
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        enum metrics_limit over = guard_admit(srv, fd, (const struct sockaddr *)&ss);
-        if (over != LIM_N) {
-            shed(srv, fd, over == LIM_CLIENT_CONNECTIONS ? SHED_CLIENT : SHED_TOTAL);
-            continue;
-        }
-        /* libmicrohttpd takes the socket (and closes it if it fails). */
-        if (MHD_add_connection(srv->mhd, fd, (const struct sockaddr *)&ss, len) != MHD_YES) {
-            guard_forget(srv, fd);
-            acceptor_log_failure(&f->acc, "http", errno);
-        }
+    struct server *srv = ctx;
+    enum metrics_limit over = guard_admit(srv, fd, (const struct sockaddr *)ss);
+    if (over != LIM_N) {
+        shed(srv, fd, over == LIM_CLIENT_CONNECTIONS ? SHED_CLIENT : SHED_TOTAL);
+        return;
+    }
+    /* libmicrohttpd takes the socket (and closes it if it fails). */
+    if (MHD_add_connection(srv->mhd, fd, (const struct sockaddr *)ss, len) != MHD_YES) {
+        guard_forget(srv, fd);
+        acceptor_log_failure(&srv->front->acc, "http", errno);
     }
 }
+
+static const struct acceptor_ops accept_ops = {
+    .front = "http", .take = take, .turn_away = shed_descriptors};
 
 static void linger_close(struct front *f, unsigned i)
 {
@@ -263,9 +232,10 @@ static void *front_main(void *arg)
                 next = f->linger[i].deadline_ns;
             i++;
         }
-        bool paused = f->paused_until_ns > now;
-        if (paused && (next < 0 || f->paused_until_ns < next))
-            next = f->paused_until_ns;
+        int64_t resume;
+        bool paused = acceptor_paused(&f->acc, now, &resume);
+        if (paused && (next < 0 || resume < next))
+            next = resume;
         nfds_t n = 0;
         pfd[n++] = (struct pollfd){.fd = f->wake_fd, .events = POLLIN};
         for (unsigned i = 0; i < f->nlisten; i++)
@@ -284,7 +254,7 @@ static void *front_main(void *arg)
         }
         for (unsigned i = 0; i < f->nlisten; i++)
             if (pfd[1 + i].revents)
-                accept_some(srv, f, f->listen_fd[i]);
+                acceptor_accept(&f->acc, f->listen_fd[i], &accept_ops, srv);
         /* The lingering sockets as they were polled (take_handed appends after them, and
          * linger_close moves the last one into a closed one's place: walk backwards). */
         unsigned first = 1 + f->nlisten;

@@ -102,7 +102,8 @@ enum MHD_Result files_archive_get(struct server *srv, struct MHD_Connection *c, 
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     }
     s->t0 = (double)time_mono_ns();
-    s->p = ar_pack_open(srv->rootfd, path, fmt, filter, srv->cfg->max_archive_entries, &u, &err);
+    s->p =
+        ar_pack_open(srv->sb->rootfd, path, fmt, filter, srv->cfg->max_archive_entries, &u, &err);
     if (!s->p) {
         free(s->path);
         free(s);
@@ -142,13 +143,13 @@ int files_archive_begin(struct files_put *p, bool replace, struct sbxd_err *err)
     struct sbxd_err serr = {0};
     fs_user_enter(&u);
     p->archive_existed =
-        *p->path == '\0' || fs_stat(p->srv->rootfd, p->path, false, in, &serr) == 0;
+        *p->path == '\0' || fs_stat(p->srv->sb->rootfd, p->path, false, in, &serr) == 0;
     fs_user_leave(&u);
     free(in);
     struct ar_limits lim = {.max_entries = p->srv->cfg->max_archive_entries,
                             .max_bytes = p->srv->cfg->max_archive_bytes};
     p->t0 = (double)time_mono_ns();
-    p->ax = ar_extract_begin(p->srv->rootfd, p->path, replace, &lim, &u, err);
+    p->ax = ar_extract_begin(p->srv->sb->rootfd, p->path, replace, &lim, &u, err);
     return p->ax ? 0 : -1;
 }
 

@@ -94,7 +94,7 @@ static void listing_entry(struct listing *ls, struct sbxd_err *err)
     } else if (r == 0) {
         ls->stage = LIST_TAIL;
     } else {
-        struct listing_at at = {ls->srv->rootfd, fs_list_dirfd(ls->l), ls->path};
+        struct listing_at at = {ls->srv->sb->rootfd, fs_list_dirfd(ls->l), ls->path};
         if (ls->form->entry(&ls->out, &e, &at))
             ls->sent++;
         else

@@ -49,7 +49,7 @@ int files_put_open(struct files_put *p, struct sbxd_err *err)
     struct fs_user u;
     files_user(p->srv, &u);
     fs_user_enter(&u);
-    int r = fs_upload_begin(&p->up, p->srv->rootfd, p->path, &u, err);
+    int r = fs_upload_begin(&p->up, p->srv->sb->rootfd, p->path, &u, err);
     fs_user_leave(&u);
     if (r < 0)
         return -1;

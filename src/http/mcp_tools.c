@@ -452,7 +452,7 @@ static char *norm_path(struct server *srv, const char *p, char *msg, size_t msgl
             snprintf(msg, msglen,
                      "'%.200s' is outside the workspace (%.200s): paths are relative to it, "
                      "or absolute within it",
-                     p, srv->workspace);
+                     p, srv->sb->workspace);
             return NULL;
         }
         p = rel;
@@ -557,7 +557,7 @@ static bool command_request(struct mcp_tool_ctx *x, const cJSON *args, enum metr
         return false;
     }
     struct request_policy pol;
-    exec_service_policy(&x->srv->exec, mode, &pol);
+    exec_service_policy(&x->srv->sb->exec, mode, &pol);
     struct sbxd_err err = {0};
     int r = exec_request_parse(body, strlen(body), &pol, req, &err);
     free(body);
@@ -710,7 +710,7 @@ static void run_stream_free(void *cls)
         exec_service_audit(MX_STREAM, job_id(rs->job), &rs->req, job_result(rs->job), rs->queued_ms,
                            rs->client);
     job_free(rs->job);
-    exec_service_leave(&rs->srv->exec);
+    exec_service_leave(&rs->srv->sb->exec);
     exec_request_free(&rs->req);
     outbuf_free(&rs->out);
     outbuf_free(&rs->errb);
@@ -725,23 +725,23 @@ static int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct js
     struct server *srv = x->srv;
     if (!only_keys(args, CMD_KEYS, w))
         return 0;
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return tool_error(w, "sbxd is shutting down and takes no new commands");
     struct exec_request req;
     if (!command_request(x, args, MX_SYNC, &req, w))
         return 0;
     struct sbxd_err err = {0};
     int fd = x->client_fd;
-    struct exec_admit adm = {.client_fd = fd, .stop = &srv->draining};
-    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
+    struct exec_admit adm = {.client_fd = fd, .stop = &srv->sb->draining};
+    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
         exec_request_free(&req);
         return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
     }
     bool streamed = x->progress && x->sse_ok;
     struct job *job =
-        exec_service_start(&srv->exec, streamed ? MX_STREAM : MX_SYNC, &req, fd, &err);
+        exec_service_start(&srv->sb->exec, streamed ? MX_STREAM : MX_SYNC, &req, fd, &err);
     if (!job) {
-        exec_service_leave(&srv->exec);
+        exec_service_leave(&srv->sb->exec);
         exec_request_free(&req);
         return tool_error(w, "%s", err.msg);
     }
@@ -792,7 +792,7 @@ static int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct js
     command_result(w, job, &out, &errb, req.encoding, adm.queued_ms);
     exec_service_held(out.alloc + errb.alloc + w->cap);
     exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms, x->client);
-    exec_service_leave(&srv->exec);
+    exec_service_leave(&srv->sb->exec);
     outbuf_free(&out);
     outbuf_free(&errb);
     job_free(job);
@@ -992,7 +992,7 @@ static uint8_t *read_span(struct server *srv, const char *path, uint64_t off, si
     files_user(srv, &u);
     struct sbxd_err err = {0};
     fs_user_enter(&u);
-    int fd = fs_open_read(srv->rootfd, path, st, &err);
+    int fd = fs_open_read(srv->sb->rootfd, path, st, &err);
     fs_user_leave(&u);
     *notfound = false;
     if (fd < 0) {
@@ -1151,7 +1151,7 @@ static int tool_write_file(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     struct sbxd_err err = {0};
     struct stat st;
     fs_user_enter(&u);
-    int r = fs_upload_begin(&up, srv->rootfd, path, &u, &err);
+    int r = fs_upload_begin(&up, srv->sb->rootfd, path, &u, &err);
     if (r == 0 && (r = fs_upload_write(&up, data, n, &err)) == 0)
         r = fs_upload_commit(&up, m, &st, &err);
     if (r < 0)
@@ -1264,7 +1264,7 @@ static int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     struct sbxd_err err = {0};
     struct stat st;
     fs_user_enter(&u);
-    int fd = fs_open_read(srv->rootfd, path, &st, &err);
+    int fd = fs_open_read(srv->sb->rootfd, path, &st, &err);
     if (fd >= 0 && !S_ISDIR(st.st_mode)) {
         close(fd);
         fd = -1;
@@ -1282,7 +1282,7 @@ static int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jso
     jw_init(&ents, 4096);
     jw_init(&lines, 4096);
     jw_arr_begin(&ents);
-    struct lister L = {.rootfd = srv->rootfd, .w = &ents, .lines = &lines, .max = MCP_LIST_MAX};
+    struct lister L = {.rootfd = srv->sb->rootfd, .w = &ents, .lines = &lines, .max = MCP_LIST_MAX};
     list_dir(&L, fd, path, (unsigned)depth);
     fs_user_leave(&u);
     jw_arr_end(&ents);
@@ -1324,7 +1324,7 @@ static int tool_delete_file(struct mcp_tool_ctx *x, const cJSON *args, struct js
     files_user(x->srv, &u);
     struct sbxd_err err = {0};
     fs_user_enter(&u);
-    int r = fs_delete(x->srv->rootfd, path, recursive, &err);
+    int r = fs_delete(x->srv->sb->rootfd, path, recursive, &err);
     fs_user_leave(&u);
     if (r < 0) {
         tool_error(w, "cannot delete '%s': %s", path, err.msg);
@@ -1360,7 +1360,7 @@ static int tool_move_file(struct mcp_tool_ctx *x, const cJSON *args, struct json
     files_user(x->srv, &u);
     struct sbxd_err err = {0};
     fs_user_enter(&u);
-    int r = fs_move(x->srv->rootfd, from, to, overwrite, &u, &err);
+    int r = fs_move(x->srv->sb->rootfd, from, to, overwrite, &u, &err);
     fs_user_leave(&u);
     if (r < 0) {
         tool_error(w, "cannot move '%s' to '%s': %s%s", from, to, err.msg,
@@ -1398,7 +1398,7 @@ static int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct json
         return tool_error(w, "out of memory");
     }
     fs_user_enter(&u);
-    int r = fs_stat(x->srv->rootfd, path, follow, in, &err);
+    int r = fs_stat(x->srv->sb->rootfd, path, follow, in, &err);
     fs_user_leave(&u);
     if (r < 0) {
         tool_error(w, "cannot stat '%s': %s", path, err.msg);
@@ -1444,19 +1444,19 @@ static int tool_start_process(struct mcp_tool_ctx *x, const cJSON *args, struct 
     static const char *const keys[] = {"command", "argv", "cwd", "env", "timeout_ms", NULL};
     if (!only_keys(args, keys, w))
         return 0;
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return tool_error(w, "sbxd is shutting down and takes no new processes");
     struct exec_request req;
     if (!command_request(x, args, MX_BACKGROUND, &req, w))
         return 0;
     struct sbxd_err err = {0};
-    struct exec_admit adm = {.client_fd = x->client_fd, .stop = &srv->draining};
-    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
+    struct exec_admit adm = {.client_fd = x->client_fd, .stop = &srv->sb->draining};
+    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
         exec_request_free(&req);
         return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
     }
-    struct bg_proc *p = exec_service_start_process(&srv->exec, &req, &err);
-    exec_service_leave(&srv->exec);
+    struct bg_proc *p = exec_service_start_process(&srv->sb->exec, &req, &err);
+    exec_service_leave(&srv->sb->exec);
     if (!p)
         return tool_error(w, "%s", err.msg);
     struct bg_info in;
@@ -1678,7 +1678,7 @@ static int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw
         return 0;
     if (!timeout)
         timeout = 1;
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return tool_error(w, "sbxd is shutting down");
     struct sbxd_err err = {0};
     struct ctx *c;
@@ -1903,7 +1903,7 @@ int mcp_tool_call(struct mcp_tool_ctx *x, const char *name, const cJSON *args, s
 void mcp_write_uri(struct server *srv, struct jsonw *w, const char *path)
 {
     static const char hex[] = "0123456789ABCDEF";
-    size_t cap = 8 + 3 * (strlen(srv->workspace) + strlen(path)) + 2;
+    size_t cap = 8 + 3 * (strlen(srv->sb->workspace) + strlen(path)) + 2;
     char *u = malloc(cap);
     if (!u) {
         jw_null(w);
@@ -1912,7 +1912,7 @@ void mcp_write_uri(struct server *srv, struct jsonw *w, const char *path)
     size_t n = 0;
     memcpy(u, "file://", 7);
     n = 7;
-    const char *parts[2] = {srv->workspace, path};
+    const char *parts[2] = {srv->sb->workspace, path};
     for (int k = 0; k < 2; k++) {
         if (k == 1 && *path)
             u[n++] = '/';
@@ -1943,7 +1943,7 @@ char *mcp_uri_path(struct server *srv, const char *uri, char *msg, size_t msglen
         p = uri + 16;
     else {
         snprintf(msg, msglen, "'%.200s' is not a file:// URI of the workspace (%s)", uri,
-                 srv->workspace);
+                 srv->sb->workspace);
         return NULL;
     }
     char *d = strndup(p, strcspn(p, "?#"));
@@ -2080,7 +2080,7 @@ int mcp_resources_list(struct server *srv, const cJSON *params, struct jsonw *w,
     }
     struct fs_user u;
     files_user(srv, &u);
-    int dfd = openat(srv->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = openat(srv->sb->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
         snprintf(msg, msglen, "cannot open the workspace: %s", strerror(errno));
         return JRPC_INTERNAL_ERROR;

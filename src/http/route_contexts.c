@@ -91,7 +91,7 @@ static enum MHD_Result list(struct MHD_Connection *c)
 
 static enum MHD_Result create(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and makes no new contexts");
     struct sbxd_err err = {0};
@@ -505,7 +505,7 @@ static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c
                                "...: its default context, made on first use; GET /kernels lists "
                                "them), or give 'context' (the id of one)");
         }
-        if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE)) {
             cJSON_Delete(o);
             return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                                "sbxd is shutting down and makes no new contexts");

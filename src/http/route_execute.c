@@ -399,11 +399,11 @@ static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struc
 
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new commands");
     struct request_policy pol;
-    exec_service_policy(&srv->exec, MX_SYNC, &pol);
+    exec_service_policy(&srv->sb->exec, MX_SYNC, &pol);
     /* The SDK's timeout, for a body that gives none (its timeout_ms wins). */
     uint64_t asked = sdk_timeout_ms(c, pol.max_timeout_ms);
     if (asked)
@@ -423,15 +423,15 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
 
     /* Past --max-running it waits its turn here (exec_service.h); a client that hangs up
      * meanwhile has nobody to answer. */
-    struct exec_admit adm = {.client_fd = cancel_fd(c), .stop = &srv->draining};
-    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
+    struct exec_admit adm = {.client_fd = cancel_fd(c), .stop = &srv->sb->draining};
+    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
         exec_request_free(&req);
         return adm.gone ? MHD_NO : reply_err(c, &err);
     }
     rc->holds_running = true; /* until the answer, whichever, is sent (server.c, on_completed) */
     enum stream_format fmt = stream_format_of(c);
-    struct job *job = exec_service_start(&srv->exec, fmt != STREAM_NONE ? MX_STREAM : MX_SYNC, &req,
-                                         cancel_fd(c), &err);
+    struct job *job = exec_service_start(&srv->sb->exec, fmt != STREAM_NONE ? MX_STREAM : MX_SYNC,
+                                         &req, cancel_fd(c), &err);
     if (!job) {
         exec_request_free(&req);
         return reply_cannot_run(c, rc, &err);
@@ -447,8 +447,8 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
         /* Its client sees no truncation flag: it keeps more, the part beyond the usual cap
          * from the pool that bounds what all running commands hold together. */
         size_t sdk = (size_t)srv->cfg->sdk_output_bytes;
-        outbuf_init_pooled(&out, sdk, cap, &srv->exec.out_pool);
-        outbuf_init_pooled(&errb, sdk, cap, &srv->exec.out_pool);
+        outbuf_init_pooled(&out, sdk, cap, &srv->sb->exec.out_pool);
+        outbuf_init_pooled(&errb, sdk, cap, &srv->sb->exec.out_pool);
     } else {
         outbuf_init(&out, cap);
         outbuf_init(&errb, cap);

@@ -22,7 +22,7 @@
 
 void files_user(const struct server *srv, struct fs_user *u)
 {
-    const struct harden_plan *h = srv->harden;
+    const struct harden_plan *h = srv->sb->harden;
     u->switch_ids = h->switch_user;
     u->uid = h->uid;
     u->gid = h->gid;
@@ -70,7 +70,7 @@ static const char *after_dir(const char *path, const char *dir)
 
 const char *http_files_within(const struct server *srv, const char *path)
 {
-    const char *rest = after_dir(path, srv->workspace);
+    const char *rest = after_dir(path, srv->sb->workspace);
     return rest ? rest : after_dir(path, srv->cfg->workspace);
 }
 
@@ -305,7 +305,7 @@ static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, 
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     struct sbxd_err err = {0};
     fs_user_enter(&u);
-    int rc = fs_stat(srv->rootfd, path, follow, in, &err);
+    int rc = fs_stat(srv->sb->rootfd, path, follow, in, &err);
     fs_user_leave(&u);
     if (rc < 0) {
         free(in);
@@ -476,7 +476,7 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
     files_user(srv, &u);
     struct stat st;
     fs_user_enter(&u);
-    int fd = fs_open_read(srv->rootfd, path, &st, &err);
+    int fd = fs_open_read(srv->sb->rootfd, path, &st, &err);
     fs_user_leave(&u);
     if (fd < 0)
         return reply_err(c, &err);
@@ -553,8 +553,8 @@ static enum MHD_Result files_delete(struct server *srv, struct MHD_Connection *c
     struct fs_user u;
     files_user(srv, &u);
     fs_user_enter(&u);
-    int r = root ? fs_delete_contents(srv->rootfd, &err)
-                 : fs_delete(srv->rootfd, path, recursive, &err);
+    int r = root ? fs_delete_contents(srv->sb->rootfd, &err)
+                 : fs_delete(srv->sb->rootfd, path, recursive, &err);
     fs_user_leave(&u);
     return r < 0 ? reply_err(c, &err) : reply_no_content(c);
 }
@@ -602,10 +602,10 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     struct fs_copy_stats cs = {0};
     double t0 = (double)time_mono_ns();
     fs_user_enter(&u);
-    int r = move ? fs_move(srv->rootfd, path, to, overwrite, &u, &err)
-                 : fs_copy(srv->rootfd, path, to, overwrite, &u, &cs, &err);
+    int r = move ? fs_move(srv->sb->rootfd, path, to, overwrite, &u, &err)
+                 : fs_copy(srv->sb->rootfd, path, to, overwrite, &u, &cs, &err);
     struct fs_stat_info *in = r == 0 ? malloc(sizeof(*in)) : NULL;
-    int sr = in ? fs_stat(srv->rootfd, to, false, in, &err) : -1;
+    int sr = in ? fs_stat(srv->sb->rootfd, to, false, in, &err) : -1;
     fs_user_leave(&u);
     if (r < 0) {
         free(in);
@@ -673,7 +673,7 @@ static int put_conditions(struct MHD_Connection *c, struct files_put *p, struct 
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     struct sbxd_err serr = {0};
     fs_user_enter(&u);
-    bool there = fs_stat(p->srv->rootfd, p->path, true, in, &serr) == 0;
+    bool there = fs_stat(p->srv->sb->rootfd, p->path, true, in, &serr) == 0;
     fs_user_leave(&u);
     int rc = 0;
     if (im && !fs_etag_matches(im, there ? &in->st : NULL))
@@ -767,7 +767,7 @@ static int put_directory(struct files_put *p, struct stat *st, unsigned *status,
     struct fs_user u;
     files_user(p->srv, &u);
     fs_user_enter(&u);
-    int fd = fs_mkdir_p(p->srv->rootfd, p->path, p->mode, &created, err);
+    int fd = fs_mkdir_p(p->srv->sb->rootfd, p->path, p->mode, &created, err);
     int rs = fd >= 0 ? fstat(fd, st) : -1;
     fs_user_leave(&u);
     if (fd < 0)

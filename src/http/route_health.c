@@ -4,7 +4,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sbxd/grpc.h"
 #include "sbxd/background.h"
 #include "sbxd/cmdenv.h"
 #include "sbxd/http.h"
@@ -14,12 +13,48 @@
 #include "sbxd/server.h"
 #include "sbxd/timeutil.h"
 
+/* What the start-up probe found on this host, used or not. */
+static void write_detected(struct jsonw *w, const struct isolation *iso,
+                           const struct harden_plan *h)
+{
+    jw_key(w, "detected");
+    jw_obj_begin(w);
+    jw_key(w, "cgroup2");
+    jw_str(w, iso->cg.available ? "delegated" : iso->cg.why);
+    jw_key(w, "cgroup_kill");
+    jw_bool(w, iso->cg.available && iso->cg.has_kill);
+    jw_key(w, "cgroup_placement");
+    jw_str(w, "child writes cgroup.procs before exec");
+    jw_key(w, "clone3");
+    jw_bool(w, iso->clone3);
+    jw_key(w, "clone_into_cgroup");
+    jw_bool(w, iso->clone_into_cgroup);
+    jw_key(w, "pidfd");
+    jw_bool(w, iso->pidfd);
+    jw_key(w, "pidns");
+    jw_str(w, !iso->pidns_ok      ? iso->pidns_why
+              : iso->pidns_userns ? "via user namespace"
+                                  : "direct");
+    jw_key(w, "uid_range");
+    jw_str(w, iso->uid_ok ? "usable" : iso->uid_why);
+    jw_key(w, "ipcns");
+    jw_str(w, !iso->ipcns_ok                                          ? iso->ipcns_why
+              : iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_userns ? "via user namespace"
+                                                                      : "direct");
+    jw_key(w, "landlock");
+    if (h->landlock_abi)
+        jw_int(w, h->landlock_abi);
+    else
+        jw_bool(w, false);
+    jw_obj_end(w);
+}
+
 /* What every command gets, stated as it is, not as it is hoped; then what the start-up
- * probe found, used or not. */
+ * probe found (write_detected). */
 static void write_isolation(struct jsonw *w, const struct server *srv)
 {
-    const struct harden_plan *h = srv->harden;
-    const struct isolation *iso = srv->iso;
+    const struct harden_plan *h = srv->sb->harden;
+    const struct isolation *iso = srv->sb->iso;
     const struct cg_root *cg = iso->cg.available ? &iso->cg : NULL;
     struct iso_description m;
     isolation_describe(iso, h, srv->cfg->memory_max, &m);
@@ -84,48 +119,18 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_arr_end(w);
     jw_key(w, "core_dumps");
     jw_bool(w, false);
-    /* What the probe found on this host, used or not. */
-    jw_key(w, "detected");
-    jw_obj_begin(w);
-    jw_key(w, "cgroup2");
-    jw_str(w, iso->cg.available ? "delegated" : iso->cg.why);
-    jw_key(w, "cgroup_kill");
-    jw_bool(w, iso->cg.available && iso->cg.has_kill);
-    jw_key(w, "cgroup_placement");
-    jw_str(w, "child writes cgroup.procs before exec");
-    jw_key(w, "clone3");
-    jw_bool(w, iso->clone3);
-    jw_key(w, "clone_into_cgroup");
-    jw_bool(w, iso->clone_into_cgroup);
-    jw_key(w, "pidfd");
-    jw_bool(w, iso->pidfd);
-    jw_key(w, "pidns");
-    jw_str(w, !iso->pidns_ok      ? iso->pidns_why
-              : iso->pidns_userns ? "via user namespace"
-                                  : "direct");
-    jw_key(w, "uid_range");
-    jw_str(w, iso->uid_ok ? "usable" : iso->uid_why);
-    jw_key(w, "ipcns");
-    jw_str(w, !iso->ipcns_ok                                          ? iso->ipcns_why
-              : iso->tree_kill == ISO_KILL_PIDNS && iso->pidns_userns ? "via user namespace"
-                                                                      : "direct");
-    jw_key(w, "landlock");
-    if (h->landlock_abi)
-        jw_int(w, h->landlock_abi);
-    else
-        jw_bool(w, false);
-    jw_obj_end(w);
+    write_detected(w, iso, h);
     jw_obj_end(w);
 }
 
 enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     (void)rc;
-    bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    bool draining = sandbox_draining(srv->sb);
     /* A reset makes the sandbox unfit for work until it is over: not ready, for a while. */
     bool resetting = !draining && server_resetting(srv);
     char why[512];
-    bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
+    bool degraded = !draining && !resetting && isolation_degraded(srv->sb->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 1024);
     jw_obj_begin(&w);
@@ -138,9 +143,9 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
     jw_key(&w, "version");
     jw_str(&w, SBXD_VERSION);
     jw_key(&w, "uptime_s");
-    jw_double(&w, (double)(time_mono_ns() - srv->start_ns) / 1e9, 3);
+    jw_double(&w, (double)(time_mono_ns() - srv->sb->start_ns) / 1e9, 3);
     jw_key(&w, "running");
-    jw_uint(&w, exec_service_running(&srv->exec));
+    jw_uint(&w, exec_service_running(&srv->sb->exec));
     jw_key(&w, "max_running");
     jw_uint(&w, srv->cfg->max_running);
     jw_key(&w, "processes");
@@ -163,10 +168,10 @@ enum MHD_Result route_healthz(struct server *srv, struct MHD_Connection *c, stru
 enum MHD_Result route_root(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     (void)rc;
-    bool draining = __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    bool draining = sandbox_draining(srv->sb);
     bool resetting = !draining && server_resetting(srv);
     char why[512];
-    bool degraded = !draining && !resetting && isolation_degraded(srv->iso, why, sizeof(why));
+    bool degraded = !draining && !resetting && isolation_degraded(srv->sb->iso, why, sizeof(why));
     struct jsonw w;
     jw_init(&w, 128);
     jw_obj_begin(&w);
@@ -191,7 +196,7 @@ enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, st
 {
     (void)rc;
     char why[512];
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (sandbox_draining(srv->sb))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
     struct jsonw w;
     if (server_resetting(srv)) {
@@ -207,7 +212,7 @@ enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, st
         jw_obj_end(&w);
         return reply_jsonw(c, MHD_HTTP_SERVICE_UNAVAILABLE, &w);
     }
-    if (isolation_degraded(srv->iso, why, sizeof(why))) {
+    if (isolation_degraded(srv->sb->iso, why, sizeof(why))) {
         /* The contract's Error, with /healthz's status and reason beside it. */
         jw_init(&w, 128 + strlen(why));
         jw_obj_begin(&w);
@@ -227,7 +232,7 @@ enum MHD_Result route_v1_health(struct server *srv, struct MHD_Connection *c, st
     jw_key(&w, "status");
     jw_str(&w, "ok");
     jw_key(&w, "uptime_seconds");
-    jw_uint(&w, (uint64_t)((time_mono_ns() - srv->start_ns) / 1000000000));
+    jw_uint(&w, (uint64_t)((time_mono_ns() - srv->sb->start_ns) / 1000000000));
     jw_obj_end(&w);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
@@ -304,7 +309,7 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     jw_init(&w, 16384);
     char lab[1536];
     struct iso_description m;
-    isolation_describe(srv->iso, srv->harden, srv->cfg->memory_max, &m);
+    isolation_describe(srv->sb->iso, srv->sb->harden, srv->cfg->memory_max, &m);
     char v[10][128];
     const char *vals[10] = {m.cgroup,  m.memory,       m.pids, m.cpu,           m.tree_kill,
                             m.seccomp, m.capabilities, m.user, m.inter_command, m.ipc};
@@ -321,23 +326,24 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_head(&w, "sbxd_build_info", "gauge", "The sbxd version serving.");
     metrics_line(&w, "sbxd_build_info", lab, 1);
     metrics_head(&w, "sbxd_uptime_seconds", "gauge", "Seconds since sbxd started.");
-    metrics_line(&w, "sbxd_uptime_seconds", NULL, (double)(time_mono_ns() - srv->start_ns) / 1e9);
+    metrics_line(&w, "sbxd_uptime_seconds", NULL,
+                 (double)(time_mono_ns() - srv->sb->start_ns) / 1e9);
     metrics_head(&w, "sbxd_draining", "gauge", "1 once sbxd is shutting down.");
-    metrics_line(&w, "sbxd_draining", NULL, __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE));
+    metrics_line(&w, "sbxd_draining", NULL, sandbox_draining(srv->sb));
     metrics_head(&w, "sbxd_resetting", "gauge", "1 while a reset (POST /reset) runs.");
     metrics_line(&w, "sbxd_resetting", NULL, server_resetting(srv));
     metrics_head(&w, "sbxd_resets_total", "counter", "Resets done (POST /reset).");
     metrics_line(&w, "sbxd_resets_total", NULL,
-                 (double)__atomic_load_n(&srv->resets, __ATOMIC_RELAXED));
+                 (double)__atomic_load_n(&srv->sb->resets, __ATOMIC_RELAXED));
     metrics_head(&w, "sbxd_commands_running", "gauge",
                  "Commands of /execute running now (their answer not yet sent).");
-    metrics_line(&w, "sbxd_commands_running", NULL, exec_service_running(&srv->exec));
+    metrics_line(&w, "sbxd_commands_running", NULL, exec_service_running(&srv->sb->exec));
     metrics_head(&w, "sbxd_commands_max_running", "gauge", "--max-running.");
     metrics_line(&w, "sbxd_commands_max_running", NULL, (double)srv->cfg->max_running);
     metrics_head(&w, "sbxd_commands_queued", "gauge",
                  "Commands admitted and waiting for their process to start (those waiting for "
                  "a running slot are sbxd_queue_depth).");
-    metrics_line(&w, "sbxd_commands_queued", NULL, exec_service_starting(&srv->exec));
+    metrics_line(&w, "sbxd_commands_queued", NULL, exec_service_starting(&srv->sb->exec));
     metrics_head(&w, "sbxd_processes_running", "gauge", "Background processes running now.");
     metrics_line(&w, "sbxd_processes_running", NULL, bg_running());
     metrics_head(&w, "sbxd_processes_max_running", "gauge", "--max-processes.");
@@ -359,8 +365,7 @@ enum MHD_Result route_metrics(struct server *srv, struct MHD_Connection *c, stru
     metrics_line(&w, "sbxd_connections_shed_total", NULL,
                  (double)__atomic_load_n(&srv->conns_shed, __ATOMIC_RELAXED));
     process_metrics(&w);
-    server_render_route_metrics(&w);
-    grpc_metrics_render(&w);
+    metrics_render(&w); /* what the modules and fronts registered (metrics.h) */
     size_t len;
     char *body = jw_finish(&w, &len);
     if (!body)

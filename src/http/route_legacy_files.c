@@ -82,7 +82,7 @@ static int open_legacy(struct server *srv, struct MHD_Connection *c, struct req_
     struct fs_user u;
     files_user(srv, &u);
     fs_user_enter(&u);
-    int fd = fs_open_read(srv->rootfd, *path, st, &err);
+    int fd = fs_open_read(srv->sb->rootfd, *path, st, &err);
     fs_user_leave(&u);
     if (fd >= 0 && S_ISDIR(st->st_mode) != want_dir) {
         close(fd);
@@ -137,7 +137,7 @@ enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c
     struct fs_user u;
     files_user(srv, &u);
     fs_user_enter(&u);
-    int fd = fs_resolve_beneath(srv->rootfd, path, 0, &err);
+    int fd = fs_resolve_beneath(srv->sb->rootfd, path, 0, &err);
     fs_user_leave(&u);
     if (fd >= 0)
         close(fd);

@@ -458,7 +458,7 @@ static int subscribe(struct server *srv, struct mcp_session *s, const cJSON *par
         struct fs_user u;
         files_user(srv, &u);
         fs_user_enter(&u);
-        int r = fs_stat(srv->rootfd, path, false, &st, &err);
+        int r = fs_stat(srv->sb->rootfd, path, false, &st, &err);
         fs_user_leave(&u);
         if (r < 0) {
             snprintf(msg, msglen, "%s", err.msg);
@@ -991,7 +991,7 @@ static ssize_t get_stream_read(void *cls, uint64_t pos, char *out, size_t max)
     for (;;) {
         if (g->off < g->pending.len)
             return (ssize_t)http_stream_out(&g->pending, &g->off, out, max);
-        if (session_ended(g->s) || __atomic_load_n(&g->srv->draining, __ATOMIC_ACQUIRE))
+        if (session_ended(g->s) || __atomic_load_n(&g->srv->sb->draining, __ATOMIC_ACQUIRE))
             return MHD_CONTENT_READER_END_OF_STREAM;
         get_stream_sync(g);
         if (get_stream_next(g)) {
@@ -1089,7 +1089,7 @@ enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct r
                            "the MCP endpoint is off (--mcp-max-sessions 0)");
     /* (Origin and Host: checked for every route before any, guard.c and web.h.) */
     if (strcmp(rc->method, "POST") == 0) {
-        if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
             return reply_rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, JRPC_SERVER_ERROR,
                                    "sbxd is shutting down");
         return post(srv, c, rc);

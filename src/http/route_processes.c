@@ -116,13 +116,13 @@ static enum MHD_Result list(struct MHD_Connection *c)
 
 static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new processes");
     /* A background process is meant to run long: it gets the longest timeout allowed
      * unless it asks for less (exec_service_policy). */
     struct request_policy pol;
-    exec_service_policy(&srv->exec, MX_BACKGROUND, &pol);
+    exec_service_policy(&srv->sb->exec, MX_BACKGROUND, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
@@ -132,13 +132,13 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
      * (--max-processes caps those). */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct exec_admit adm = {.client_fd = ci ? ci->connect_fd : -1, .stop = &srv->draining};
-    if (exec_service_admit(&srv->exec, &adm, &err) < 0) {
+    struct exec_admit adm = {.client_fd = ci ? ci->connect_fd : -1, .stop = &srv->sb->draining};
+    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
         exec_request_free(&req);
         return adm.gone ? MHD_NO : reply_err(c, &err);
     }
-    struct bg_proc *p = exec_service_start_process(&srv->exec, &req, &err);
-    exec_service_leave(&srv->exec);
+    struct bg_proc *p = exec_service_start_process(&srv->sb->exec, &req, &err);
+    exec_service_leave(&srv->sb->exec);
     if (!p)
         return reply_err(c, &err);
     struct bg_info in;

@@ -24,17 +24,14 @@
 #define RESET_QUIESCE_S 10
 
 struct quiesce {
-    struct server *srv;
-    bool held; /* work_lock, exclusively */
+    struct sandbox *sb;
+    bool held; /* the work lock, exclusively */
 };
 
 static void quiesce(void *arg)
 {
     struct quiesce *q = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += RESET_QUIESCE_S;
-    q->held = pthread_rwlock_timedwrlock(&q->srv->work_lock, &until) == 0;
+    q->held = sandbox_reset_quiesce(q->sb, RESET_QUIESCE_S);
     if (!q->held)
         LOG_EVENT("warn", "reset",
                   LOG_S("message", "requests under way did not end: the reset goes on"),
@@ -102,7 +99,7 @@ static int setup_from(struct server *srv, int fd, struct ar_stats *st, struct sb
     files_user(srv, &u);
     struct ar_limits lim = {.max_entries = srv->cfg->max_archive_entries,
                             .max_bytes = srv->cfg->max_archive_bytes};
-    struct ar_extract *x = ar_extract_begin(srv->rootfd, "", false, &lim, &u, err);
+    struct ar_extract *x = ar_extract_begin(srv->sb->rootfd, "", false, &lim, &u, err);
     if (!x)
         return -1;
     char *buf = malloc(65536);
@@ -136,7 +133,7 @@ static int open_from(struct server *srv, struct MHD_Connection *c, const char *f
     files_user(srv, &u);
     struct stat st;
     fs_user_enter(&u);
-    int fd = fs_open_read(srv->rootfd, from + lead, &st, &err);
+    int fd = fs_open_read(srv->sb->rootfd, from + lead, &st, &err);
     fs_user_leave(&u);
     if (fd >= 0 && S_ISDIR(st.st_mode)) {
         close(fd);
@@ -172,22 +169,23 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
         if (f && !from)
             return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     }
-    if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE))
+    struct sandbox *sb = srv->sb;
+    if (sandbox_draining(sb))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "sbxd is shutting down");
-    if (pthread_mutex_trylock(&srv->reset_lock) != 0)
+    if (!sandbox_reset_begin(sb))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is resetting the sandbox already; retry in a moment");
     if (from && (from_fd = open_from(srv, c, from, &ret)) < 0) {
-        pthread_mutex_unlock(&srv->reset_lock);
+        sandbox_reset_abandon(sb);
         return ret;
     }
-    __atomic_store_n(&srv->resetting, true, __ATOMIC_SEQ_CST);
-    struct quiesce q = {.srv = srv};
-    struct reset_env env = {.svc = &srv->exec,
-                            .rootfd = srv->rootfd,
-                            .baseline_fd = srv->baseline_fd,
-                            .harden = srv->harden,
-                            .iso = srv->iso,
+    sandbox_reset_gate(sb);
+    struct quiesce q = {.sb = sb};
+    struct reset_env env = {.svc = &sb->exec,
+                            .rootfd = sb->rootfd,
+                            .baseline_fd = sb->baseline_fd,
+                            .harden = sb->harden,
+                            .iso = sb->iso,
                             .cfg = srv->cfg,
                             .quiesce = quiesce,
                             .arg = &q};
@@ -198,13 +196,8 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
     /* Setup, while every other request still gets 503: the first command sees the whole
      * tree. */
     int rc_setup = from_fd >= 0 && rc_reset == 0 ? setup_from(srv, from_fd, &setup, &serr) : 0;
-    /* Requests whose head came before this point are refused from now on (work_enter). */
-    __atomic_add_fetch(&srv->reset_gen, 1, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&srv->resets, 1, __ATOMIC_RELAXED);
-    if (q.held)
-        pthread_rwlock_unlock(&srv->work_lock);
-    __atomic_store_n(&srv->resetting, false, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&srv->reset_lock);
+    /* Requests whose head came before this point are refused from now on. */
+    sandbox_reset_end(sb, q.held);
 
     struct jsonw w;
     jw_init(&w, 768);

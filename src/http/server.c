@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "sbxd/http.h"
-#include "sbxd/mcp.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
@@ -17,63 +16,20 @@
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-static const struct route routes[] = {
-    {"/healthz", HTTP_GET | HTTP_HEAD, false, route_healthz, false, NULL, NULL, "/healthz",
-     FACE_NONE, true},
-    {"/", HTTP_GET | HTTP_HEAD, false, route_root, false, NULL, NULL, "/", FACE_NONE, true},
-    {"/execute", HTTP_POST, true, route_execute, false, NULL, NULL, "/execute", FACE_NONE, false},
-    {"/processes", HTTP_GET | HTTP_POST, true, route_processes, false, NULL, NULL, "/processes",
-     FACE_NONE, false},
-    {"/processes", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_process, true, NULL, NULL,
-     "/processes/{id}", FACE_NONE, false},
-    {"/contexts", HTTP_GET | HTTP_POST, true, route_contexts, false, NULL, NULL, "/contexts",
-     FACE_NONE, false},
-    {"/contexts", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_context, true, NULL, NULL,
-     "/contexts/{id}", FACE_NONE, false},
-    {"/run_code", HTTP_POST, true, route_run_code, false, NULL, NULL, "/run_code", FACE_NONE,
-     false},
-    /* Clean (reset.h): served while the others wait for it. */
-    {"/reset", HTTP_POST, true, route_reset, false, NULL, NULL, "/reset", FACE_NONE, true},
-    {"/mcp", HTTP_GET | HTTP_POST | HTTP_DELETE, false, route_mcp, false, NULL, NULL, "/mcp",
-     FACE_NONE, false},
-    {"/kernels", HTTP_GET, true, route_kernels, false, NULL, NULL, "/kernels", FACE_NONE, false},
-    {"/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE, false, route_files, true,
-     route_files_begin, route_files_body, "/files/{path}", FACE_FILES, false},
-    /* The standardized REST file API (KEP-539.2): the same implementation, another face. */
-    {"/v1/files", HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE, false, route_files,
-     true, route_files_begin, route_files_body, "/v1/files/{path}", FACE_V1, false},
-    {"/v1/health", HTTP_GET | HTTP_HEAD, false, route_v1_health, false, NULL, NULL, "/v1/health",
-     FACE_NONE, true},
-    {"/v1/metadata", HTTP_GET | HTTP_HEAD, false, route_v1_metadata, false, NULL, NULL,
-     "/v1/metadata", FACE_NONE, true},
-    {"/metrics", HTTP_GET | HTTP_HEAD, false, route_metrics, false, NULL, NULL, "/metrics",
-     FACE_NONE, true},
-    /* The legacy python-runtime file routes (GET / and POST /execute are above). */
-    {"/upload", HTTP_POST, false, route_legacy_upload, false, route_legacy_upload_begin,
-     route_files_body, "/upload", FACE_LEGACY, false},
-    {"/download", HTTP_GET | HTTP_HEAD, false, route_legacy_download, true, NULL, NULL,
-     "/download/{path}", FACE_LEGACY, false},
-    {"/list", HTTP_GET, false, route_legacy_list, true, NULL, NULL, "/list/{path}", FACE_LEGACY,
-     false},
-    {"/exists", HTTP_GET, false, route_legacy_exists, true, NULL, NULL, "/exists/{path}",
-     FACE_LEGACY, false},
-};
-
-#define NROUTES (sizeof(routes) / sizeof(routes[0]))
-
 /* /metrics names each route by its label; a request that matched none is "unmatched". */
-static const char *route_labels[NROUTES + 1];
+static const char *route_labels[METRICS_MAX_ROUTES];
 
 static void route_labels_init(void)
 {
-    for (size_t i = 0; i < NROUTES; i++)
-        route_labels[i] = routes[i].label;
-    route_labels[NROUTES] = "unmatched";
+    for (unsigned i = 0; i < http_nroutes; i++)
+        route_labels[i] = http_routes[i].label;
+    route_labels[http_nroutes] = "unmatched";
 }
 
-void server_render_route_metrics(struct jsonw *w)
+/* The HTTP front's counters, registered with /metrics. */
+static void render_route_metrics(struct jsonw *w)
 {
-    metrics_render(w, route_labels, (unsigned)NROUTES + 1);
+    metrics_render_http(w, route_labels, http_nroutes + 1);
 }
 
 /* The request being handled on this thread. With a thread per connection, libmicrohttpd
@@ -158,11 +114,12 @@ static void free_strv(char **v)
 
 const struct route *http_route_find(const char *url)
 {
-    for (size_t i = 0; i < NROUTES; i++) {
-        size_t n = strlen(routes[i].path);
-        if (strcmp(url, routes[i].path) == 0 ||
-            (routes[i].prefix && strncmp(url, routes[i].path, n) == 0 && url[n] == '/'))
-            return &routes[i];
+    for (unsigned i = 0; i < http_nroutes; i++) {
+        const struct route *rt = &http_routes[i];
+        size_t n = strlen(rt->path);
+        if (strcmp(url, rt->path) == 0 ||
+            (rt->prefix && strncmp(url, rt->path, n) == 0 && url[n] == '/'))
+            return rt;
     }
     return NULL;
 }
@@ -275,28 +232,18 @@ static enum MHD_Result reply_resetting(struct MHD_Connection *c, const struct re
 /*
  * A gated route's work begins (its begin hook, or its handler): false when a reset runs, or
  * one ran since the request's head came (its body may have been meant for what the reset
- * removed). Otherwise work_lock is held shared until work_leave, so the reset (which takes
- * it after setting `resetting`) knows when no request is in the middle of its work: the
- * flag is looked at only once the lock is held, so a request either sees it or is waited for.
+ * removed). Otherwise the sandbox's work lock is held shared until work_leave, so the reset
+ * knows when no request is in the middle of its work (sandbox.h).
  */
 static bool work_enter(struct server *srv, const struct req_ctx *rc)
 {
-    if (rc->route->ungated)
-        return true;
-    if (pthread_rwlock_tryrdlock(&srv->work_lock) != 0)
-        return false;
-    if (server_resetting(srv) ||
-        __atomic_load_n(&srv->reset_gen, __ATOMIC_SEQ_CST) != rc->reset_gen) {
-        pthread_rwlock_unlock(&srv->work_lock);
-        return false;
-    }
-    return true;
+    return rc->route->ungated || sandbox_work_enter(srv->sb, rc->reset_gen);
 }
 
 static void work_leave(struct server *srv, const struct req_ctx *rc)
 {
     if (!rc->route->ungated)
-        pthread_rwlock_unlock(&srv->work_lock);
+        sandbox_work_leave(srv->sb);
 }
 
 /* Checks made as soon as the headers are in, before any body byte is read. */
@@ -309,8 +256,7 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
         rc->replied = true;
         return reply_method_not_allowed(c, rt->methods);
     }
-    if (rt->begin && __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE) && m != HTTP_GET &&
-        m != HTTP_HEAD) {
+    if (rt->begin && sandbox_draining(srv->sb) && m != HTTP_GET && m != HTTP_HEAD) {
         rc->replied = true;
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new writes");
@@ -380,7 +326,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = rc;
         tl_rc = rc;
         rc->srv = srv;
-        rc->route_id = NROUTES;
+        rc->route_id = http_nroutes;
         client_string(c, rc->client, sizeof(rc->client));
         snprintf(rc->method, sizeof(rc->method), "%s", method);
         rc->url = strdup(url);
@@ -388,7 +334,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         rc->route = http_route_find(url);
         if (rc->route)
-            rc->route_id = (unsigned)(rc->route - routes);
+            rc->route_id = (unsigned)(rc->route - http_routes);
         /* The caps and the token come first: a client without the token learns nothing,
          * not even which routes exist. */
         enum MHD_Result ret;
@@ -406,7 +352,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND", "no route for %.200s %.200s",
                                method, url);
         }
-        rc->reset_gen = __atomic_load_n(&srv->reset_gen, __ATOMIC_SEQ_CST);
+        rc->reset_gen = sandbox_reset_gen(srv->sb);
         if (!rc->route->ungated && server_resetting(srv)) {
             rc->replied = true;
             return reply_resetting(c, rc);
@@ -434,8 +380,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     rc->replied = true;
     rc->body_in = true;
     guard_wait_over(rc); /* the request is in: what follows is sbxd's time, not the client's */
-    if (rc->too_large && rc->route->fn == route_mcp)
-        return mcp_reply_too_large(c, srv->cfg->max_body_bytes);
+    if (rc->too_large && rc->route->too_large)
+        return rc->route->too_large(c, srv->cfg->max_body_bytes);
     if (rc->too_large)
         return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "PAYLOAD_TOO_LARGE",
                            "request body is larger than %llu bytes (--max-body-bytes)",
@@ -478,7 +424,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         /* A command's answer is out (or its client gone): only now is it no longer running,
          * so a drain that waits for none running never cuts an answer off. */
         if (rc->holds_running)
-            exec_service_leave(&srv->exec);
+            exec_service_leave(&srv->sb->exec);
         if (rc->state_free)
             rc->state_free(rc->state, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
         free(rc->url);
@@ -518,9 +464,7 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
         LOG_EVENT("warn", "http", LOG_S("message", msg));
 }
 
-struct server *server_start(const struct sbxd_config *cfg, int rootfd, const char *workspace,
-                            const struct harden_plan *harden, struct isolation *iso,
-                            struct sbxd_err *err)
+struct server *server_start(const struct sbxd_config *cfg, struct sandbox *sb, struct sbxd_err *err)
 {
     struct server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
@@ -528,23 +472,11 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
         return NULL;
     }
     srv->cfg = cfg;
-    srv->rootfd = rootfd;
-    srv->harden = harden;
-    srv->iso = iso;
-    snprintf(srv->workspace, sizeof(srv->workspace), "%s", workspace);
-    srv->exec = (struct exec_service){.cfg = cfg,
-                                      .rootfd = rootfd,
-                                      .workspace = srv->workspace,
-                                      .harden = harden,
-                                      .iso = iso,
-                                      .out_pool = {.limit = (size_t)cfg->output_memory_bytes}};
-    srv->start_ns = time_mono_ns();
-    srv->baseline_fd = -1;
-    pthread_mutex_init(&srv->reset_lock, NULL);
-    pthread_rwlock_init(&srv->work_lock, NULL);
+    srv->sb = sb;
     srv->metadata = metadata_snapshot(cfg->metadata_prefix);
     srv->token_len = cfg->token ? strlen(cfg->token) : 0;
     route_labels_init();
+    metrics_register(render_route_metrics);
     guard_init(srv);
 
     /* sbxd accepts (accept.c); libmicrohttpd is handed each connection admitted, and runs a
@@ -576,11 +508,6 @@ struct server *server_start(const struct sbxd_config *cfg, int rootfd, const cha
     return srv;
 }
 
-void server_set_baseline(struct server *srv, int fd)
-{
-    srv->baseline_fd = fd;
-}
-
 uint16_t server_port(const struct server *srv)
 {
     return srv->port;
@@ -596,27 +523,6 @@ void server_ports(const struct server *srv, char *out, size_t len)
             break;
         at += (size_t)n;
     }
-}
-
-struct exec_service *server_exec(struct server *srv)
-{
-    return &srv->exec;
-}
-
-const bool *server_drain_flag(const struct server *srv)
-{
-    return &srv->draining;
-}
-
-void server_set_draining(struct server *srv)
-{
-    __atomic_store_n(&srv->draining, true, __ATOMIC_RELEASE);
-    exec_service_wake_all(&srv->exec); /* commands waiting for a slot are refused now */
-}
-
-unsigned server_running(const struct server *srv)
-{
-    return exec_service_running(&srv->exec);
 }
 
 uint64_t server_completed(const struct server *srv)
@@ -639,9 +545,5 @@ void server_stop(struct server *srv)
     front_free(srv);
     free_strv(srv->metadata);
     guard_destroy(srv);
-    if (srv->baseline_fd >= 0)
-        close(srv->baseline_fd);
-    pthread_rwlock_destroy(&srv->work_lock);
-    pthread_mutex_destroy(&srv->reset_lock);
     free(srv);
 }

@@ -65,7 +65,8 @@ static void check_route(const char *url)
 
 /* A server whose workspace is /workspace: a path that names it is taken inside it. */
 static struct sbxd_config fz_cfg = {.workspace = "/workspace"};
-static struct server fz_srv = {.cfg = &fz_cfg, .workspace = "/workspace"};
+static struct sandbox fz_sb = {.workspace = "/workspace"};
+static struct server fz_srv = {.cfg = &fz_cfg, .sb = &fz_sb};
 
 /* What follows "/workspace" at the front of path (slashes before and between ignored), at a
  * '/' or the end; NULL when path does not start so. */
