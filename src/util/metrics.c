@@ -9,7 +9,7 @@ static const unsigned statuses[] = {200, 201, 204, 206, 400, 401, 403, 404, 405,
 #define NSTATUS (sizeof(statuses) / sizeof(statuses[0]))
 
 static const char *const mode_names[MX_NMODES] = {"sync", "stream", "background"};
-static const char *const front_names[FRONT_N] = {"rest", "grpc"};
+static const char *const front_names[FRONT_N] = {"rest", "grpc", "mcp"};
 static const char *const limit_names[LIM_N] = {
     "max_running",     "max_processes",    "max_connections", "max_client_connections",
     "request_timeout", "max_header_bytes", "max_body_bytes",  "unauthorized",
@@ -134,7 +134,7 @@ static void render_executions(struct jsonw *w)
 {
     char lab[160];
     metrics_head(w, "sbxd_executions_total", "counter",
-                 "Commands that ended, by the front they came through (rest, grpc), how they "
+                 "Commands that ended, by the front they came through (rest, grpc, mcp), how they "
                  "ran (sync, stream, background) and status.");
     for (unsigned fr = 0; fr < FRONT_N; fr++)
         for (unsigned mo = 0; mo < MX_NMODES; mo++)

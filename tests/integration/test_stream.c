@@ -186,6 +186,77 @@ START_TEST(disconnect_kills_the_streamed_command)
 }
 END_TEST
 
+/* The value of one series of sbxd's /metrics (name{labels} as printed); -1: absent. */
+static double metrics_series(const char *series)
+{
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&g_sbxd, "GET", "/metrics", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    size_t n = strlen(series);
+    double v = -1;
+    for (const char *p = r.body; p && *p && v < 0; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            v = strtod(p + n + 1, NULL);
+    http_resp_free(&r);
+    return v;
+}
+
+/* How many lines of sbxd's log hold needle. */
+static int log_lines_with(const char *needle)
+{
+    char *log = daemon_log_read(&g_sbxd);
+    int k = 0;
+    for (const char *p = log; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
+    free(log);
+    return k;
+}
+
+/* A client that stops reading and then hangs up mid-stream (sbxd is then waiting to send,
+ * not waiting on the command): its command is stopped, and it is audited (canceled) and
+ * counted in /metrics as any command is, once. */
+START_TEST(abandoned_stream_is_audited_and_counted_once)
+{
+    const char *series =
+        "sbxd_executions_total{front=\"rest\",mode=\"stream\",status=\"canceled\"}";
+    double before = metrics_series(series);
+    ck_assert_double_ge(before, 0);
+    int s = raw_execute(&g_sbxd, "application/x-ndjson", "{\"command\":\"yes abandoned-1000.53\"}");
+    char buf[4096];
+    size_t got = 0;
+    char *id = NULL;
+    while (!id && got < sizeof(buf) - 1) {
+        ssize_t k = recv(s, buf + got, sizeof(buf) - 1 - got, 0);
+        ck_assert_int_gt(k, 0);
+        got += (size_t)k;
+        buf[got] = '\0';
+        char *p = strstr(buf, "\"type\":\"start\",\"id\":\"");
+        if (p && strchr(p + 21, '"'))
+            id = p + 21;
+    }
+    ck_assert_ptr_nonnull(id);
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"id\":\"%.*s\"", (int)(strchr(id, '"') - id), id);
+    /* Nothing more is read: the socket's buffers fill and sbxd's send waits. Then a reset
+     * (unread bytes at the close). */
+    usleep(200000);
+    close(s);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "abandoned-1000.53", 3000), 0);
+    double after = before;
+    for (int i = 0; i < 300 && after == before; i++) {
+        usleep(10000);
+        after = metrics_series(series);
+    }
+    ck_assert_double_eq(after, before + 1);
+    ck_assert_int_eq(log_lines_with(needle), 1);
+    char *log = daemon_log_read(&g_sbxd);
+    char *line = strstr(log, needle);
+    ck_assert_ptr_nonnull(strstr(line, "\"status\":\"canceled\""));
+    ck_assert_ptr_nonnull(strstr(line, "\"front\":\"rest\""));
+    free(log);
+}
+END_TEST
+
 /* Bytes of a stream, counted (and its last bytes kept in tail) without keeping it whole. */
 static size_t stream_drain(int s, char *tail, size_t tailsz)
 {
@@ -341,6 +412,7 @@ Suite *stream_suite(void)
     tcase_add_test(tc, utf8_is_never_split_and_sse_is_framed);
     tcase_add_test(tc, heartbeats_during_silence);
     tcase_add_test(tc, disconnect_kills_the_streamed_command);
+    tcase_add_test(tc, abandoned_stream_is_audited_and_counted_once);
     tcase_add_test(tc, a_large_stream_keeps_memory_flat);
     tcase_add_test(tc, a_slow_reader_blocks_the_command_not_sbxd);
     tcase_add_test(tc, streamed_stdout_gets_a_wide_pipe_within_a_bound);
