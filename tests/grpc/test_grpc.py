@@ -308,6 +308,61 @@ class ExecuteTest(GrpcCase):
         self.assertEqual(lines[0].get("id"), tr.get("sbxd-id"), (lines[0], tr))
         self.assertTrue(lines[0].get("client", "").startswith("127.0.0.1:"), lines[0])
 
+    def series(self, series):
+        """The value of one /metrics series (name{labels}), 0 when absent."""
+        st, body = self.d.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        for line in text.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def audited_once(self, event, mark, series, before):
+        """The one audit line of the command with mark (event "exec" or "process"), once it
+        and its count in /metrics are there: exactly one of each."""
+        end = time.monotonic() + 5.0
+        while True:
+            lines = [ev for ev in self.d.log_events()
+                     if ev.get("event") == event and
+                     mark in ev.get("argv", ev.get("command", ""))]
+            if lines and self.series(series) > before or time.monotonic() > end:
+                break
+            time.sleep(0.02)
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0].get("front"), "grpc", lines[0])
+        self.assertEqual(self.series(series), before + 1, series)
+        return lines[0]
+
+    def test_abandoned_execute_audited_and_counted_once(self):
+        """An Execute whose client cancels it mid-run: its command is stopped, audited
+        (canceled) and counted once, as REST's abandoned stream is."""
+        self.need_probe()
+        series = 'sbxd_executions_total{front="grpc",mode="sync",status="canceled"}'
+        before = self.series(series)
+        m = marker()
+        fut = self.stub().Execute.future(pb.ExecuteRequest(config=config(sleeper(m))),
+                                         timeout=CALL_TIMEOUT, metadata=self.d.metadata())
+        self.wait_running(m)
+        fut.cancel()
+        self.assert_gone(m)
+        line = self.audited_once("exec", m, series, before)
+        self.assertEqual(line.get("status"), "canceled", line)
+
+    def test_abandoned_start_audited_and_counted_once(self):
+        """A Start whose client cancels it: its process is killed (as sandboxd's context kills
+        it), and audited and counted once, by its driver."""
+        self.need_probe()
+        series = 'sbxd_executions_total{front="grpc",mode="background",status="signaled"}'
+        before = self.series(series)
+        m = marker()
+        call, _ = self.start(sleeper(m), timeout=CALL_TIMEOUT)
+        self.wait_running(m)
+        call.cancel()
+        self.assert_gone(m)
+        line = self.audited_once("process", m, series, before)
+        self.assertEqual(line.get("status"), "signaled", line)
+
     def test_exit_code_streams_and_status_trailer(self):
         r, tr = self.execute(sh("echo out; echo err >&2; exit 7"))
         self.assertEqual((r.stdout, r.stderr, r.exit_code), (b"out\n", b"err\n", 7))
