@@ -288,13 +288,9 @@ class ExecuteTest(GrpcCase):
         series = 'sbxd_executions_total{front="grpc",mode="sync",status="exited"}'
 
         def count():
-            st, body = self.d.request("GET", "/metrics")
-            self.assertEqual(st, 200)
-            text = body.decode() if isinstance(body, bytes) else str(body)
-            for line in text.splitlines():
-                if line.startswith(series + " "):
-                    return float(line.split()[1])
-            self.fail("no %s in /metrics" % series)
+            v = self.series(series)
+            self.assertIsNotNone(v, "no %s in /metrics" % series)
+            return v
 
         before = count()
         mark = marker()
@@ -309,14 +305,14 @@ class ExecuteTest(GrpcCase):
         self.assertTrue(lines[0].get("client", "").startswith("127.0.0.1:"), lines[0])
 
     def series(self, series):
-        """The value of one /metrics series (name{labels}), 0 when absent."""
+        """The value of one /metrics series (name{labels}), None when absent."""
         st, body = self.d.request("GET", "/metrics")
         self.assertEqual(st, 200)
         text = body.decode() if isinstance(body, bytes) else str(body)
         for line in text.splitlines():
             if line.startswith(series + " "):
                 return float(line.split()[1])
-        return 0.0
+        return None
 
     def audited_once(self, event, mark, series, before):
         """The one audit line of the command with mark (event "exec" or "process"), once it
@@ -326,7 +322,7 @@ class ExecuteTest(GrpcCase):
             lines = [ev for ev in self.d.log_events()
                      if ev.get("event") == event and
                      mark in ev.get("argv", ev.get("command", ""))]
-            if lines and self.series(series) > before or time.monotonic() > end:
+            if lines and (self.series(series) or 0) > before or time.monotonic() > end:
                 break
             time.sleep(0.02)
         self.assertEqual(len(lines), 1, lines)
@@ -334,34 +330,33 @@ class ExecuteTest(GrpcCase):
         self.assertEqual(self.series(series), before + 1, series)
         return lines[0]
 
-    def test_abandoned_execute_audited_and_counted_once(self):
-        """An Execute whose client cancels it mid-run: its command is stopped, audited
-        (canceled) and counted once, as REST's abandoned stream is."""
+    def abandon(self, mode, status, event, begin):
+        """A call begun by begin(command) and cancelled by its client once its command runs:
+        the command is stopped, and audited (status) and counted once."""
         self.need_probe()
-        series = 'sbxd_executions_total{front="grpc",mode="sync",status="canceled"}'
+        series = 'sbxd_executions_total{front="grpc",mode="%s",status="%s"}' % (mode, status)
         before = self.series(series)
+        self.assertIsNotNone(before, series)
         m = marker()
-        fut = self.stub().Execute.future(pb.ExecuteRequest(config=config(sleeper(m))),
-                                         timeout=CALL_TIMEOUT, metadata=self.d.metadata())
-        self.wait_running(m)
-        fut.cancel()
-        self.assert_gone(m)
-        line = self.audited_once("exec", m, series, before)
-        self.assertEqual(line.get("status"), "canceled", line)
-
-    def test_abandoned_start_audited_and_counted_once(self):
-        """A Start whose client cancels it: its process is killed (as sandboxd's context kills
-        it), and audited and counted once, by its driver."""
-        self.need_probe()
-        series = 'sbxd_executions_total{front="grpc",mode="background",status="signaled"}'
-        before = self.series(series)
-        m = marker()
-        call, _ = self.start(sleeper(m), timeout=CALL_TIMEOUT)
+        call = begin(sleeper(m))
         self.wait_running(m)
         call.cancel()
         self.assert_gone(m)
-        line = self.audited_once("process", m, series, before)
-        self.assertEqual(line.get("status"), "signaled", line)
+        line = self.audited_once(event, m, series, before)
+        self.assertEqual(line.get("status"), status, line)
+
+    def test_abandoned_execute_audited_and_counted_once(self):
+        """An Execute whose client cancels it mid-run (canceled), as REST's abandoned
+        stream."""
+        self.abandon("sync", "canceled", "exec", lambda cmd: self.stub().Execute.future(
+            pb.ExecuteRequest(config=config(cmd)), timeout=CALL_TIMEOUT,
+            metadata=self.d.metadata()))
+
+    def test_abandoned_start_audited_and_counted_once(self):
+        """A Start whose client cancels it: its process is killed (as sandboxd's context kills
+        it), audited and counted by its driver."""
+        self.abandon("background", "signaled", "process",
+                     lambda cmd: self.start(cmd, timeout=CALL_TIMEOUT)[0])
 
     def test_exit_code_streams_and_status_trailer(self):
         r, tr = self.execute(sh("echo out; echo err >&2; exit 7"))

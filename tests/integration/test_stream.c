@@ -95,23 +95,29 @@ START_TEST(ndjson_events_in_order_with_one_exit)
 }
 END_TEST
 
+/* Read s into buf (size bytes with the terminator) until what is in it; where it is. */
+static char *recv_until(int s, char *buf, size_t size, const char *what)
+{
+    size_t n = 0;
+    char *at = NULL;
+    while (!at && n < size - 1) {
+        ssize_t k = recv(s, buf + n, size - 1 - n, 0);
+        ck_assert_int_gt(k, 0);
+        n += (size_t)k;
+        buf[n] = '\0';
+        at = strstr(buf, what);
+    }
+    return at;
+}
+
 START_TEST(first_output_arrives_while_the_command_runs)
 {
     /* The command prints the time, then keeps running for a second. */
     int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"date +%s%N; sleep 1; echo done\"}");
     char buf[8192];
-    size_t n = 0;
-    double got_ms = 0;
-    char *line = NULL;
-    while (!line && n < sizeof(buf) - 1) {
-        ssize_t k = recv(s, buf + n, sizeof(buf) - 1 - n, 0);
-        ck_assert_int_gt(k, 0);
-        n += (size_t)k;
-        buf[n] = '\0';
-        line = strstr(buf, "{\"type\":\"stdout\"");
-        got_ms = real_ms();
-    }
+    char *line = recv_until(s, buf, sizeof(buf), "{\"type\":\"stdout\"");
+    double got_ms = real_ms();
     close(s);
     cJSON *j = cJSON_Parse(line);
     ck_assert_ptr_nonnull(j);
@@ -223,18 +229,10 @@ START_TEST(abandoned_stream_is_audited_and_counted_once)
     ck_assert_double_ge(before, 0);
     int s = raw_execute(&g_sbxd, "application/x-ndjson", "{\"command\":\"yes abandoned-1000.53\"}");
     char buf[4096];
-    size_t got = 0;
-    char *id = NULL;
-    while (!id && got < sizeof(buf) - 1) {
-        ssize_t k = recv(s, buf + got, sizeof(buf) - 1 - got, 0);
-        ck_assert_int_gt(k, 0);
-        got += (size_t)k;
-        buf[got] = '\0';
-        char *p = strstr(buf, "\"type\":\"start\",\"id\":\"");
-        if (p && strchr(p + 21, '"'))
-            id = p + 21;
-    }
+    ck_assert_ptr_nonnull(recv_until(s, buf, sizeof(buf), "\"pid\":"));
+    char *id = strstr(buf, "\"type\":\"start\",\"id\":\"");
     ck_assert_ptr_nonnull(id);
+    id += 21;
     char needle[128];
     snprintf(needle, sizeof(needle), "\"id\":\"%.*s\"", (int)(strchr(id, '"') - id), id);
     /* Nothing more is read: the socket's buffers fill and sbxd's send waits. Then a reset
