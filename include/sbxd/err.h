@@ -31,6 +31,7 @@ enum sbxd_errflag {
     SBXD_EF_ENDED = 2,        /* SBXD_E_CONFLICT (job_stdin_write): the process has ended */
     SBXD_EF_INPUT_CLOSED = 4, /* SBXD_E_CONFLICT (job_stdin_write): it closed its stdin */
     SBXD_EF_NO_CWD = 8,       /* SBXD_E_INVALID (job_start): the cwd does not exist */
+    SBXD_EF_GONE = 16,        /* SBXD_E_UNAVAILABLE (run_open): nobody is left to answer */
 };
 
 struct sbxd_err {

@@ -21,8 +21,11 @@ enum job_status {
 
 const char *job_status_name(enum job_status s);
 
-/* The front a command came through: its metrics carry it as the label front="rest"|"grpc". */
-enum exec_front { FRONT_REST, FRONT_GRPC, FRONT_N };
+/* The front a command came through: its metrics and its audit line carry it as the label
+ * front="rest"|"grpc"|"mcp" (exec_front_name). A new front adds itself before FRONT_N. */
+enum exec_front { FRONT_REST, FRONT_GRPC, FRONT_MCP, FRONT_N };
+
+const char *exec_front_name(enum exec_front f);
 
 struct job_result {
     enum job_status status;

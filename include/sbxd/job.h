@@ -108,6 +108,15 @@ unsigned job_kill_all(enum job_kill_reason why);
 /* Jobs whose process has not been reaped yet. */
 unsigned job_live(void);
 
+/* Whether the client on socket fd hung up, from its poll events (revents; asked for with
+ * POLLRDHUP, and POLLIN while *peek). POLLRDHUP says so, but gVisor never reports it: there a
+ * readable socket is peeked at, until it shows the next pipelined request (then *peek turns
+ * false: only a hang-up proper can tell from then on). The one check of every wait on a
+ * client (the job's cancel_fd, the admission queue, a process's stdin writer). */
+bool job_client_gone(int fd, short revents, bool *peek);
+/* The same without a wait of the caller's: fd polled at once (-1: never gone). */
+bool job_client_hung_up(int fd, bool *peek);
+
 const struct job_result *job_result(const struct job *job);
 const char *job_id(const struct job *job);
 pid_t job_pid(const struct job *job);

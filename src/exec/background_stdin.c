@@ -140,25 +140,6 @@ static int feeder_start_locked(struct bg_proc *p, struct sbxd_err *err)
     return 0;
 }
 
-/* Whether the client on fd hung up. POLLRDHUP says so, but gVisor never reports it: there a
- * readable socket is peeked at, until it shows the next pipelined request (then only a
- * hang-up proper can tell). */
-static bool client_hung_up(int fd, bool *peek)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLRDHUP | (*peek ? POLLIN : 0)};
-    if (fd < 0 || poll(&pfd, 1, 0) <= 0)
-        return false;
-    if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))
-        return true;
-    char c;
-    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
-        *peek = false;
-        return false;
-    }
-    return true; /* 0: end of stream; < 0: the connection is broken */
-}
-
 /* Under p->lock: whether a write of n bytes may queue; starts the feeder (*started: it took
  * the caller's reference). */
 static int stdin_admit_locked(struct bg_proc *p, size_t n, bool *started, struct sbxd_err *err)
@@ -226,7 +207,7 @@ enum bg_stdin_result bg_stdin(struct bg_proc *p, const void *data, size_t n, boo
         /* A writer whose client left gives up at once: its thread, descriptor and connection
          * slot must not wait for a process that may never read (see docs/api.md). */
         pthread_mutex_unlock(&p->lock);
-        hung_up = client_hung_up(cancel_fd, &peek);
+        hung_up = job_client_hung_up(cancel_fd, &peek);
         pthread_mutex_lock(&p->lock);
         if (hung_up)
             break;

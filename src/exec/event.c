@@ -126,3 +126,9 @@ const char *exec_stream_name(int stream)
 {
     return stream == 1 ? "stdout" : stream == 2 ? "stderr" : "pty";
 }
+
+const char *exec_front_name(enum exec_front f)
+{
+    static const char *const names[FRONT_N] = {"rest", "grpc", "mcp"};
+    return (unsigned)f < FRONT_N ? names[f] : "rest";
+}

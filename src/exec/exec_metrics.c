@@ -9,7 +9,7 @@
 #include "sbxd/metrics.h"
 
 static const char *const mode_names[MX_NMODES] = {"sync", "stream", "background"};
-static const char *const front_names[FRONT_N] = {"rest", "grpc"};
+static const char *const front_names[FRONT_N] = {"rest", "grpc", "mcp"};
 
 /* Execution durations, seconds: from a quick `true` to a long build. */
 static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -78,7 +78,7 @@ static void render_executions(struct jsonw *w)
 {
     char lab[160];
     metrics_head(w, "sbxd_executions_total", "counter",
-                 "Commands that ended, by the front they came through (rest, grpc), how they "
+                 "Commands that ended, by the front they came through (rest, grpc, mcp), how they "
                  "ran (sync, stream, background) and status.");
     for (unsigned fr = 0; fr < FRONT_N; fr++)
         for (unsigned mo = 0; mo < MX_NMODES; mo++)

@@ -245,8 +245,7 @@ static nfds_t poll_set(struct job *job, struct pollfd *pfd, int *which)
         which[np++] = W_STATUS;
     }
     if (job->cancel_fd >= 0) {
-        /* POLLRDHUP says the client hung up, but gVisor never reports it: there, a readable
-         * socket is peeked at (until it shows a pipelined request). */
+        /* Its hang-up, as job_client_gone reads it. */
         pfd[np] = (struct pollfd){.fd = job->cancel_fd,
                                   .events = POLLRDHUP | (job->cancel_peek ? POLLIN : 0)};
         which[np++] = W_CANCEL;
@@ -295,19 +294,33 @@ static void on_stdin_room(struct job *job, short revents)
     pthread_mutex_unlock(&job->in_lock);
 }
 
+bool job_client_gone(int fd, short revents, bool *peek)
+{
+    if (revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+        return true;
+    if (!(revents & POLLIN))
+        return false;
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
+        *peek = k <= 0; /* a pipelined request: from now on only a hang-up proper tells */
+        return false;
+    }
+    return true; /* 0: end of stream; < 0: the connection is broken */
+}
+
+bool job_client_hung_up(int fd, bool *peek)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLRDHUP | (*peek ? POLLIN : 0)};
+    if (fd < 0 || poll(&pfd, 1, 0) <= 0)
+        return false;
+    return job_client_gone(fd, pfd.revents, peek);
+}
+
 static void on_client(struct job *job, short revents)
 {
-    if (!(revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-        char c;
-        ssize_t k = recv(job->cancel_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
-            /* The next pipelined request: the client is there. From now on only a hang-up
-             * proper can tell. */
-            job->cancel_peek = k <= 0;
-            return;
-        }
-        /* k == 0: end of stream; k < 0: the connection is broken. */
-    }
+    if (!job_client_gone(job->cancel_fd, revents, &job->cancel_peek))
+        return;
     /* The client hung up: nobody will read the result. */
     job_kill_own(job, JOB_KILL_CANCEL);
     job->cancel_fd = -1;

@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "sbxd/exec_service.h"
@@ -71,7 +70,7 @@ void exec_service_audit(enum metrics_mode mode, const char *id, const struct exe
     exec_request_text(req, cmd, sizeof(cmd));
     struct log_field f[12] = {
         LOG_S("id", id),
-        LOG_S("front", req->front == FRONT_GRPC ? "grpc" : "rest"),
+        LOG_S("front", exec_front_name(req->front)),
         LOG_S(req->shell ? "command" : "argv", cmd),
         LOG_S("cwd", req->cwd[0] ? req->cwd : "."),
         LOG_S("status", job_status_name(r->status)),
@@ -146,24 +145,6 @@ static void queue_remove(struct exec_service *s, struct exec_waiter *w)
     s->waiting--;
 }
 
-/* Whether the client hung up, from its socket's poll events. POLLRDHUP says so, but gVisor
- * never reports it: there a readable socket is peeked at (until it shows a pipelined
- * request), as the job's owner does (job_drive.c). */
-static bool client_gone(int fd, short revents, bool *peek)
-{
-    if (revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-        return true;
-    if (!(revents & POLLIN))
-        return false;
-    char c;
-    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR))) {
-        *peek = k <= 0; /* a pipelined request: from now on only a hang-up proper tells */
-        return false;
-    }
-    return true; /* end of stream, or a broken connection */
-}
-
 /* Wait until w is handed a slot (0), or refuse (-1 with err, or a->gone). w is queued. */
 static int queue_wait(struct exec_service *s, struct exec_waiter *w, struct exec_admit *a,
                       int64_t deadline_ns, struct sbxd_err *err)
@@ -188,7 +169,7 @@ static int queue_wait(struct exec_service *s, struct exec_waiter *w, struct exec
             /* nothing was there: the wake-up was taken already */
         }
         bool gone = ready > 0 && client < n && pfd[client].revents &&
-                    client_gone(a->client_fd, pfd[client].revents, &peek);
+                    job_client_gone(a->client_fd, pfd[client].revents, &peek);
         bool closed = __atomic_load_n(&s->closed, __ATOMIC_SEQ_CST);
         bool stop = closed || (a->stop && __atomic_load_n(a->stop, __ATOMIC_ACQUIRE));
 

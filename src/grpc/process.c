@@ -18,7 +18,7 @@
 #include "grpc_internal.h"
 #include "process/v1/process.pb-c.h"
 #include "sbxd/background.h"
-#include "sbxd/exec_service.h"
+#include "sbxd/run.h"
 #include "sbxd/limits.h"
 #include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
@@ -99,8 +99,6 @@ static int build_request(const struct grpc_call *c, const Process__V1__ProcessCo
     int rc =
         exec_request_build(pol, v, argc, names, values, nenv, &cwd, call_timeout_ms(c), req, err);
     free(v);
-    if (rc == 0)
-        req->front = FRONT_GRPC;
     return rc;
 }
 
@@ -117,27 +115,31 @@ static void finish_err(struct grpc_call *c, const struct sbxd_err *err)
     grpc_call_finish(c, code, "%s", err->msg);
 }
 
-/* The admission as REST's: a command waits its turn for a running slot. 0 with the slot
- * held; else the call is finished (nobody to answer when the client left while it waited). */
-static int admit(struct grpc_call *c, struct exec_service *s, struct exec_admit *adm)
+static bool call_live(void *cls)
 {
-    struct sbxd_err err = {0};
-    *adm =
-        (struct exec_admit){.client_fd = grpc_call_cancel_fd(c), .stop = grpc_call_drain_flag(c)};
-    if (exec_service_admit(s, adm, &err) == 0) {
-        if (grpc_call_cancelled(c) == GRPC_LIVE)
-            return 0;
-        /* Cancelled while it waited, or just as its turn came (a reset right after the
-         * request): nothing is started for a call nobody waits for any more. */
-        exec_service_leave(s);
-        finish_unsent(c);
-        return -1;
-    }
-    if (adm->gone)
+    return grpc_call_cancelled(cls) == GRPC_LIVE;
+}
+
+/* The call as a front of the run (run.h): its admission is REST's, and a call cancelled
+ * while it waited for its slot starts nothing. */
+static struct run_front call_front(struct grpc_call *c, enum metrics_mode mode)
+{
+    return (struct run_front){.front = FRONT_GRPC,
+                              .mode = mode,
+                              .client_fd = grpc_call_cancel_fd(c),
+                              .stop = grpc_call_drain_flag(c),
+                              .client = grpc_call_peer(c),
+                              .wanted = call_live,
+                              .cls = c};
+}
+
+/* A command that could not be opened: nobody to answer when the client left. */
+static void finish_refused(struct grpc_call *c, const struct sbxd_err *err)
+{
+    if (err->flags & SBXD_EF_GONE)
         finish_unsent(c);
     else
-        finish_err(c, &err);
-    return -1;
+        finish_err(c, err);
 }
 
 /* Whether a command that failed to start did so because errno e refused it at a step that
@@ -285,7 +287,7 @@ static void process_execute(struct grpc_call *c)
     struct exec_service *s = grpc_call_exec(c);
     const struct sbxd_config *cfg = grpc_call_config(c);
     struct request_policy pol;
-    exec_service_policy(s, MX_SYNC, &pol);
+    run_policy(s, MX_SYNC, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     int rc = build_request(c, rq->config, &pol, &req, &err);
@@ -299,19 +301,12 @@ static void process_execute(struct grpc_call *c)
         grpc_call_finish(c, GRPC_UNAVAILABLE, "sbxd is shutting down and takes no new commands");
         return;
     }
-    struct exec_admit adm;
-    if (admit(c, s, &adm) < 0) {
-        exec_request_free(&req);
+    struct run_front f = call_front(c, MX_SYNC);
+    struct run run;
+    if (run_open(&run, s, &f, &req, &err) < 0) {
+        finish_refused(c, &err);
         return;
     }
-    struct job *job = exec_service_start(s, MX_SYNC, &req, grpc_call_cancel_fd(c), &err);
-    if (!job) {
-        exec_request_free(&req);
-        finish_err(c, &err);
-        exec_service_leave(s);
-        return;
-    }
-
     /* The SDK reads stdout, stderr and exit_code, never a trailer: it gets what sandboxd
      * gives, all of the output that fits the one message a grpc client takes by default
      * (--sdk-output-bytes at most), and a line at the end of stderr when some was cut. What
@@ -320,13 +315,8 @@ static void process_execute(struct grpc_call *c)
     uint64_t cap = cfg->sdk_output_bytes;
     if (cap > budget)
         cap = budget;
-    uint64_t base = cfg->max_output_bytes;
-    if (req.limits.output_bytes < base)
-        base = req.limits.output_bytes;
     struct outbuf out, errb;
-    outbuf_init_pooled(&out, (size_t)cap, (size_t)base, &s->out_pool);
-    outbuf_init_pooled(&errb, (size_t)cap, (size_t)base, &s->out_pool);
-    exec_service_collect(job, &out, &errb);
+    run_collect(&run, (size_t)cap, &out, &errb);
     char why[200];
     if (fit_response(&out, &errb, budget) || cap == budget)
         snprintf(why, sizeof(why),
@@ -339,17 +329,14 @@ static void process_execute(struct grpc_call *c)
                  "--sdk-output-bytes raises it",
                  (unsigned long long)cap);
 
-    const struct job_result *r = job_result(job);
-    exec_service_audit(MX_SYNC, job_id(job), &req, r, adm.queued_ms, grpc_call_peer(c));
-    result_trailers(c, job_id(job), r);
-    finish_execute(c, &req, r, &out, &errb, why);
+    const struct job_result *r = run_result(&run);
+    result_trailers(c, run_id(&run), r);
+    finish_execute(c, run_request(&run), r, &out, &errb, why);
     /* The response was a copy (framed by grpc_call_send) as large as the output. */
     exec_service_held(out.alloc + errb.alloc + out.len + errb.len);
     outbuf_free(&out);
     outbuf_free(&errb);
-    job_free(job);
-    exec_request_free(&req);
-    exec_service_leave(s);
+    run_close(&run);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -479,9 +466,9 @@ static void process_start(struct grpc_call *c)
     }
     struct exec_service *s = grpc_call_exec(c);
     /* A background process gets the longest timeout allowed unless the call's deadline is
-     * sooner, and may have a terminal (exec_service_policy). */
+     * sooner, and may have a terminal (run_policy). */
     struct request_policy pol;
-    exec_service_policy(s, MX_BACKGROUND, &pol);
+    run_policy(s, MX_BACKGROUND, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     int rc = build_request(c, rq->config, &pol, &req, &err);
@@ -497,18 +484,11 @@ static void process_start(struct grpc_call *c)
         grpc_call_finish(c, GRPC_UNAVAILABLE, "sbxd is shutting down and takes no new processes");
         return;
     }
-    /* Its start waits its turn among --max-running like any command and gives the slot
-     * back once it has started, as POST /processes does: a running background process
-     * holds none (--max-processes caps those). */
-    struct exec_admit adm;
-    if (admit(c, s, &adm) < 0) {
-        exec_request_free(&req);
-        return;
-    }
-    struct bg_proc *p = exec_service_start_process(s, &req, &err); /* req is its own now */
-    exec_service_leave(s);
+    /* Its start waits its turn among --max-running like any command's (run.h). */
+    struct run_front f = call_front(c, MX_BACKGROUND);
+    struct bg_proc *p = run_start_process(s, &f, &req, NULL, &err);
     if (!p) {
-        finish_err(c, &err);
+        finish_refused(c, &err);
         return;
     }
     /* Held from its first byte: the call is to lose none of its output (follow). Every way

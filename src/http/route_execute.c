@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sbxd/exec_service.h"
+#include "sbxd/run.h"
 #include "sbxd/http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/job.h"
@@ -17,17 +17,6 @@
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
-/* The result object of design 3.2 (r: the job's, or the legacy shape's), into w. */
-static void write_result(struct jsonw *w, const struct job *job, const struct job_result *r,
-                         const struct outbuf *out, const struct outbuf *errb,
-                         enum exec_encoding enc, double queued_ms)
-{
-    jw_obj_begin(w);
-    exec_result_fields(w, job_id(job), r, out, errb, enc);
-    exec_queued_field(w, queued_ms);
-    jw_obj_end(w);
-}
-
 static int cancel_fd(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci =
@@ -36,104 +25,50 @@ static int cancel_fd(struct MHD_Connection *c)
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Streamed /execute: NDJSON or SSE events as the command runs.                          */
+/* Streamed /execute: NDJSON or SSE events as the command runs (run_next's chunks).      */
 
 struct exec_stream {
     struct server *srv;
-    struct job *job;
-    struct exec_request req;
-    char client[64];
-    double queued_ms; /* waited for its running slot */
+    struct run run;
     bool started, ended;
-    uint64_t offset[3];  /* bytes of stdout (1) and stderr (2) sent so far */
-    uint8_t carry[3][4]; /* utf8: the start of a character cut off by a read */
-    size_t ncarry[3];
     struct events ev; /* the event not yet (fully) handed to MHD */
-    char buf[SBXD_READ_CHUNK + 8];
+    uint8_t buf[SBXD_READ_CHUNK + RUN_HOLD_ROOM];
 };
 
-/* Output of one stream as an event. UTF-8 is never split inside a character: the start of
- * one cut off by the read waits for the rest (it is at most 3 bytes). */
-static void output_event(struct exec_stream *s, int stream, const uint8_t *data, size_t n,
-                         bool final)
-{
-    uint8_t *joined; /* data is in s->buf + 8: room to put a carry in front of it */
-    size_t len = n;
-    if (s->req.encoding != EXEC_ENC_BASE64 && s->ncarry[stream]) {
-        joined = (uint8_t *)data - s->ncarry[stream];
-        memcpy(joined, s->carry[stream], s->ncarry[stream]);
-        len += s->ncarry[stream];
-        s->ncarry[stream] = 0;
-    } else {
-        joined = (uint8_t *)data;
-    }
-    size_t send = len;
-    if (s->req.encoding != EXEC_ENC_BASE64 && !final) {
-        /* Up to the last whole character; a cut-off valid prefix is kept back. */
-        size_t i = utf8_whole(joined, len);
-        send = i;
-        s->ncarry[stream] = len - i;
-        memcpy(s->carry[stream], joined + i, len - i);
-    }
-    if (!send)
-        return;
-    event_begin(&s->ev, exec_stream_name(stream));
-    exec_event_output(&s->ev.pending, stream, joined, send, s->req.encoding != EXEC_ENC_BASE64,
-                      s->offset[stream], false);
-    event_end(&s->ev);
-    s->offset[stream] += send;
-}
-
-/* The next event into s->pending; false when the stream is over. With `ready`, only what
- * is there at once: nothing pending (and no heartbeat) when the command has nothing new. */
+/* The next event into s->ev; false when the stream is over. With `ready`, only what is
+ * there at once: nothing pending (and no heartbeat) when the command has nothing new. */
 static bool next_event(void *cls, bool ready)
 {
     struct exec_stream *s = cls;
+    struct run *r = &s->run;
     if (!s->started) {
         s->started = true;
         event_begin(&s->ev, "start");
-        exec_event_start(&s->ev.pending, job_id(s->job), job_pid(s->job), NULL, &s->queued_ms);
+        exec_event_start(&s->ev.pending, run_id(r), run_pid(r), NULL, &r->queued_ms);
         event_end(&s->ev);
         return true;
     }
     if (s->ended)
         return false;
-    for (;;) {
-        struct job_event ev;
-        job_step(s->job, ready ? 0 : event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms), s->buf + 8,
-                 sizeof(s->buf) - 8, &ev);
-        if (ev.type == JOB_EV_OUTPUT) {
-            output_event(s, ev.stream, (uint8_t *)s->buf + 8, ev.len, false);
-            if (events_pending(&s->ev))
-                return true;
-            continue;
-        }
-        if (ev.type == JOB_EV_NONE) {
-            /* Silence: a heartbeat keeps proxies from closing the stream. */
-            if (!ready)
-                event_heartbeat(&s->ev);
-            return true;
-        }
-        /* The end: a cut-off character left over is flushed (as U+FFFD), then the result. */
-        for (int st = 1; st <= 2; st++)
-            if (s->ncarry[st]) {
-                memcpy(s->buf + 8, s->carry[st], s->ncarry[st]);
-                size_t k = s->ncarry[st];
-                s->ncarry[st] = 0;
-                output_event(s, st, (uint8_t *)s->buf + 8, k, true);
-                if (events_pending(&s->ev)) {
-                    /* emit this one first; the exit comes on the next call */
-                    return true;
-                }
-            }
+    struct run_chunk ch;
+    run_next(r, ready ? 0 : event_wait_ms(&s->ev, s->srv->cfg->heartbeat_ms), s->buf,
+             sizeof(s->buf), &ch);
+    if (ch.type == RUN_OUTPUT) {
+        event_begin(&s->ev, exec_stream_name(ch.stream));
+        exec_event_output(&s->ev.pending, ch.stream, ch.data, ch.len,
+                          r->req.encoding != EXEC_ENC_BASE64, ch.offset, false);
+        event_end(&s->ev);
+    } else if (ch.type == RUN_NONE) {
+        /* Silence: a heartbeat keeps proxies from closing the stream. */
+        if (!ready)
+            event_heartbeat(&s->ev);
+    } else {
         event_begin(&s->ev, "exit");
-        exec_event_exit(&s->ev.pending, job_id(s->job), job_result(s->job), s->req.encoding, NULL);
+        exec_event_exit(&s->ev.pending, run_id(r), run_result(r), r->req.encoding, NULL);
         event_end(&s->ev);
         s->ended = true;
-        exec_service_audit(MX_STREAM, job_id(s->job), &s->req, job_result(s->job), s->queued_ms,
-                           s->client);
-        return true;
     }
+    return true;
 }
 
 /* libmicrohttpd's buffer (out, max: the connection's free memory, about 256 KiB) takes as
@@ -148,31 +83,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 static void stream_free(void *cls)
 {
     struct exec_stream *s = cls;
-    /* The client went away mid-stream, or it is over: job_free kills what still runs. */
-    job_free(s->job);
-    exec_request_free(&s->req);
+    /* Over, or the client went away mid-stream: run_close stops what still runs and
+     * audits it either way, once. */
+    run_close(&s->run);
     events_free(&s->ev);
     free(s);
-}
-
-static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c,
-                                    struct req_ctx *rc, struct job *job,
-                                    const struct exec_request *req, enum stream_format fmt,
-                                    double queued_ms)
-{
-    struct exec_stream *s = calloc(1, sizeof(*s));
-    if (!s) {
-        job_free(job);
-        exec_request_free((struct exec_request *)req);
-        return MHD_NO;
-    }
-    s->srv = srv;
-    s->job = job;
-    s->req = *req;
-    s->queued_ms = queued_ms;
-    snprintf(s->client, sizeof(s->client), "%s", rc->client);
-    events_init(&s->ev, fmt);
-    return events_reply(c, fmt, stream_read, s, stream_free);
 }
 
 /* A body of "command" alone is the legacy python-runtime shape (every agent-sandbox SDK
@@ -355,7 +270,7 @@ static void legacy_body_free(void *cls)
 }
 
 /* Send the result with out and errb (taken over) as a legacy_body. */
-static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struct job *job,
+static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const char *id,
                                            const struct job_result *res, struct outbuf *out,
                                            struct outbuf *errb, double queued_ms)
 {
@@ -370,7 +285,7 @@ static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struc
     struct jsonw t;
     jw_init(&t, 512);
     jw_obj_begin(&t);
-    exec_result_fields(&t, job_id(job), res, NULL, NULL, EXEC_ENC_UTF8);
+    exec_result_fields(&t, id, res, NULL, NULL, EXEC_ENC_UTF8);
     jw_key(&t, "stdout_truncated");
     jw_bool(&t, outbuf_truncated(out));
     jw_key(&t, "stderr_truncated");
@@ -397,13 +312,77 @@ static enum MHD_Result reply_legacy_stream(struct MHD_Connection *c, const struc
     return ret;
 }
 
+/* The streamed answer: the run (opened) moves into the response's state, which owns it. */
+static enum MHD_Result reply_stream(struct server *srv, struct MHD_Connection *c, struct run *run,
+                                    enum stream_format fmt)
+{
+    struct exec_stream *s = malloc(sizeof(*s));
+    if (!s) {
+        run_close(run);
+        return MHD_NO;
+    }
+    s->srv = srv;
+    s->run = *run;
+    s->started = s->ended = false;
+    events_init(&s->ev, fmt);
+    return events_reply(c, fmt, stream_read, s, stream_free);
+}
+
+/* The synchronous answer: the run collected, then its result object; or for the legacy
+ * shape, the python runtime's account of it (its output kept up to --sdk-output-bytes). */
+static enum MHD_Result reply_sync(struct server *srv, struct MHD_Connection *c,
+                                  const struct req_ctx *rc, struct run *run, bool legacy)
+{
+    struct outbuf out, errb;
+    run_collect(run, legacy ? (size_t)srv->cfg->sdk_output_bytes : RUN_KEEP_CAP, &out, &errb);
+    /* A command that failed to start, was killed or timed out: the legacy shape says it in
+     * the python runtime's words; and what was cut, in a line of stderr. */
+    struct job_result res = *run_result(run);
+    bool legacy_failed = legacy && res.status == JOB_FAILED_TO_START;
+    if (legacy && !legacy_failed) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "this answer keeps %llu bytes per stream; --sdk-output-bytes "
+                 "raises it",
+                 (unsigned long long)srv->cfg->sdk_output_bytes);
+        exec_output_notice(&out, &errb, why); /* first: it ends a cut head on a whole character */
+        legacy_result(run_request(run), &res, &errb);
+        if (out.len + errb.len > LEGACY_STREAM_MIN) {
+            enum MHD_Result r =
+                reply_legacy_stream(c, run_id(run), &res, &out, &errb, run->queued_ms);
+            run_close(run);
+            return r;
+        }
+    }
+    struct jsonw w;
+    jw_init(&w, 512 + out.len + errb.len);
+    if (!legacy_failed) {
+        jw_obj_begin(&w);
+        exec_result_fields(&w, run_id(run), &res, &out, &errb, run_request(run)->encoding);
+        exec_queued_field(&w, run->queued_ms);
+        jw_obj_end(&w);
+    }
+    exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);
+    outbuf_free(&out);
+    outbuf_free(&errb);
+    enum MHD_Result r;
+    if (legacy_failed) {
+        jw_free(&w);
+        r = reply_legacy_failure(c, run_result(run)->error);
+    } else {
+        r = reply_jsonw(c, MHD_HTTP_OK, &w);
+    }
+    run_close(run);
+    return r;
+}
+
 enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE",
                            "sbxd is shutting down and takes no new commands");
     struct request_policy pol;
-    exec_service_policy(&srv->sb->exec, MX_SYNC, &pol);
+    run_policy(&srv->sb->exec, MX_SYNC, &pol);
     /* The SDK's timeout, for a body that gives none (its timeout_ms wins). */
     uint64_t asked = sdk_timeout_ms(c, pol.max_timeout_ms);
     if (asked)
@@ -415,83 +394,26 @@ enum MHD_Result route_execute(struct server *srv, struct MHD_Connection *c, stru
     /* The python runtime ran the command without a shell: a program a signal ends is -N
      * there. One simple command is exec'd by the shell here, so it is the process whose end
      * the answer tells. */
-    bool legacy = stream_format_of(c) == STREAM_NONE && legacy_shape(c, rc);
+    enum stream_format fmt = stream_format_of(c);
+    bool legacy = fmt == STREAM_NONE && legacy_shape(c, rc);
     if (legacy && exec_request_exec_simple(&req) < 0) {
         exec_request_free(&req);
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     }
-
-    /* Past --max-running it waits its turn here (exec_service.h); a client that hangs up
-     * meanwhile has nobody to answer. */
-    struct exec_admit adm = {.client_fd = cancel_fd(c), .stop = &srv->sb->draining};
-    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
-        exec_request_free(&req);
-        return adm.gone ? MHD_NO : reply_err(c, &err);
-    }
-    rc->holds_running = true; /* until the answer, whichever, is sent (server.c, on_completed) */
-    enum stream_format fmt = stream_format_of(c);
-    struct job *job = exec_service_start(&srv->sb->exec, fmt != STREAM_NONE ? MX_STREAM : MX_SYNC,
-                                         &req, cancel_fd(c), &err);
-    if (!job) {
-        exec_request_free(&req);
-        return reply_cannot_run(c, rc, &err);
-    }
+    /* Past --max-running it waits its turn (run.h); a client that hangs up meanwhile has
+     * nobody to answer. The slot is held until the answer, whichever, is sent (server.c,
+     * on_completed). */
+    struct run_front f = {.front = FRONT_REST,
+                          .mode = fmt != STREAM_NONE ? MX_STREAM : MX_SYNC,
+                          .client_fd = cancel_fd(c),
+                          .stop = &srv->sb->draining,
+                          .client = rc->client,
+                          .keeps_slot = true};
+    struct run run;
+    if (run_open(&run, &srv->sb->exec, &f, &req, &err) < 0)
+        return (err.flags & SBXD_EF_GONE) ? MHD_NO : reply_cannot_run(c, rc, &err);
+    rc->holds_running = true;
     if (fmt != STREAM_NONE)
-        return reply_stream(srv, c, rc, job, &req, fmt, adm.queued_ms); /* owns job and req */
-
-    size_t cap = srv->cfg->max_output_bytes;
-    if (req.limits.output_bytes < cap)
-        cap = req.limits.output_bytes;
-    struct outbuf out, errb;
-    if (legacy) {
-        /* Its client sees no truncation flag: it keeps more, the part beyond the usual cap
-         * from the pool that bounds what all running commands hold together. */
-        size_t sdk = (size_t)srv->cfg->sdk_output_bytes;
-        outbuf_init_pooled(&out, sdk, cap, &srv->sb->exec.out_pool);
-        outbuf_init_pooled(&errb, sdk, cap, &srv->sb->exec.out_pool);
-    } else {
-        outbuf_init(&out, cap);
-        outbuf_init(&errb, cap);
-    }
-    exec_service_collect(job, &out, &errb);
-    /* A command that failed to start, was killed or timed out: the legacy shape says it in
-     * the python runtime's words; and what was cut, in a line of stderr. */
-    struct job_result res = *job_result(job);
-    bool legacy_failed = legacy && res.status == JOB_FAILED_TO_START;
-    if (legacy && !legacy_failed) {
-        char why[160];
-        snprintf(why, sizeof(why),
-                 "this answer keeps %llu bytes per stream; --sdk-output-bytes "
-                 "raises it",
-                 (unsigned long long)srv->cfg->sdk_output_bytes);
-        exec_output_notice(&out, &errb, why); /* first: it ends a cut head on a whole character */
-        legacy_result(&req, &res, &errb);
-        if (out.len + errb.len > LEGACY_STREAM_MIN) {
-            exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms,
-                               rc->client);
-            enum MHD_Result r = reply_legacy_stream(c, job, &res, &out, &errb, adm.queued_ms);
-            job_free(job);
-            exec_request_free(&req);
-            return r;
-        }
-    }
-
-    struct jsonw w;
-    jw_init(&w, 512 + out.len + errb.len);
-    if (!legacy_failed)
-        write_result(&w, job, &res, &out, &errb, req.encoding, adm.queued_ms);
-    exec_service_held(out.alloc + errb.alloc + w.cap + rc->body_cap);
-    exec_service_audit(MX_SYNC, job_id(job), &req, job_result(job), adm.queued_ms, rc->client);
-    outbuf_free(&out);
-    outbuf_free(&errb);
-    if (legacy_failed) {
-        jw_free(&w);
-        enum MHD_Result r = reply_legacy_failure(c, job_result(job)->error);
-        job_free(job);
-        exec_request_free(&req);
-        return r;
-    }
-    job_free(job);
-    exec_request_free(&req);
-    return reply_jsonw(c, MHD_HTTP_OK, &w);
+        return reply_stream(srv, c, &run, fmt);
+    return reply_sync(srv, c, rc, &run, legacy);
 }

@@ -7,7 +7,7 @@
 #include <strings.h>
 
 #include "sbxd/background.h"
-#include "sbxd/exec_service.h"
+#include "sbxd/run.h"
 #include "sbxd/http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
@@ -47,7 +47,7 @@ static void write_process(struct jsonw *w, struct bg_proc *p, const struct bg_in
     jw_key(w, "grpc_process_id");
     jw_int(w, in->number);
     jw_key(w, "front");
-    jw_str(w, req->front == FRONT_GRPC ? "grpc" : "rest");
+    jw_str(w, exec_front_name(req->front));
     if (req->shell) {
         jw_key(w, "command");
         jw_str(w, req->argv[2]);
@@ -127,20 +127,17 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)
         return reply_err(c, &err);
-    /* Its start waits its turn among --max-running like any command (exec_service.h) and
-     * gives the slot back once it has started: a running background process holds none
-     * (--max-processes caps those). */
+    /* Its start waits its turn among --max-running like any command (run.h). */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct exec_admit adm = {.client_fd = ci ? ci->connect_fd : -1, .stop = &srv->sb->draining};
-    if (exec_service_admit(&srv->sb->exec, &adm, &err) < 0) {
-        exec_request_free(&req);
-        return adm.gone ? MHD_NO : reply_err(c, &err);
-    }
-    struct bg_proc *p = exec_service_start_process(&srv->sb->exec, &req, &err);
-    exec_service_leave(&srv->sb->exec);
+    struct run_front f = {.front = FRONT_REST,
+                          .mode = MX_BACKGROUND,
+                          .client_fd = ci ? ci->connect_fd : -1,
+                          .stop = &srv->sb->draining};
+    double queued_ms;
+    struct bg_proc *p = run_start_process(&srv->sb->exec, &f, &req, &queued_ms, &err);
     if (!p)
-        return reply_err(c, &err);
+        return (err.flags & SBXD_EF_GONE) ? MHD_NO : reply_err(c, &err);
     struct bg_info in;
     bg_info(p, &in);
     bg_put(p);
@@ -151,7 +148,7 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     jw_str(&w, in.id);
     jw_key(&w, "pid");
     jw_int(&w, in.pid);
-    exec_queued_field(&w, adm.queued_ms);
+    exec_queued_field(&w, queued_ms);
     jw_obj_end(&w);
     char loc[64];
     snprintf(loc, sizeof(loc), "/processes/%s", in.id);

@@ -288,13 +288,9 @@ class ExecuteTest(GrpcCase):
         series = 'sbxd_executions_total{front="grpc",mode="sync",status="exited"}'
 
         def count():
-            st, body = self.d.request("GET", "/metrics")
-            self.assertEqual(st, 200)
-            text = body.decode() if isinstance(body, bytes) else str(body)
-            for line in text.splitlines():
-                if line.startswith(series + " "):
-                    return float(line.split()[1])
-            self.fail("no %s in /metrics" % series)
+            v = self.series(series)
+            self.assertIsNotNone(v, "no %s in /metrics" % series)
+            return v
 
         before = count()
         mark = marker()
@@ -307,6 +303,60 @@ class ExecuteTest(GrpcCase):
         self.assertEqual(lines[0].get("front"), "grpc", lines[0])
         self.assertEqual(lines[0].get("id"), tr.get("sbxd-id"), (lines[0], tr))
         self.assertTrue(lines[0].get("client", "").startswith("127.0.0.1:"), lines[0])
+
+    def series(self, series):
+        """The value of one /metrics series (name{labels}), None when absent."""
+        st, body = self.d.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        for line in text.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[1])
+        return None
+
+    def audited_once(self, event, mark, series, before):
+        """The one audit line of the command with mark (event "exec" or "process"), once it
+        and its count in /metrics are there: exactly one of each."""
+        end = time.monotonic() + 5.0
+        while True:
+            lines = [ev for ev in self.d.log_events()
+                     if ev.get("event") == event and
+                     mark in ev.get("argv", ev.get("command", ""))]
+            if lines and (self.series(series) or 0) > before or time.monotonic() > end:
+                break
+            time.sleep(0.02)
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(lines[0].get("front"), "grpc", lines[0])
+        self.assertEqual(self.series(series), before + 1, series)
+        return lines[0]
+
+    def abandon(self, mode, status, event, begin):
+        """A call begun by begin(command) and cancelled by its client once its command runs:
+        the command is stopped, and audited (status) and counted once."""
+        self.need_probe()
+        series = 'sbxd_executions_total{front="grpc",mode="%s",status="%s"}' % (mode, status)
+        before = self.series(series)
+        self.assertIsNotNone(before, series)
+        m = marker()
+        call = begin(sleeper(m))
+        self.wait_running(m)
+        call.cancel()
+        self.assert_gone(m)
+        line = self.audited_once(event, m, series, before)
+        self.assertEqual(line.get("status"), status, line)
+
+    def test_abandoned_execute_audited_and_counted_once(self):
+        """An Execute whose client cancels it mid-run (canceled), as REST's abandoned
+        stream."""
+        self.abandon("sync", "canceled", "exec", lambda cmd: self.stub().Execute.future(
+            pb.ExecuteRequest(config=config(cmd)), timeout=CALL_TIMEOUT,
+            metadata=self.d.metadata()))
+
+    def test_abandoned_start_audited_and_counted_once(self):
+        """A Start whose client cancels it: its process is killed (as sandboxd's context kills
+        it), audited and counted by its driver."""
+        self.abandon("background", "signaled", "process",
+                     lambda cmd: self.start(cmd, timeout=CALL_TIMEOUT)[0])
 
     def test_exit_code_streams_and_status_trailer(self):
         r, tr = self.execute(sh("echo out; echo err >&2; exit 7"))

@@ -166,6 +166,25 @@ static char *scrape(const struct daemon *d, const char *auth)
     return strdup(r.body);
 }
 
+/* Every front has its own series, MCP's too: its commands are never counted as REST's. */
+START_TEST(metrics_have_a_series_per_front)
+{
+    char *t = scrape(&g_sbxd, NULL);
+    static const char *const fronts[] = {"rest", "grpc", "mcp"};
+    for (size_t i = 0; i < sizeof(fronts) / sizeof(fronts[0]); i++) {
+        char series[160];
+        snprintf(series, sizeof(series),
+                 "sbxd_executions_total{front=\"%s\",mode=\"sync\",status=\"canceled\"}",
+                 fronts[i]);
+        ck_assert_msg(metric(t, series) >= 0, "missing: %s", series);
+        snprintf(series, sizeof(series),
+                 "sbxd_execution_duration_seconds_count{front=\"%s\",mode=\"stream\"}", fronts[i]);
+        ck_assert_msg(metric(t, series) >= 0, "missing: %s", series);
+    }
+    free(t);
+}
+END_TEST
+
 START_TEST(metrics_speak_the_prometheus_text_format)
 {
     struct http_resp r;
@@ -1071,6 +1090,7 @@ Suite *hardening_suite(void)
     TCase *tc = tcase_create("hardening");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, metrics_speak_the_prometheus_text_format);
+    tcase_add_test(tc, metrics_have_a_series_per_front);
     tcase_add_test(tc, metrics_count_what_happened);
     tcase_add_test(tc, metrics_scrape_is_cheap);
     tcase_add_test(tc, token_guards_every_route_but_health);

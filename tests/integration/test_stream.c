@@ -95,23 +95,29 @@ START_TEST(ndjson_events_in_order_with_one_exit)
 }
 END_TEST
 
+/* Read s into buf (size bytes with the terminator) until what is in it; where it is. */
+static char *recv_until(int s, char *buf, size_t size, const char *what)
+{
+    size_t n = 0;
+    char *at = NULL;
+    while (!at && n < size - 1) {
+        ssize_t k = recv(s, buf + n, size - 1 - n, 0);
+        ck_assert_int_gt(k, 0);
+        n += (size_t)k;
+        buf[n] = '\0';
+        at = strstr(buf, what);
+    }
+    return at;
+}
+
 START_TEST(first_output_arrives_while_the_command_runs)
 {
     /* The command prints the time, then keeps running for a second. */
     int s = raw_execute(&g_sbxd, "application/x-ndjson",
                         "{\"command\":\"date +%s%N; sleep 1; echo done\"}");
     char buf[8192];
-    size_t n = 0;
-    double got_ms = 0;
-    char *line = NULL;
-    while (!line && n < sizeof(buf) - 1) {
-        ssize_t k = recv(s, buf + n, sizeof(buf) - 1 - n, 0);
-        ck_assert_int_gt(k, 0);
-        n += (size_t)k;
-        buf[n] = '\0';
-        line = strstr(buf, "{\"type\":\"stdout\"");
-        got_ms = real_ms();
-    }
+    char *line = recv_until(s, buf, sizeof(buf), "{\"type\":\"stdout\"");
+    double got_ms = real_ms();
     close(s);
     cJSON *j = cJSON_Parse(line);
     ck_assert_ptr_nonnull(j);
@@ -183,6 +189,69 @@ START_TEST(disconnect_kills_the_streamed_command)
     ck_assert_int_eq(seen, 3);
     close(s);
     ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "sleep 1000.41", 3000), 0);
+}
+END_TEST
+
+/* The value of one series of sbxd's /metrics (name{labels} as printed); -1: absent. */
+static double metrics_series(const char *series)
+{
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&g_sbxd, "GET", "/metrics", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    size_t n = strlen(series);
+    double v = -1;
+    for (const char *p = r.body; p && *p && v < 0; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            v = strtod(p + n + 1, NULL);
+    http_resp_free(&r);
+    return v;
+}
+
+/* How many lines of sbxd's log hold needle. */
+static int log_lines_with(const char *needle)
+{
+    char *log = daemon_log_read(&g_sbxd);
+    int k = 0;
+    for (const char *p = log; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
+    free(log);
+    return k;
+}
+
+/* A client that stops reading and then hangs up mid-stream (sbxd is then waiting to send,
+ * not waiting on the command): its command is stopped, and it is audited (canceled) and
+ * counted in /metrics as any command is, once. */
+START_TEST(abandoned_stream_is_audited_and_counted_once)
+{
+    const char *series =
+        "sbxd_executions_total{front=\"rest\",mode=\"stream\",status=\"canceled\"}";
+    double before = metrics_series(series);
+    ck_assert_double_ge(before, 0);
+    int s = raw_execute(&g_sbxd, "application/x-ndjson", "{\"command\":\"yes abandoned-1000.53\"}");
+    char buf[4096];
+    ck_assert_ptr_nonnull(recv_until(s, buf, sizeof(buf), "\"pid\":"));
+    char *id = strstr(buf, "\"type\":\"start\",\"id\":\"");
+    ck_assert_ptr_nonnull(id);
+    id += 21;
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"id\":\"%.*s\"", (int)(strchr(id, '"') - id), id);
+    /* Nothing more is read: the socket's buffers fill and sbxd's send waits. Then a reset
+     * (unread bytes at the close). */
+    usleep(200000);
+    close(s);
+    ck_assert_int_eq(daemon_wait_no_procs(&g_sbxd, "abandoned-1000.53", 3000), 0);
+    double after = before;
+    for (int i = 0; i < 300 && after == before; i++) {
+        usleep(10000);
+        after = metrics_series(series);
+    }
+    ck_assert_double_eq(after, before + 1);
+    ck_assert_int_eq(log_lines_with(needle), 1);
+    char *log = daemon_log_read(&g_sbxd);
+    char *line = strstr(log, needle);
+    ck_assert_ptr_nonnull(strstr(line, "\"status\":\"canceled\""));
+    ck_assert_ptr_nonnull(strstr(line, "\"front\":\"rest\""));
+    free(log);
 }
 END_TEST
 
@@ -341,6 +410,7 @@ Suite *stream_suite(void)
     tcase_add_test(tc, utf8_is_never_split_and_sse_is_framed);
     tcase_add_test(tc, heartbeats_during_silence);
     tcase_add_test(tc, disconnect_kills_the_streamed_command);
+    tcase_add_test(tc, abandoned_stream_is_audited_and_counted_once);
     tcase_add_test(tc, a_large_stream_keeps_memory_flat);
     tcase_add_test(tc, a_slow_reader_blocks_the_command_not_sbxd);
     tcase_add_test(tc, streamed_stdout_gets_a_wide_pipe_within_a_bound);
