@@ -66,6 +66,15 @@ struct request_policy {
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
                        struct exec_request *req, struct sbxd_err *err);
 
+/* The same for a request already parsed (a front that takes JSON inside a larger document,
+ * a context's template): the one field table and validation exec_request_parse applies after
+ * its parse, so the two cannot drift. obj's strings are C strings: a caller that parsed text
+ * checks it for NUL first (json_check_no_nul), as exec_request_parse does, since cJSON cuts
+ * a string at \u0000. -1 with err, *req holding nothing to free. */
+struct cJSON;
+int exec_request_from_json(const struct cJSON *obj, const struct request_policy *pol,
+                           struct exec_request *req, struct sbxd_err *err);
+
 /* A piece of a request that did not come as JSON: bytes and their length. */
 struct exec_bytes {
     const void *data;

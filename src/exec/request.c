@@ -393,6 +393,16 @@ static void request_init(struct exec_request *req)
                                        0};
 }
 
+int exec_request_from_json(const cJSON *obj, const struct request_policy *pol,
+                           struct exec_request *req, struct sbxd_err *err)
+{
+    request_init(req);
+    int rc = parse_fields(obj, pol, req, err);
+    if (rc < 0)
+        exec_request_free(req);
+    return rc;
+}
+
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
                        struct exec_request *req, struct sbxd_err *err)
 {
@@ -417,10 +427,8 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
                        "request body has data after the JSON value (at byte %zu)",
                        (size_t)(end - body));
     else
-        rc = parse_fields(root, pol, req, err);
+        rc = exec_request_from_json(root, pol, req, err);
     cJSON_Delete(root);
-    if (rc < 0)
-        exec_request_free(req);
     return rc;
 }
 
