@@ -95,6 +95,13 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
 
 void exec_request_free(struct exec_request *req);
 
+/* A deep copy of src into dst (a template started again and again: a context's); -1 with
+ * err (out of memory), dst holding nothing to free. */
+int exec_request_copy(const struct exec_request *src, struct exec_request *dst,
+                      struct sbxd_err *err);
+/* Set one variable of req's final environment ("NAME=value"), in place of the same name's. */
+int exec_request_setenv(struct exec_request *req, const char *entry, struct sbxd_err *err);
+
 /* For "command" that is one simple command (a program and its words, plain or quoted, no
  * expansion, redirection, operator or assignment; not a shell builtin), make the shell exec
  * it: the program is then the command's own process, and a signal that ends it is the
