@@ -52,9 +52,9 @@ bool ctx_listed(struct ctx *c)
     return listed;
 }
 
-unsigned ctx_reset(void)
+/* Delete every context in the registry; how many there were. */
+static unsigned delete_all(void)
 {
-    ctx_warm_discard();
     struct ctx **v;
     size_t n = ctx_list(&v);
     for (size_t i = 0; v && i < n; i++) {
@@ -63,6 +63,12 @@ unsigned ctx_reset(void)
     }
     free(v);
     return (unsigned)n;
+}
+
+unsigned ctx_reset(void)
+{
+    ctx_warm_discard();
+    return delete_all();
 }
 
 struct ctx *ctx_create(const char *body, size_t len, struct sbxd_err *err)
@@ -247,12 +253,6 @@ void ctx_kill_all(void)
 void ctx_shutdown(void)
 {
     ctx_warm_stop(true);
-    struct ctx **v;
-    size_t n = ctx_list(&v);
-    for (size_t i = 0; v && i < n; i++) {
-        ctx_delete(v[i]);
-        ctx_put(v[i]);
-    }
-    free(v);
+    delete_all();
     ctx_dir_remove();
 }

@@ -123,6 +123,17 @@ unsigned ctx_warm_ready(void)
     return n;
 }
 
+/* Under warm.lock, which it lets go: every warm kernel taken out of the pool into v; how
+ * many. */
+static unsigned take_all(struct ctx *v[SBXD_WARM_MAX])
+{
+    unsigned n = warm.have;
+    memcpy(v, warm.ready, n * sizeof(v[0]));
+    warm.have = 0;
+    pthread_mutex_unlock(&warm.lock);
+    return n;
+}
+
 /* Stop making warm kernels and kill those there are (wait: join the maker first). */
 void ctx_warm_stop(bool wait)
 {
@@ -130,10 +141,7 @@ void ctx_warm_stop(bool wait)
     warm.stop = true;
     pthread_cond_broadcast(&warm.cond);
     struct ctx *v[SBXD_WARM_MAX];
-    unsigned n = warm.have;
-    memcpy(v, warm.ready, n * sizeof(v[0]));
-    warm.have = 0;
-    pthread_mutex_unlock(&warm.lock);
+    unsigned n = take_all(v);
     for (unsigned i = 0; i < n; i++) {
         if (wait) {
             ctx_kill_proc(v[i], "sbxd is shutting down", false);
@@ -169,10 +177,7 @@ void ctx_warm_discard(void)
     warm.paused = true;
     warm.gen++;
     struct ctx *v[SBXD_WARM_MAX];
-    unsigned n = warm.have;
-    memcpy(v, warm.ready, n * sizeof(v[0]));
-    warm.have = 0;
-    pthread_mutex_unlock(&warm.lock);
+    unsigned n = take_all(v);
     for (unsigned i = 0; i < n; i++) {
         ctx_kill_proc(v[i], "the sandbox was reset", false);
         ctx_put(v[i]);
