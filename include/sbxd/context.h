@@ -162,10 +162,17 @@ const char *ctx_status_name(enum ctx_status s);
 struct ctx_run;
 
 /*
- * Run `code` (len bytes, no NUL) in c: waits up to wait_ms for the context to be free. NULL
- * with err: SBXD_E_CONFLICT (dead, or still busy after wait_ms), SBXD_E_INVALID (a NUL in the
- * code). The timeout (ms) interrupts the code.
+ * Run `code` (len bytes, no NUL) in c. The execution takes a running slot as a command does
+ * (exec_service_admit: past --max-running it waits its turn, adm saying whose client and
+ * which drain flag end the wait; NULL: none), held until ctx_run_end; the context's process
+ * itself holds none. Then it waits up to wait_ms for the context to be free. NULL with err:
+ * what the admission said (SBXD_E_BUSY, SBXD_E_UNAVAILABLE, or adm->gone), SBXD_E_CONFLICT
+ * (dead, or still busy after wait_ms), SBXD_E_INVALID (a NUL in the code). The timeout (ms)
+ * interrupts the code.
  */
+struct ctx_run *ctx_run_open(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
+                             int wait_ms, struct exec_admit *adm, struct sbxd_err *err);
+/* ctx_run_open with no client socket or drain flag to end the wait for a slot. */
 struct ctx_run *ctx_run_start(struct ctx *c, const char *code, size_t len, uint64_t timeout_ms,
                               int wait_ms, struct sbxd_err *err);
 
@@ -187,7 +194,8 @@ int ctx_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data
 
 const struct ctx_result *ctx_run_result(const struct ctx_run *r);
 
-/* Let the context go (interrupting the code if it still runs: its client left) and free r. */
+/* Let the context go (interrupting the code if it still runs: its client left), give the
+ * running slot back, and free r. */
 void ctx_run_end(struct ctx_run *r);
 
 #endif

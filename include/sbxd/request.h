@@ -66,6 +66,15 @@ struct request_policy {
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
                        struct exec_request *req, struct sbxd_err *err);
 
+/* The same for a request already parsed (a front that takes JSON inside a larger document,
+ * a context's template): the one field table and validation exec_request_parse applies after
+ * its parse, so the two cannot drift. obj's strings are C strings: a caller that parsed text
+ * checks it for NUL first (json_check_no_nul), as exec_request_parse does, since cJSON cuts
+ * a string at \u0000. -1 with err, *req holding nothing to free. */
+struct cJSON;
+int exec_request_from_json(const struct cJSON *obj, const struct request_policy *pol,
+                           struct exec_request *req, struct sbxd_err *err);
+
 /* A piece of a request that did not come as JSON: bytes and their length. */
 struct exec_bytes {
     const void *data;
@@ -85,6 +94,13 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
                        struct exec_request *req, struct sbxd_err *err);
 
 void exec_request_free(struct exec_request *req);
+
+/* A deep copy of src into dst (a template started again and again: a context's); -1 with
+ * err (out of memory), dst holding nothing to free. */
+int exec_request_copy(const struct exec_request *src, struct exec_request *dst,
+                      struct sbxd_err *err);
+/* Set one variable of req's final environment ("NAME=value"), in place of the same name's. */
+int exec_request_setenv(struct exec_request *req, const char *entry, struct sbxd_err *err);
 
 /* For "command" that is one simple command (a program and its words, plain or quoted, no
  * expansion, redirection, operator or assignment; not a shell builtin), make the shell exec

@@ -1,6 +1,10 @@
 /*
- * context_internal.h - what context.c (the registry and shell sessions) and kernel.c
- * (Jupyter kernels) share: a context and an execution, and the steps both kinds take.
+ * context_internal.h - what the files of src/ctx share: a context and an execution, the
+ * steps both kinds take (context.c), and the kinds themselves behind one table of operations
+ * (struct ctx_kind_ops: shell.c, a bash session; kernel.c, a Jupyter kernel). The kind is
+ * chosen once, from the request that makes the context (ctx_kind_for); nothing outside the
+ * kinds' own files asks which it is. The registry (registry.c), the warm pool (warm.c) and
+ * the sweeper (sweep.c) sit apart.
  */
 #ifndef SBXD_CONTEXT_INTERNAL_H
 #define SBXD_CONTEXT_INTERNAL_H
@@ -14,6 +18,7 @@
 #include "sbxd/context.h"
 #include "sbxd/jupyter.h"
 #include "sbxd/limits.h"
+#include "sbxd/request.h"
 
 #define TOKEN_LEN 32 /* hex digits: 128 random bits */
 /* A kernel's directory's name: 128 random bits in hex. */
@@ -21,18 +26,24 @@
 /* The longest marker: "\n\x1e" TOKEN " -2147483648\n". */
 #define MARKER_MAX (2 + TOKEN_LEN + 13)
 
+struct ctx_kind_ops;
+
 struct ctx {
     struct ctx *next; /* the registry, oldest first (under reg.lock) */
     bool listed;      /* under reg.lock */
     unsigned refs;    /* under reg.lock */
     char id[25];
     char language[32];
-    char kernel_name[64]; /* the kernelspec's name; "shell" for a shell session */
-    bool kernel;          /* a Jupyter kernel, else a shell session */
+    char kernel_name[64];            /* the kernelspec's name; "shell" for a shell session */
+    const struct ctx_kind_ops *kind; /* chosen once, from the request (ctx_kind_for) */
     bool interrupt_message;
     char cwd[256];
-    char *spec;     /* the request the process is started from (again at a restart) */
+    /* The request the process is started from (again at a restart), parsed and checked once
+     * when the context is made; and its text, what the warm pool matches a request by. */
+    struct exec_request tmpl;
+    char *spec;
     bool ipykernel; /* a kernel that is IPython's (kernelspec.h): set up by sbxd once started */
+    bool ipython_dir_own; /* the request names IPYTHONDIR: a kernel's is not put in its directory */
     /* A kernel's own directory (ctx_dir.c), the name its process was given ("": none;
      * under lock): removed when the process is gone. */
     char kdir[KDIR_NAME_LEN + 1];
@@ -76,9 +87,12 @@ struct ctx_run {
     bool timed_out;    /* ... because the timeout passed */
     bool asked;        /* atomic: ctx_interrupt interrupted this run */
     bool over;         /* the result is final */
+    bool admitted;     /* it holds a running slot (exec_service_admit) until ctx_run_end */
     struct ctx_result res;
     /* A shell's: */
     uint64_t off; /* the shell's output is read up to here */
+    char *text;   /* the text the shell is given for the code (shell_text) */
+    size_t text_len;
     char token[TOKEN_LEN + 1];
     struct scan sc[3]; /* [1] stdout, [2] stderr */
     uint8_t *buf;      /* SBXD_READ_CHUNK */
@@ -97,12 +111,62 @@ struct ctx_run {
     char *ev;           /* the last event's JSON (display, result, error) */
 };
 
-/* Start c's process from its spec (stdin_file > 0: its stdin): an owned background process
- * that lives until killed. A kernel (start_dir: its directory) starts there, not in its cwd,
- * with its IPython directory there too unless the client named one; the absolute path of
- * the cwd it asked for goes to cwd_out. NULL with err. */
-struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, char *cwd_out,
-                          size_t cwd_len, struct sbxd_err *err);
+/* What an interrupt is sent to: the run's process, a kernel's connection, a shell's fifo
+ * and the run's token (ctx_interrupt takes them under c's lock, with references). */
+struct ctx_intr {
+    struct bg_proc *proc;
+    struct jp_conn *jc;
+    int fd;
+    const char *token;
+    bool message; /* the kernelspec's interrupt_mode is "message" */
+};
+
+/* A kind of context: how its process is made, started, given code, read and interrupted. */
+struct ctx_kind_ops {
+    const char *what;  /* its process in words: "shell", "kernel" */
+    bool rich_results; /* its runs have no exit code: errors come as objects (ctx_result) */
+    /* Whether a request for language and kernel (either NULL) is this kind's. */
+    bool (*claims)(const char *language, const char *kernel);
+    /* Its part of c's spec into o (the client's request, its cwd, env and limits kept): the
+     * command and its environment; c's language, kernel_name and what the kind keeps of
+     * it set. -1 with err. */
+    int (*spec)(struct ctx *c, cJSON *o, const char *language, const char *kernel,
+                struct sbxd_err *err);
+    /* Start c's process and wait until it answers: then c->shell (c->jc) and c->pid are set.
+     * -1 with err. */
+    int (*start)(struct ctx *c, struct sbxd_err *err);
+    /* What a run of code (len bytes) needs before it takes c (buffers, tokens, channels).
+     * -1 with err, r then let go by run_free. */
+    int (*run_prepare)(struct ctx *c, struct ctx_run *r, const char *code, size_t len,
+                       struct sbxd_err *err);
+    /* Give the code to the run's process (r holds c). -1 with err when it takes nothing. */
+    int (*run_begin)(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err);
+    /* ctx_run_next for this kind. */
+    int (*run_next)(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n);
+    /* Interrupt what the process runs. */
+    void (*interrupt)(const struct ctx_intr *in);
+    /* What a run holds, let go (safe on a run that did not start). */
+    void (*run_free)(struct ctx_run *r);
+    /* What c holds for its kind, let go (c is being freed). */
+    void (*release)(struct ctx *c);
+};
+
+extern const struct ctx_kind_ops ctx_shell_kind, ctx_kernel_kind;
+
+/* The kind of a request for language and kernel (either NULL): every kind's claims asked in
+ * turn, the kernel's last (it takes any language a kernelspec has). */
+const struct ctx_kind_ops *ctx_kind_for(const char *language, const char *kernel);
+
+/* 2n hex digits of random bytes into out; -1 when the kernel gives none (a marker token or
+ * a context's id must not be guessable: no fallback). */
+int ctx_random_hex(char *out, size_t n);
+
+/* Start c's process from its template (stdin_file > 0: its stdin; env: one more variable,
+ * "NAME=value", set over the template's, or NULL): an owned background process that lives
+ * until killed. A kernel (start_dir: its directory) starts there, not in its cwd; the
+ * absolute path of the cwd it asked for goes to cwd_out. NULL with err. */
+struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, const char *env,
+                          char *cwd_out, size_t cwd_len, struct sbxd_err *err);
 /* The largest message a kernel's connection takes (jupyter.h), from --max-output-bytes. */
 int64_t ctx_kernel_msg_max(void);
 /* Forget c's kernel directory and remove it (its process is gone). */
@@ -136,27 +200,33 @@ void ctx_restart_for(struct ctx_run *r);
  * true) at time now. */
 bool ctx_run_timers(struct ctx_run *r, int64_t now);
 /* The env object of a spec o (made when missing; NULL when the client's is not an object:
- * exec_request_parse then refuses it), and a variable set in it whatever the client said. */
+ * exec_request_from_json then refuses it), and a variable set in it whatever the client
+ * said. */
 cJSON *ctx_spec_env(cJSON *o);
 void ctx_env_force(cJSON *env, const char *name, const char *value);
 /* Interrupt the run (the timeout, or its client left), once. */
 void ctx_interrupt_run(struct ctx_run *r);
 
-/* kernel.c. The exec request a kernel of `language` (or the kernelspec `kernel`) starts
- * from, o being the client's request (its cwd, env, limits): NULL with err. Sets c's
- * language, kernel_name and interrupt_message. */
-char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
-                  struct sbxd_err *err);
-/* Start c's kernel and wait until it answers: then c->shell, c->jc and c->pid are set. */
-int kernel_start(struct ctx *c, struct sbxd_err *err);
-/* Send the run's code (execute_request). -1 with err when the kernel takes nothing. */
-int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err);
-/* ctx_run_next for a kernel. */
-int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n);
-/* Interrupt what the kernel runs: SIGINT, or interrupt_request for interrupt_mode
- * "message". */
-void kernel_interrupt(struct bg_proc *p, struct jp_conn *jc, bool message);
-/* What a kernel's run holds, let go. */
-void kernel_run_free(struct ctx_run *r);
+/* context.c: a context made from a request, not started (NULL with err); freed; started
+ * (its kind's start); its process taken and killed (an execution in progress then ends as
+ * died, in its own time), leaving it busy (restarting) or dead (why). */
+struct ctx *ctx_alloc(const char *body, size_t len, struct sbxd_err *err);
+void ctx_free(struct ctx *c);
+int ctx_start_proc(struct ctx *c, struct sbxd_err *err);
+void ctx_kill_proc(struct ctx *c, const char *why, bool restarting);
+
+/* registry.c: the daemon's configuration and exec service (ctx_init). */
+const struct ctx_config *ctx_cfg(void);
+struct exec_service *ctx_svc(void);
+
+/* warm.c: a warm kernel started from exactly this spec, taken out of the pool (NULL: none);
+ * the pool stopped (wait: its maker joined, its kernels killed and waited for; else only
+ * signalled); its kernels discarded for a reset, none made until ctx_warm_resume. */
+struct ctx *ctx_warm_take(const char *spec);
+void ctx_warm_stop(bool wait);
+void ctx_warm_discard(void);
+
+/* registry.c: whether c is still in the registry (not deleted). */
+bool ctx_listed(struct ctx *c);
 
 #endif

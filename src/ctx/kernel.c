@@ -57,12 +57,14 @@ static bool is_ipykernel(const cJSON *argv)
     return false;
 }
 
-char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
-                  struct sbxd_err *err)
+/* The Jupyter kind's part of c's spec: the kernelspec's argv (its connection file on its
+ * stdin, context.h) and environment under the client's. */
+static int kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *kernel,
+                       struct sbxd_err *err)
 {
     struct kspec ks;
     if (kspec_find(kernel, language, &ks, err) < 0)
-        return NULL;
+        return -1;
     snprintf(c->language, sizeof(c->language), "%s", language ? language : ks.language);
     snprintf(c->kernel_name, sizeof(c->kernel_name), "%s", ks.name);
     c->interrupt_message = ks.interrupt_message;
@@ -98,11 +100,12 @@ char *kernel_spec(struct ctx *c, cJSON *o, const char *language, const char *ker
     if (env && !cJSON_GetObjectItemCaseSensitive(env, "PYDEVD_DISABLE_FILE_VALIDATION"))
         cJSON_AddStringToObject(env, "PYDEVD_DISABLE_FILE_VALIDATION", "1");
     ctx_env_force(env, "JUPYTER_ALLOW_INSECURE_WRITES", "1");
+    /* Its IPython directory goes in its own directory (kernel_start) unless it names one. */
+    c->ipython_dir_own = env && cJSON_GetObjectItemCaseSensitive(env, "IPYTHONDIR");
     kspec_free(&ks);
-    char *spec = ok ? cJSON_PrintUnformatted(o) : NULL;
-    if (!spec)
-        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    return spec;
+    if (!ok)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    return 0;
 }
 
 /* The last bytes the kernel wrote to its stderr (its own words on why it did not start),
@@ -275,7 +278,7 @@ static char *setup_code(const char *dir, const char *cwd)
     return code;
 }
 
-int kernel_start(struct ctx *c, struct sbxd_err *err)
+static int kernel_start(struct ctx *c, struct sbxd_err *err)
 {
     char key[JP_KEY_LEN + 1], name[KDIR_NAME_LEN + 1], dir[PATH_MAX];
     if (jp_new_key(key, err) < 0)
@@ -304,9 +307,13 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
         ctx_kdir_remove(c);
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot write a kernel's connection file");
     }
-    /* It starts in its own directory, where it binds its sockets (jupyter.h). */
-    char cwd[PATH_MAX];
-    struct bg_proc *p = ctx_spawn(c, mfd, dir, cwd, sizeof(cwd), err);
+    /* It starts in its own directory, where it binds its sockets (jupyter.h), with its
+     * IPython directory there too (no command can reach it, and nothing is put in the
+     * workspace, which `git clone URL .` needs empty), unless the client named one. */
+    char cwd[PATH_MAX], ipy[PATH_MAX + 32];
+    snprintf(ipy, sizeof(ipy), "IPYTHONDIR=%s/ipython", dir);
+    struct bg_proc *p =
+        ctx_spawn(c, mfd, dir, c->ipython_dir_own ? NULL : ipy, cwd, sizeof(cwd), err);
     struct jp_conn *jc = p ? jp_open(dir, key, ctx_kernel_msg_max(), err) : NULL;
     memset(key, 0, sizeof(key));
     char why[400] = "";
@@ -343,7 +350,7 @@ int kernel_start(struct ctx *c, struct sbxd_err *err)
     return 0;
 }
 
-int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err)
+static int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbxd_err *err)
 {
     char *src = malloc(len + 1);
     cJSON *o = cJSON_CreateObject();
@@ -368,14 +375,15 @@ int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbx
     return rc;
 }
 
-void kernel_interrupt(struct bg_proc *p, struct jp_conn *jc, bool message)
+/* SIGINT, or interrupt_request for interrupt_mode "message". */
+static void kernel_interrupt(const struct ctx_intr *in)
 {
     struct sbxd_err err = {0};
     char id[48];
-    if (message && jc)
-        jp_send(jc, JP_CONTROL, "interrupt_request", NULL, id, &err);
+    if (in->message && in->jc)
+        jp_send(in->jc, JP_CONTROL, "interrupt_request", NULL, id, &err);
     else
-        bg_signal(p, SIGINT, &err);
+        bg_signal(in->proc, SIGINT, &err);
 }
 
 /* Terminal colours and other escape sequences out of s (a traceback's line), in place. */
@@ -514,7 +522,8 @@ static int take(struct ctx_run *r, int *type, const uint8_t **data, size_t *n)
     return 1;
 }
 
-int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data, size_t *n)
+static int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **data,
+                           size_t *n)
 {
     jp_msg_free(&r->msg);
     free(r->ev);
@@ -546,8 +555,10 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
          * the run is over. */
         bool asked = __atomic_load_n(&r->asked, __ATOMIC_ACQUIRE) || r->interrupting;
         if (asked && !r->replied && now >= r->resend_ns) {
+            struct ctx_intr in = {
+                .proc = r->shell, .jc = r->jc, .fd = -1, .message = r->c->interrupt_message};
             if (r->resend_ns)
-                kernel_interrupt(r->shell, r->jc, r->c->interrupt_message);
+                kernel_interrupt(&in);
             r->resend_ns = now + (int64_t)SBXD_KERNEL_REINTERRUPT_MS * 1000000;
         }
         bool ended = bg_ended(r->shell);
@@ -576,7 +587,7 @@ int kernel_run_next(struct ctx_run *r, int wait_ms, int *type, const uint8_t **d
     }
 }
 
-void kernel_run_free(struct ctx_run *r)
+static void kernel_run_free(struct ctx_run *r)
 {
     jp_msg_free(&r->msg);
     free(r->ev);
@@ -586,3 +597,43 @@ void kernel_run_free(struct ctx_run *r)
     jp_close(r->jc);
     r->jc = NULL;
 }
+
+/* Any language a kernelspec has is a kernel's (asked last: kspec_find refuses the others). */
+static bool kernel_claims(const char *language, const char *kernel)
+{
+    (void)language;
+    (void)kernel;
+    return true;
+}
+
+/* A kernel's run needs nothing before it takes the context. */
+static int kernel_run_prepare(struct ctx *c, struct ctx_run *r, const char *code, size_t len,
+                              struct sbxd_err *err)
+{
+    (void)c;
+    (void)r;
+    (void)code;
+    (void)len;
+    (void)err;
+    return 0;
+}
+
+/* (A kernel that never started leaves its directory.) */
+static void kernel_release(struct ctx *c)
+{
+    ctx_kdir_remove(c);
+}
+
+const struct ctx_kind_ops ctx_kernel_kind = {
+    .what = "kernel",
+    .rich_results = true,
+    .claims = kernel_claims,
+    .spec = kernel_spec,
+    .start = kernel_start,
+    .run_prepare = kernel_run_prepare,
+    .run_begin = kernel_run_begin,
+    .run_next = kernel_run_next,
+    .interrupt = kernel_interrupt,
+    .run_free = kernel_run_free,
+    .release = kernel_release,
+};

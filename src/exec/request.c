@@ -393,6 +393,16 @@ static void request_init(struct exec_request *req)
                                        0};
 }
 
+int exec_request_from_json(const cJSON *obj, const struct request_policy *pol,
+                           struct exec_request *req, struct sbxd_err *err)
+{
+    request_init(req);
+    int rc = parse_fields(obj, pol, req, err);
+    if (rc < 0)
+        exec_request_free(req);
+    return rc;
+}
+
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,
                        struct exec_request *req, struct sbxd_err *err)
 {
@@ -417,10 +427,8 @@ int exec_request_parse(const char *body, size_t len, const struct request_policy
                        "request body has data after the JSON value (at byte %zu)",
                        (size_t)(end - body));
     else
-        rc = parse_fields(root, pol, req, err);
+        rc = exec_request_from_json(root, pol, req, err);
     cJSON_Delete(root);
-    if (rc < 0)
-        exec_request_free(req);
     return rc;
 }
 
@@ -552,6 +560,63 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
     if (rc < 0)
         exec_request_free(req);
     return rc;
+}
+
+/* A copy of the NULL-terminated v, or NULL. */
+static char **strv_copy(char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **c = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            while (i)
+                free(c[--i]);
+            free(c);
+            return NULL;
+        }
+    return c;
+}
+
+int exec_request_copy(const struct exec_request *src, struct exec_request *dst,
+                      struct sbxd_err *err)
+{
+    *dst = *src;
+    dst->argv = strv_copy(src->argv);
+    dst->envp = strv_copy(src->envp);
+    dst->cwd = src->cwd ? strdup(src->cwd) : NULL;
+    dst->stdin_data = NULL;
+    if (src->has_stdin && (dst->stdin_data = malloc(src->stdin_len + 1)))
+        memcpy(dst->stdin_data, src->stdin_data, src->stdin_len + 1);
+    if (dst->argv && dst->envp && (dst->cwd || !src->cwd) && (dst->stdin_data || !src->has_stdin))
+        return 0;
+    exec_request_free(dst);
+    return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+}
+
+int exec_request_setenv(struct exec_request *req, const char *entry, struct sbxd_err *err)
+{
+    size_t nl = strcspn(entry, "=");
+    size_t n = 0;
+    while (req->envp && req->envp[n])
+        n++;
+    size_t at = 0;
+    while (at < n && !(strncmp(req->envp[at], entry, nl) == 0 && req->envp[at][nl] == '='))
+        at++;
+    char *e = strdup(entry);
+    char **v = at < n ? req->envp : realloc(req->envp, (n + 2) * sizeof(char *));
+    if (!e || !v) {
+        free(e);
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    req->envp = v;
+    if (at < n)
+        free(v[at]);
+    else
+        v[n + 1] = NULL;
+    v[at] = e;
+    return 0;
 }
 
 static void free_strv(char **v)

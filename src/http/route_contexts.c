@@ -519,12 +519,17 @@ static enum MHD_Result execute_body(struct server *srv, struct MHD_Connection *c
     }
     struct ctx_info in;
     ctx_info(x, &in, false);
-    struct ctx_run *run =
-        ctx_run_start(x, code->valuestring, len, timeout_ms, (int)srv->cfg->queue_timeout_ms, &err);
+    /* Past --max-running it waits its turn for a running slot, as /execute does (context.h);
+     * a client that hangs up meanwhile has nobody to answer. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct exec_admit adm = {.client_fd = ci ? ci->connect_fd : -1, .stop = &srv->sb->draining};
+    struct ctx_run *run = ctx_run_open(x, code->valuestring, len, timeout_ms,
+                                       (int)srv->cfg->queue_timeout_ms, &adm, &err);
     ctx_put(x); /* (the run holds one of its own) */
     cJSON_Delete(o);
     if (!run)
-        return reply_err(c, &err);
+        return adm.gone ? MHD_NO : reply_err(c, &err);
     enum stream_format fmt = stream_format_of(c);
     if (fmt != STREAM_NONE)
         return execute_stream(srv, c, rc, run, in.id, fmt, timeout_ms, len);

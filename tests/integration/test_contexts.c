@@ -1,5 +1,6 @@
 /* /contexts: persistent shell sessions, their executions, interrupts, limits and ends. */
 #include <check.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,6 +455,79 @@ START_TEST(max_contexts_and_idle_expiry)
     double t0 = now_ms();
     ck_assert(daemon_stop_clean(&d, 10000));
     ck_assert_msg(now_ms() - t0 < 3000 * SLOW, "stop took %.0f ms", now_ms() - t0);
+}
+END_TEST
+
+/* A POST on a thread of its own (a request that waits its turn). */
+struct post {
+    const struct daemon *d;
+    char path[96];
+    const char *body;
+    struct http_resp r;
+    double done_ms;
+    pthread_t th;
+};
+
+static void *post_main(void *arg)
+{
+    struct post *p = arg;
+    http_request(p->d, "POST", p->path, NULL, p->body, strlen(p->body), 30000, &p->r);
+    p->done_ms = now_ms();
+    return NULL;
+}
+
+/* Poll /healthz's "running" (or, queued: /metrics' sbxd_queue_depth) until it is want. */
+static bool slots_reach(const struct daemon *d, bool queued, double want)
+{
+    for (int i = 0; i < 400; i++) {
+        struct http_resp r;
+        http_reqf(d, &r, "GET", NULL, queued ? "/metrics" : "/healthz");
+        const char *q = queued && r.body ? strstr(r.body, "\nsbxd_queue_depth ") : NULL;
+        double v = queued ? (q ? strtod(q + 18, NULL) : -1) : jnum(r.json, "running");
+        http_resp_free(&r);
+        if (v == want)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
+/* A context's execution takes a running slot as a command does (--max-running): it waits its
+ * turn behind a command, is refused as /execute is when the queue is full, and gives the slot
+ * back at its end. The shell itself, long-lived, holds none. */
+START_TEST(executions_obey_max_running)
+{
+    struct daemon d;
+    const char *args[] = {"--max-running", "1", "--max-queued", "1", NULL};
+    daemon_start(&d, args, NULL);
+    char a[64], b[64];
+    ctx_new(&d, "{}", a, sizeof(a));
+    ctx_new(&d, "{}", b, sizeof(b));
+    ck_assert(slots_reach(&d, false, 0)); /* two shells alive, no slot taken */
+    struct post cmd = {.d = &d, .path = "/execute", .body = "{\"command\":\"sleep 0.8\"}"};
+    ck_assert_int_eq(pthread_create(&cmd.th, NULL, post_main, &cmd), 0);
+    ck_assert(slots_reach(&d, false, 1));
+    struct post ex = {.d = &d, .body = "{\"code\":\"echo a\"}"};
+    snprintf(ex.path, sizeof(ex.path), "/contexts/%s/execute", a);
+    ck_assert_int_eq(pthread_create(&ex.th, NULL, post_main, &ex), 0);
+    ck_assert_msg(slots_reach(&d, true, 1), "the context's execution did not wait its turn");
+    /* The queue is full: refused at once, naming the option. */
+    struct http_resp r;
+    http_reqf(&d, &r, "POST", "{\"code\":\"echo b\"}", "/contexts/%s/execute", b);
+    assert_error(&r, 429, "RESOURCE_EXHAUSTED");
+    ck_assert_msg(strstr(jstr(r.json, "message"), "--max-queued"), "%s", r.body);
+    http_resp_free(&r);
+    pthread_join(cmd.th, NULL);
+    pthread_join(ex.th, NULL);
+    ck_assert_int_eq(cmd.r.status, 200);
+    ck_assert_msg(ex.r.status == 200, "%ld: %s", ex.r.status, ex.r.body);
+    ck_assert_str_eq(jstr(ex.r.json, "stdout"), "a\n");
+    ck_assert_msg(ex.done_ms >= cmd.done_ms - 50, "it ran %.0f ms before the command ended",
+                  cmd.done_ms - ex.done_ms);
+    http_resp_free(&cmd.r);
+    http_resp_free(&ex.r);
+    ck_assert(slots_reach(&d, false, 0)); /* given back */
+    ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
@@ -1152,6 +1226,7 @@ Suite *contexts_suite(void)
     tcase_add_test(tc, bad_requests);
     tcase_add_test(tc, max_contexts_and_idle_expiry);
     tcase_add_test(tc, code_cannot_take_the_next_execution);
+    tcase_add_test(tc, executions_obey_max_running);
     suite_add_tcase(s, tc);
     TCase *k = tcase_create("kernel");
     tcase_set_timeout(k, 180);
