@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "sbxd/http.h"
-#include "sbxd/mcp.h"
+#include "mcp_http.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
