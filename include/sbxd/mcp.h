@@ -68,7 +68,8 @@ struct mcp_sink {
     /* One JSON-RPC message (a response, or a notification about the request under way). */
     void (*send)(struct mcp_sink *k, const char *msg, size_t len);
     /* The rest of the answer is task's: the transport owns it from now on (and drops it
-     * itself when it cannot stream). Only called when stream_ok. */
+     * itself when it cannot stream). Only called when stream_ok. ops NULL: the answer cannot
+     * go on (out of memory), the transport gives the request up. */
     void (*defer)(struct mcp_sink *k, const struct mcp_task_ops *ops, void *task);
     bool stream_ok; /* the transport can send several messages for one request */
     bool batch;     /* set by MCP: the messages answer a batch (an array of them) */
