@@ -1,95 +1,107 @@
 /*
- * mcp.h - the Model Context Protocol endpoint (POST, GET and DELETE /mcp, Streamable HTTP):
- * what its HTTP face (route_mcp.c) and its tools (mcp_tools.c) share. Nothing outside
- * src/http includes it.
+ * mcp.h - the Model Context Protocol server (src/mcp): sessions, the JSON-RPC dispatch, the
+ * tools and the resources, whatever carries the messages. A transport (Streamable HTTP:
+ * src/http/route_mcp.c) hands it what a client sent and a sink for the answers, and frames
+ * what the sink is given (a JSON body, or server-sent events); nothing behind this header
+ * knows HTTP.
  *
- * Sessions are made by initialize and named by the Mcp-Session-Id header after it; each
- * keeps its protocol version, the tool calls it has under way (so that a
- * notifications/cancelled from another request reaches the command's tree) and the
- * resources it subscribed to (told on its GET stream). Tools run on the same exec service
- * and file-system core as the REST routes, with the same limits and the same confinement.
+ * Sessions are made by initialize and named by their id after it; each keeps its protocol
+ * version, the tool calls it has under way (so that a notifications/cancelled from another
+ * request reaches the command's tree) and the resources it subscribed to (told on its event
+ * stream). Tools run on the same exec service and file-system core as the REST routes, with
+ * the same limits and the same confinement.
  */
 #ifndef SBXD_MCP_H
 #define SBXD_MCP_H
 
-#include <cjson/cJSON.h>
-#include <microhttpd.h>
 #include <stdbool.h>
+#include <stddef.h>
 
-#include "sbxd/http.h"
-#include "sbxd/job.h"
+#include "sbxd/config.h"
+#include "sbxd/exec_service.h"
+#include "sbxd/files.h"
 #include "sbxd/jsonw.h"
 
-struct mcp_session;
-
-/* A tool call under way: notifications/cancelled names it by its request id. */
-struct mcp_call {
-    struct mcp_call *next;
-    char id[96];     /* the request id as JSON text */
-    struct job *job; /* its command while one runs (the session lock) */
-    bool cancelled;  /* atomic */
+/* What MCP acts on: the daemon's, filled by the transport that serves it. */
+struct mcp_host {
+    const struct sbxd_config *cfg;
+    struct exec_service *exec;
+    const bool *draining;  /* atomic: sbxd is shutting down */
+    int rootfd;            /* the workspace root ... */
+    const char *workspace; /* ... and its absolute path */
+    struct fs_user user;   /* who file operations run as */
+    /* When path is absolute and lies beneath the workspace's own absolute path (as it is, or
+     * as configured), what follows it; else NULL (spelling only). */
+    const char *(*within)(const struct mcp_host *h, const char *path);
+    /* The listing rule every file face shares for a symlink entry e of the directory dirfd
+     * at rel: 1 (e now describes what it leads to), -1 (it leads out or nowhere), 0. */
+    int (*list_follow)(struct fs_entry *e, int rootfd, int dirfd, const char *rel);
+    /* The fields of a stat answer into an open object (as GET /files?stat=true gives). */
+    void (*write_stat)(struct jsonw *w, const char *path, const struct fs_stat_info *in);
+    const void *arg; /* the transport's, for the hooks */
 };
 
-/* What a tool is given. */
-struct mcp_tool_ctx {
-    struct server *srv;
-    struct MHD_Connection *c; /* NULL when the tool runs on a thread of its own */
-    int client_fd;            /* the client's socket: its hang-up cancels (-1: none) */
-    struct mcp_session *s;
-    struct mcp_call *call;
-    const cJSON *id;       /* the request's id */
-    const cJSON *progress; /* params._meta.progressToken, or NULL */
-    bool sse_ok;           /* the client takes text/event-stream (not inside a batch) */
-    const char *client;    /* the client's address, for the audit line */
-    bool streamed;         /* out: the tool queued a streamed answer itself ... */
-    enum MHD_Result ret;   /* ... and this is MHD's result for it */
+/* How a request ended, for the transport to say in its own terms (HTTP: the status). */
+enum mcp_status {
+    MCP_OK,          /* answered (an empty answer: nothing to say, accepted) */
+    MCP_DEFERRED,    /* the answer is a stream given to the sink's defer */
+    MCP_BAD_REQUEST, /* no session named, a bad version, a batch where none is spoken */
+    MCP_NOT_FOUND,   /* no such session */
+    MCP_CONFLICT,    /* the session's event stream is open already */
+    MCP_TOO_MANY,    /* the client holds all the sessions it may */
+    MCP_UNAVAILABLE, /* sbxd holds all the sessions it may, or is shutting down */
+    MCP_INTERNAL,    /* out of memory */
 };
 
-/* Register job as the call's command (NULL: it is over and about to be freed). A call
- * cancelled before has it killed at once. */
-void mcp_call_job(struct mcp_tool_ctx *x, struct job *job);
-bool mcp_call_cancelled(const struct mcp_tool_ctx *x);
-/* Cancel the call: it is marked, and its command's tree killed. */
-void mcp_call_cancel(struct mcp_call *call);
-/* The session's call is over: it leaves the session (mcp_tools.c's streamed run_command
- * ends it when its stream does). */
-void mcp_call_end(struct mcp_session *s, struct mcp_call *call);
-/* Hold s while a stream uses it, and give it back. */
-void mcp_session_hold(struct mcp_session *s);
-void mcp_session_put(struct mcp_session *s);
+struct mcp_sink;
 
-/* A body over --max-body-bytes: the JSON-RPC error, with 413. */
-enum MHD_Result mcp_reply_too_large(struct MHD_Connection *c, uint64_t max);
-/* 403 with a JSON-RPC error: a web page's request (guard.c, web.h). */
-enum MHD_Result mcp_reply_forbidden(struct MHD_Connection *c, const char *why);
-/* End every session (shutdown, after the HTTP server stopped). */
+/* An answer that goes on after its request returned: the transport calls step until it
+ * returns false (it has sent its last message), then drop; drop alone when the client went
+ * away before. */
+struct mcp_task_ops {
+    bool (*step)(void *task, struct mcp_sink *k);
+    void (*drop)(void *task);
+};
+
+/* Where the messages of an answer go: the transport's. */
+struct mcp_sink {
+    /* One JSON-RPC message (a response, or a notification about the request under way). */
+    void (*send)(struct mcp_sink *k, const char *msg, size_t len);
+    /* The rest of the answer is task's: the transport owns it from now on (and drops it
+     * itself when it cannot stream). Only called when stream_ok. ops NULL: the answer cannot
+     * go on (out of memory), the transport gives the request up. */
+    void (*defer)(struct mcp_sink *k, const struct mcp_task_ops *ops, void *task);
+    bool stream_ok; /* the transport can send several messages for one request */
+    bool batch;     /* set by MCP: the messages answer a batch (an array of them) */
+};
+
+/* One request of a client. */
+struct mcp_request {
+    const char *body; /* POST: the JSON-RPC message(s), valid UTF-8 */
+    size_t len;
+    const char *session;  /* the session it names, or NULL */
+    const char *version;  /* the protocol version it names, or NULL */
+    const char *client;   /* the client's address:port, for caps and the audit line */
+    int client_fd;        /* its socket: a hang-up cancels what waits for it (-1: none) */
+    char new_session[33]; /* out: initialize's new session id */
+};
+
+/* Messages a client sent: the answers to the sink. */
+enum mcp_status mcp_post(const struct mcp_host *h, struct mcp_request *rq, struct mcp_sink *k);
+/* End the session named: its calls are cancelled. */
+enum mcp_status mcp_delete(const struct mcp_host *h, struct mcp_request *rq, struct mcp_sink *k);
+
+/* The session's stream of notifications (resources/updated for what it subscribed to): one
+ * at a time, NULL after sending the error (*st). */
+struct mcp_events;
+struct mcp_events *mcp_events_open(const struct mcp_host *h, struct mcp_request *rq,
+                                   struct mcp_sink *k, enum mcp_status *st);
+/* The next notification appended to w: 1; 0 when there is none now; -1 when the stream is
+ * over (the session ended). */
+int mcp_events_next(struct mcp_events *e, struct jsonw *w);
+void mcp_events_close(struct mcp_events *e);
+
+/* End every session (shutdown, after the transports stopped). */
 void mcp_shutdown(void);
-
-/* Whether tool `name` answers with a stream of its own when given a progress token
- * (run_command); the others are run on a thread while the answer tells progress. */
-bool mcp_tool_streams(const char *name);
-/* Answer a call of a tool that does not stream its own with a stream: progress every
- * second while the tool runs on a thread of its own, then its result. x->streamed is set
- * and x->ret is MHD's result; the stream owns the call (x->call), and holds x->s. */
-void mcp_call_stream(struct mcp_tool_ctx *x, const char *name, const cJSON *args);
-
-/* tools/list's result ({"tools":[...]}), JSON text made once. */
-const char *mcp_tools_list(size_t *len);
-/* Whether a tool of that name exists. */
-bool mcp_tool_exists(const char *name);
-/* Run tool `name` with args (an object): its result object into w (isError for a failure
- * of the tool), 0; or a JSON-RPC error code with msg (nothing written). */
-int mcp_tool_call(struct mcp_tool_ctx *x, const char *name, const cJSON *args, struct jsonw *w,
-                  char *msg, size_t msglen);
-
-/* Resources: workspace files as file:// URIs. */
-int mcp_resources_list(struct server *srv, const cJSON *params, struct jsonw *w, char *msg,
-                       size_t msglen);
-int mcp_resources_read(struct server *srv, const cJSON *params, struct jsonw *w, char *msg,
-                       size_t msglen);
-/* The workspace path (malloc'd) a file:// URI names, or NULL with msg. */
-char *mcp_uri_path(struct server *srv, const char *uri, char *msg, size_t msglen);
-/* The URI of a workspace path, into w as a JSON string. */
-void mcp_write_uri(struct server *srv, struct jsonw *w, const char *path);
 
 #endif

@@ -30,7 +30,7 @@
 #include "sbxd/auth.h"
 #include "sbxd/http.h"
 #include "sbxd/log.h"
-#include "sbxd/mcp.h"
+#include "mcp_http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/web.h"

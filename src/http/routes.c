@@ -5,7 +5,7 @@
  * here (too_large), as MCP's JSON-RPC error does.
  */
 #include "sbxd/http.h"
-#include "sbxd/mcp.h"
+#include "mcp_http.h"
 
 #define ALL_FILE_METHODS (HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE)
 

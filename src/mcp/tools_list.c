@@ -1,0 +1,294 @@
+/*
+ * tools_list.c - what tools/list says of each MCP tool: its description for a model, its
+ * input schema, its output schema and its hints.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* The tools' descriptions and input schemas: what tools/list says.                      */
+
+/* A command's arguments, shared by run_command and start_process. */
+static const char CMD_PROPS[] =
+    "\"command\":{\"type\":\"string\",\"description\":\"A shell command line, run by /bin/sh "
+    "-c. Give this or argv.\"},"
+    "\"argv\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
+    "\"description\":\"A program and its arguments, run without a shell (argv[0] is looked up "
+    "in PATH). Give this or command.\"},"
+    "\"cwd\":{\"type\":\"string\",\"description\":\"Working directory, relative to the "
+    "workspace (default: the workspace root).\"},"
+    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
+    "\"description\":\"Environment variables added to the command's.\"},"
+    "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Wall-clock limit in "
+    "milliseconds; at the limit the whole process tree is killed.\"}";
+
+#define PATH_PROP(key, what) "\"" key "\":{\"type\":\"string\",\"description\":\"" what "\"}"
+
+/* Each tool: its name, title, description for a model, and the properties of its input
+ * schema (with_cmd: the command's first) and the required ones. */
+static const struct tool_doc {
+    const char *name, *title, *description;
+    bool with_cmd;
+    const char *props, *required;
+    const char *output;      /* outputSchema: what structuredContent holds */
+    const char *annotations; /* hints for clients: read-only, destructive, open world */
+} TOOL_DOCS[] = {
+    {"run_command", "Run a command",
+     "Run a command in the sandbox and wait for it to end. Returns its exit code, stdout and "
+     "stderr (each capped: the head is kept and truncation is stated). It runs as an "
+     "unprivileged user in the workspace, with a timeout (default 60 s) that kills its whole "
+     "process tree. isError is true when it did not exit with code 0: read status (exited, "
+     "signaled, timeout, oom, output_limit, failed_to_start, canceled) and stderr. Nothing "
+     "persists between calls but files: use run_code for state that lives on, and "
+     "start_process for servers and long jobs.",
+     true,
+     "\"stdin\":{\"type\":\"string\",\"description\":\"Text given to the command as its "
+     "standard input.\"}",
+     NULL,
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\""
+     ":{\"type\":\"string\"},\"exit_code\":{\"type\":\"integer\"},\"signal\":{\"ty"
+     "pe\":[\"integer\",\"null\"]},\"stdout\":{\"type\":\"string\"},\"stderr\":{\""
+     "type\":\"string\"},\"encoding\":{\"type\":\"string\"},\"stdout_truncated\":{"
+     "\"type\":\"boolean\"},\"stderr_truncated\":{\"type\":\"boolean\"},\"stdout_b"
+     "ytes\":{\"type\":\"integer\"},\"stderr_bytes\":{\"type\":\"integer\"},\"time"
+     "d_out\":{\"type\":\"boolean\"},\"oom_killed\":{\"type\":\"boolean\"},\"durat"
+     "ion_ms\":{\"type\":\"number\"},\"cpu_ms\":{\"type\":\"number\"},\"memory_pea"
+     "k_bytes\":{\"type\":\"integer\"},\"queued_ms\":{\"type\":\"number\"},\"error"
+     "\":{\"type\":\"string\"}},\"required\":[\"status\",\"exit_code\",\"stdout\","
+     "\"stderr\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+    {"run_code", "Run code in a live interpreter",
+     "Run code in a stateful context: variables, imports and the working directory stay from "
+     "one call to the next (a Jupyter kernel for python; a shell session for bash). Returns "
+     "stdout, stderr, the value of the last expression as text, images (e.g. matplotlib "
+     "figures) as image content, and on an exception its name, value and traceback (isError "
+     "true). A timeout interrupts the code; the context survives.",
+     false,
+     "\"code\":{\"type\":\"string\",\"description\":\"The code to run.\"},"
+     "\"language\":{\"type\":\"string\",\"description\":\"python (default), bash, or another "
+     "installed kernel's language: its default context is used, made on first use.\"},"
+     "\"context\":{\"type\":\"string\",\"description\":\"The id of a context made with POST "
+     "/contexts, instead of the language's default one.\"},"
+     "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1}",
+     "\"code\"",
+     "{\"type\":\"object\",\"properties\":{\"context\":{\"type\":\"string\"},\"sta"
+     "tus\":{\"type\":\"string\"},\"execution_count\":{\"type\":\"integer\"},\"std"
+     "out\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},\"text\":{\"typ"
+     "e\":[\"string\",\"null\"]},\"images\":{\"type\":\"integer\"},\"images_left_out\":{\"ty"
+     "pe\":\"integer\"},\"error\":{\"ty"
+     "pe\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"value\":{\""
+     "type\":\"string\"},\"traceback\":{\"type\":\"array\",\"items\":{\"type\":\"s"
+     "tring\"}}}}},\"required\":[\"context\",\"status\",\"stdout\",\"stderr\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+    {"read_file", "Read a file",
+     "Read a file of the workspace. UTF-8 text comes back as text, anything else as a base64 "
+     "blob. At most 1 MiB (--max-output-bytes) per call: for a larger file, read on with "
+     "offset (structuredContent says size, length and eof).",
+     false,
+     PATH_PROP("path",
+               "Path relative to the workspace.") ","
+                                                  "\"offset\":{\"type\":\"integer\",\"minimum\":0,"
+                                                  "\"description\":\"First byte to read "
+                                                  "(default 0).\"},"
+                                                  "\"length\":{\"type\":\"integer\",\"minimum\":0,"
+                                                  "\"description\":\"Bytes to read at most "
+                                                  "(default: to the end, within the cap).\"}",
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\""
+     ":{\"type\":\"integer\"},\"offset\":{\"type\":\"integer\"},\"length\":{\"type"
+     "\":\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf8\",\"base6"
+     "4\"]},\"eof\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"size\",\"offs"
+     "et\",\"length\",\"encoding\",\"eof\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"write_file", "Write a file",
+     "Create or replace a file of the workspace with the given content (missing parent "
+     "directories are made). The write is atomic: readers see the old content or the new, "
+     "never a mixture.",
+     false,
+     PATH_PROP("path",
+               "Path relative to the workspace.") ","
+                                                  "\"content\":{\"type\":\"string\","
+                                                  "\"description\":\"The file's whole content.\"},"
+                                                  "\"encoding\":{\"type\":\"string\",\"enum\":["
+                                                  "\"utf8\",\"base64\"],\"description\":\"How "
+                                                  "content is given: utf8 text (default) or base64 "
+                                                  "for binary data.\"},"
+                                                  "\"mode\":{\"type\":\"string\",\"pattern\":\"^0?["
+                                                  "0-7]{3}$\",\"description\":\"Permission "
+                                                  "bits in octal, e.g. 0755 for a script (default "
+                                                  "0644).\"}",
+     "\"path\",\"content\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\""
+     ":{\"type\":\"integer\"},\"created\":{\"type\":\"boolean\"}},\"required\":[\""
+     "path\",\"size\",\"created\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":true,\"o"
+     "penWorldHint\":false}"},
+    {"list_files", "List a directory",
+     "List the entries of a workspace directory (sorted by name), with depth > 1 also those "
+     "of its subdirectories. Each entry: path, type (file, directory, symlink, other), size, "
+     "mode, modified_at; a symlink to something in the workspace is described by what it "
+     "leads to, with symlink true (one that leads out or nowhere: type symlink). At most 1000 "
+     "entries (truncated says so).",
+     false,
+     PATH_PROP(
+         "path",
+         "Directory relative to the workspace (default: its root).") ","
+                                                                     "\"depth\":{\"type\":"
+                                                                     "\"integer\",\"minimum\":1,"
+                                                                     "\"maximum\":10,"
+                                                                     "\"description\":\"Levels "
+                                                                     "to list (default 1).\"}",
+     NULL,
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"entrie"
+     "s\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"pat"
+     "h\":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},\"size\":{\"type\":"
+     "\"integer\"},\"mode\":{\"type\":\"string\"},\"symlink\":{\"type\":\"boolean\"},"
+     "\"modified_at\":{\"type\":[\"str"
+     "ing\",\"null\"]}},\"required\":[\"path\",\"type\"]}},\"truncated\":{\"type\""
+     ":\"boolean\"}},\"required\":[\"path\",\"entries\",\"truncated\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"delete_file", "Delete a file or directory",
+     "Delete a file, a symlink (not what it points to) or an empty directory; with recursive, "
+     "a directory and everything in it.",
+     false,
+     PATH_PROP("path", "Path relative to the workspace.") ","
+                                                          "\"recursive\":{\"type\":\"boolean\"}",
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"delete"
+     "d\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"deleted\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}"},
+    {"move_file", "Move or rename",
+     "Rename a file or directory within the workspace, atomically. An existing destination is "
+     "an error unless overwrite is true.",
+     false,
+     PATH_PROP("from", "Source path relative to the workspace.") "," PATH_PROP(
+         "to",
+         "Destination path relative to the workspace.") ","
+                                                        "\"overwrite\":{\"type\":\"boolean\"}",
+     "\"from\",\"to\"",
+     "{\"type\":\"object\",\"properties\":{\"from\":{\"type\":\"string\"},\"to\":{"
+     "\"type\":\"string\"}},\"required\":[\"from\",\"to\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":false}"},
+    {"stat_file", "Describe a file",
+     "Describe a workspace entry: type, size, mode, owner, times, a symlink's target. With "
+     "follow false a symlink itself is described.",
+     false,
+     PATH_PROP(
+         "path",
+         "Path relative to the workspace.") ","
+                                            "\"follow\":{\"type\":\"boolean\",\"description\":"
+                                            "\"Follow a final symlink (default "
+                                            "true).\"}",
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"name\""
+     ":{\"type\":\"string\"},\"type\":{\"type\":\"string\"},\"size\":{\"type\":\"i"
+     "nteger\"},\"mode\":{\"type\":\"string\"},\"uid\":{\"type\":\"integer\"},\"gi"
+     "d\":{\"type\":\"integer\"},\"modified_at\":{\"type\":[\"string\",\"null\"]},"
+     "\"created_at\":{\"type\":[\"string\",\"null\"]},\"symlink_target\":{\"type\""
+     ":\"string\"},\"nlink\":{\"type\":\"integer\"},\"etag\":{\"type\":\"string\"}},\"requ"
+     "ired\":[\"path\",\"type\",\"size\",\"mode\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"start_process", "Start a background process",
+     "Start a long-running command (a server, a build, a watcher) and return at once with its "
+     "id. Read its output with process_output, write to its stdin with send_input, end it "
+     "with kill_process. Its timeout defaults to the longest allowed.",
+     true, NULL, NULL,
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"pid\":{\""
+     "type\":\"integer\"}},\"required\":[\"id\",\"pid\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+    {"process_output", "Read a process's output",
+     "Output of a background process from offset (default 0; pass the next_offset of the last "
+     "call to read on), waiting up to wait_ms for some when there is none yet. Says whether "
+     "it still runs, and its exit code once it ended.",
+     false,
+     "\"id\":{\"type\":\"string\",\"description\":\"The id start_process returned.\"},"
+     "\"offset\":{\"type\":\"integer\",\"minimum\":0},"
+     "\"wait_ms\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":30000}",
+     "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"running\""
+     ":{\"type\":\"boolean\"},\"status\":{\"type\":\"string\"},\"exit_code\":{\"ty"
+     "pe\":[\"integer\",\"null\"]},\"output\":{\"type\":\"string\"},\"stderr\":{\""
+     "type\":\"string\"},\"offset\":{\"type\":\"integer\"},\"next_offset\":{\"type"
+     "\":\"integer\"},\"dropped_bytes\":{\"type\":\"integer\"}},\"required\":[\"id"
+     "\",\"running\",\"status\",\"output\",\"next_offset\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"send_input", "Write to a process's stdin",
+     "Write text to a background process's standard input; with eof true its stdin is then "
+     "closed.",
+     false,
+     "\"id\":{\"type\":\"string\"},\"data\":{\"type\":\"string\"},"
+     "\"eof\":{\"type\":\"boolean\"}",
+     "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"written\""
+     ":{\"type\":\"integer\"},\"stdin_open\":{\"type\":\"boolean\"}},\"required\":"
+     "[\"id\",\"written\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+    {"kill_process", "Signal a process",
+     "Send a signal to a background process's whole tree: SIGKILL (default), SIGTERM, SIGINT, "
+     "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT or SIGSTOP.",
+     false, "\"id\":{\"type\":\"string\"},\"signal\":{\"type\":\"string\"}", "\"id\"",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"signal\""
+     ":{\"type\":\"string\"}},\"required\":[\"id\",\"signal\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+};
+
+static char *tools_json;
+static size_t tools_json_len;
+static pthread_once_t tools_once = PTHREAD_ONCE_INIT;
+
+static void tools_make(void)
+{
+    struct jsonw w;
+    jw_init(&w, 8192);
+    jw_obj_begin(&w);
+    jw_key(&w, "tools");
+    jw_arr_begin(&w);
+    for (size_t i = 0; i < sizeof(TOOL_DOCS) / sizeof(TOOL_DOCS[0]); i++) {
+        const struct tool_doc *d = &TOOL_DOCS[i];
+        jw_obj_begin(&w);
+        jw_key(&w, "name");
+        jw_str(&w, d->name);
+        jw_key(&w, "title");
+        jw_str(&w, d->title);
+        jw_key(&w, "description");
+        jw_str(&w, d->description);
+        jw_key(&w, "inputSchema");
+        static const char head[] = "{\"type\":\"object\",\"properties\":{";
+        static const char req[] = ",\"required\":[";
+        jw_raw(&w, head, sizeof(head) - 1);
+        if (d->with_cmd)
+            jw_raw(&w, CMD_PROPS, strlen(CMD_PROPS));
+        if (d->with_cmd && d->props)
+            jw_raw(&w, ",", 1);
+        if (d->props)
+            jw_raw(&w, d->props, strlen(d->props));
+        jw_raw(&w, "}", 1);
+        if (d->required) {
+            jw_raw(&w, req, sizeof(req) - 1);
+            jw_raw(&w, d->required, strlen(d->required));
+            jw_raw(&w, "]", 1);
+        }
+        jw_raw(&w, "}", 1);
+        w.need_comma = true;
+        jw_key(&w, "outputSchema");
+        jw_json(&w, d->output, strlen(d->output));
+        jw_key(&w, "annotations");
+        jw_json(&w, d->annotations, strlen(d->annotations));
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    tools_json = jw_finish(&w, &tools_json_len);
+    jw_free(&w);
+}
+
+const char *mcp_tools_list(size_t *len)
+{
+    pthread_once(&tools_once, tools_make);
+    *len = tools_json ? tools_json_len : 12;
+    return tools_json ? tools_json : "{\"tools\":[]}";
+}
