@@ -275,105 +275,6 @@ static const char *env_lookup(char *const *envp, const char *name)
     return NULL;
 }
 
-static int parse_uint(const char *s, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    uint64_t v = 0;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    if (*s)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-int config_parse_size(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1ULL << 10},
-        {"KiB", 1ULL << 10},
-        {"KB", 1000ULL},
-        {"M", 1ULL << 20},
-        {"MiB", 1ULL << 20},
-        {"MB", 1000000ULL},
-        {"G", 1ULL << 30},
-        {"GiB", 1ULL << 30},
-        {"GB", 1000000000ULL},
-    };
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    const char *p = s;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    char num[32];
-    if ((size_t)(p - s) >= sizeof(num))
-        return -1;
-    memcpy(num, s, (size_t)(p - s));
-    num[p - s] = '\0';
-    uint64_t v;
-    if (parse_uint(num, &v) < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(p, units[i].suffix) == 0) {
-            if (v > UINT64_MAX / units[i].mult)
-                return -1;
-            *out = v * units[i].mult;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int config_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len)
-{
-    char host[256];
-    const char *port;
-    if (s[0] == '[') {
-        const char *end = strchr(s, ']');
-        if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof(host))
-            return -1;
-        memcpy(host, s + 1, (size_t)(end - s - 1));
-        host[end - s - 1] = '\0';
-        port = end + 2;
-    } else {
-        const char *colon = strrchr(s, ':');
-        if (!colon || (size_t)(colon - s) >= sizeof(host) || strchr(s, ':') != colon)
-            return -1;
-        memcpy(host, s, (size_t)(colon - s));
-        host[colon - s] = '\0';
-        port = colon + 1;
-    }
-    uint64_t p;
-    if (parse_uint(port, &p) < 0 || p > 65535)
-        return -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(host[0] ? host : NULL, port, &hints, &res) != 0 || !res)
-        return -1;
-    /* ":PORT" means every interface: prefer IPv4's wildcard, as 0.0.0.0 does. */
-    struct addrinfo *pick = res;
-    for (struct addrinfo *ai = res; !host[0] && ai; ai = ai->ai_next)
-        if (ai->ai_family == AF_INET) {
-            pick = ai;
-            break;
-        }
-    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
-    *len = pick->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
 /* Print text word-wrapped to the help's right-hand column. */
 static void print_wrapped(FILE *out, const char *left, const char *text)
 {
@@ -504,8 +405,8 @@ static int apply_pair(struct sbxd_config *cfg, const struct opt *o, char *field,
     memcpy(num, val, (size_t)(colon - val));
     num[colon - val] = '\0';
     /* 2^32-1 is (uid_t)-1, "no change" to the kernel: never a real user. */
-    if (parse_uint(num, &a) < 0 || parse_uint(colon + 1, &b) < 0 || a >= 0xFFFFFFFFULL ||
-        b >= 0xFFFFFFFFULL)
+    if (config_parse_uint(num, &a) < 0 || config_parse_uint(colon + 1, &b) < 0 ||
+        a >= 0xFFFFFFFFULL || b >= 0xFFFFFFFFULL)
         goto bad_pair;
     if (o->type == OPT_USER) {
         cfg->user_uid = (uid_t)a;
@@ -638,7 +539,7 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         *(bool *)field = strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
         return 0;
     case OPT_UINT:
-        if (parse_uint(val, &v) < 0) {
+        if (config_parse_uint(val, &v) < 0) {
             snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);
             return -1;
         }
@@ -683,13 +584,13 @@ static const struct opt *find_opt(const char *name, size_t n)
     return NULL;
 }
 
-enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
-                                 char *const *envp, FILE *out, char *errbuf, size_t errlen)
+/* The command line's options into flag_val (by option; --listen given more than once joined
+ * in listen_list, of sizeof(cfg->listen)): CONFIG_RUN, or the outcome of --help, --version or a
+ * mistake (errbuf). */
+static enum config_outcome read_flags(int argc, char *const *argv, FILE *out, const char **flag_val,
+                                      char *listen_list, size_t listen_size, char *errbuf,
+                                      size_t errlen)
 {
-    const char *flag_val[NOPTS] = {0};
-    char listen_list[sizeof(cfg->listen)]; /* --listen given more than once, joined */
-    memset(cfg, 0, sizeof(*cfg));
-
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -722,7 +623,7 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
         }
         if (o->type == OPT_LISTEN && flag_val[o - opts]) {
             size_t have = strlen(flag_val[o - opts]);
-            if (have + 1 + strlen(val) >= sizeof(listen_list)) {
+            if (have + 1 + strlen(val) >= listen_size) {
                 snprintf(errbuf, errlen, "--%s: too many addresses (at most %d)", o->flag,
                          SBXD_LISTEN_MAX);
                 return CONFIG_EXIT_2;
@@ -735,61 +636,92 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
         }
         flag_val[o - opts] = val;
     }
+    return CONFIG_RUN;
+}
+
+/* An option's value and where it came from: its flag, its variable or its compatibility
+ * variable (src names it), or NULL (the default applies). */
+struct opt_value {
+    const char *val, *src;
+    uint64_t scale;
+    char srcbuf[96];
+    char scaled[32];
+};
+
+static void opt_value_of(struct sbxd_config *cfg, const struct opt *o, const char *flag,
+                         char *const *envp, struct opt_value *v)
+{
+    v->val = flag;
+    v->src = "";
+    v->scale = 1;
+    if (!v->val && (v->val = env_lookup(envp, o->env))) {
+        snprintf(v->srcbuf, sizeof(v->srcbuf), " (from %s)", o->env);
+        v->src = v->srcbuf;
+    }
+    if (!v->val && o->alt_env && (v->val = env_lookup(envp, o->alt_env))) {
+        snprintf(v->srcbuf, sizeof(v->srcbuf), " (from %s)", o->alt_env);
+        v->src = v->srcbuf;
+        v->scale = o->alt_env_scale ? o->alt_env_scale : 1;
+        if (v->scale > 1) {
+            /* A compatibility variable in seconds reads as the python runtime reads it:
+             * a number, fractions too ("0.5"); anything else, or not above 0, leaves the
+             * default (and a warning at start), rather than stopping the pod. */
+            if (seconds_to_ms(v->val, v->scale, v->scaled, sizeof(v->scaled)) == 0) {
+                v->val = v->scaled;
+                v->scale = 1;
+            } else {
+                snprintf(cfg->env_ignored, sizeof(cfg->env_ignored), "%s", o->alt_env);
+                v->val = NULL;
+                v->scale = 1;
+                v->src = "";
+            }
+        }
+    }
+}
+
+/* The default timeout above the maximum: a maximum below the default timeout (sbxd
+ * --max-timeout-ms 60000) lowers the default to it; only two values given that contradict
+ * each other are an error; a default timeout given alone raises the maximum. */
+static enum config_outcome settle_timeouts(struct sbxd_config *cfg, bool max_timeout_given,
+                                           bool timeout_given, char *errbuf, size_t errlen)
+{
+    if (cfg->timeout_ms <= cfg->max_timeout_ms)
+        return CONFIG_RUN;
+    if (max_timeout_given && !timeout_given) {
+        cfg->timeout_ms = cfg->max_timeout_ms;
+        return CONFIG_RUN;
+    }
+    if (max_timeout_given) {
+        snprintf(errbuf, errlen, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
+                 (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);
+        return CONFIG_EXIT_2;
+    }
+    cfg->max_timeout_ms = cfg->timeout_ms;
+    return CONFIG_RUN;
+}
+
+enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
+                                 char *const *envp, FILE *out, char *errbuf, size_t errlen)
+{
+    const char *flag_val[NOPTS] = {0};
+    char listen_list[sizeof(cfg->listen)]; /* --listen given more than once, joined */
+    memset(cfg, 0, sizeof(*cfg));
+    enum config_outcome r =
+        read_flags(argc, argv, out, flag_val, listen_list, sizeof(listen_list), errbuf, errlen);
+    if (r != CONFIG_RUN)
+        return r;
 
     bool max_timeout_given = false, timeout_given = false;
     for (size_t i = 0; i < NOPTS; i++) {
         const struct opt *o = &opts[i];
-        const char *val = flag_val[i];
-        const char *src = "";
-        char srcbuf[96];
-        uint64_t scale = 1;
-        if (!val && (val = env_lookup(envp, o->env))) {
-            snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->env);
-            src = srcbuf;
-        }
-        char scaled[32];
-        if (!val && o->alt_env && (val = env_lookup(envp, o->alt_env))) {
-            snprintf(srcbuf, sizeof(srcbuf), " (from %s)", o->alt_env);
-            src = srcbuf;
-            scale = o->alt_env_scale ? o->alt_env_scale : 1;
-            if (scale > 1) {
-                /* A compatibility variable in seconds reads as the python runtime reads it:
-                 * a number, fractions too ("0.5"); anything else, or not above 0, leaves the
-                 * default (and a warning at start), rather than stopping the pod. */
-                if (seconds_to_ms(val, scale, scaled, sizeof(scaled)) == 0) {
-                    val = scaled;
-                    scale = 1;
-                } else {
-                    snprintf(cfg->env_ignored, sizeof(cfg->env_ignored), "%s", o->alt_env);
-                    val = NULL;
-                    scale = 1;
-                    src = "";
-                }
-            }
-        }
-        if (val && o->off == OFF(max_timeout_ms))
+        struct opt_value v;
+        opt_value_of(cfg, o, flag_val[i], envp, &v);
+        if (v.val && o->off == OFF(max_timeout_ms))
             max_timeout_given = true;
-        if (val && o->off == OFF(timeout_ms))
+        if (v.val && o->off == OFF(timeout_ms))
             timeout_given = true;
-        if (!val)
-            val = o->def;
-        if (apply(cfg, o, val, src, scale, errbuf, errlen) < 0)
+        if (apply(cfg, o, v.val ? v.val : o->def, v.src, v.scale, errbuf, errlen) < 0)
             return CONFIG_EXIT_2;
     }
-
-    if (cfg->timeout_ms > cfg->max_timeout_ms) {
-        /* A maximum below the default timeout (sbxd --max-timeout-ms 60000) lowers the
-         * default to it: only two values given that contradict each other are an error. */
-        if (max_timeout_given && !timeout_given) {
-            cfg->timeout_ms = cfg->max_timeout_ms;
-            return CONFIG_RUN;
-        }
-        if (max_timeout_given) {
-            snprintf(errbuf, errlen, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
-                     (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);
-            return CONFIG_EXIT_2;
-        }
-        cfg->max_timeout_ms = cfg->timeout_ms;
-    }
-    return CONFIG_RUN;
+    return settle_timeouts(cfg, max_timeout_given, timeout_given, errbuf, errlen);
 }

@@ -97,6 +97,10 @@ enum config_outcome {
 enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
                                  char *const *envp, FILE *out, char *errbuf, size_t errlen);
 
+/* Parse a whole number in decimal, digits only (no sign, no space), up to UINT64_MAX: 0, or
+ * -1 (config_values.c, as the two below). */
+int config_parse_uint(const char *s, uint64_t *out);
+
 /* Parse "host:port", "[v6]:port" or ":port" (all interfaces) into a socket address. */
 int config_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len);
 

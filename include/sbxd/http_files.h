@@ -2,8 +2,8 @@
  * http_files.h - what the faces of the file API share on the HTTP side (route_files.c for
  * /files and /v1/files, route_legacy_files.c for the python-runtime routes): a file's bytes
  * sent from its fd (files_send.c), a directory's listing streamed (files_list.c), a body
- * streamed into a file (files_upload.c). The filesystem side is files.h. Only the file
- * routes include it.
+ * streamed into a file (files_upload.c), a directory's changes streamed (files_watch.c).
+ * The filesystem side is files.h. Only the file routes include it.
  */
 #ifndef SBXD_HTTP_FILES_H
 #define SBXD_HTTP_FILES_H
@@ -112,6 +112,18 @@ void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, u
  * name, type, size, mode, uid, gid, nlink, modified_at, created_at where the filesystem keeps
  * it, a symlink's symlink_target, a regular file's etag (route_files.c). */
 void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in);
+
+/* A whole-number query argument into *n (left alone when absent): false when malformed
+ * (route_files.c). */
+bool files_query_uint(struct MHD_Connection *c, const char *key, uint64_t *n);
+
+/* A true/false query argument into *v (left alone when absent): false when malformed
+ * (route_files.c). */
+bool files_query_bool(struct MHD_Connection *c, const char *key, bool *v);
+
+/* GET ?watch=true[&recursive=true][&since=OFFSET]: the directory path's changes, as they
+ * come (files_watch.c). */
+enum MHD_Result files_watch_get(struct server *srv, struct MHD_Connection *c, const char *path);
 
 /* ---- archives (files_archive.c) ---- */
 

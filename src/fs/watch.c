@@ -454,6 +454,82 @@ static void *hub_main(void *arg)
     return NULL;
 }
 
+/* Undo a hub whose thread never started: its descriptors, directories, path and locks. */
+static void hub_discard(struct hub *h)
+{
+    if (h->ifd >= 0)
+        close(h->ifd);
+    if (h->stopfd >= 0)
+        close(h->stopfd);
+    for (size_t i = 0; i < h->ndirs; i++)
+        free(h->dirs[i].path);
+    free(h->dirs);
+    free(h->path);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+    free(h);
+}
+
+/* A new hub watching path (taken: freed on failure) with one subscriber, its thread started
+ * and the hub listed: the hub, or NULL with err. */
+static struct hub *hub_start(char *path, bool recursive, struct sbxd_err *err)
+{
+    struct hub *h = calloc(1, sizeof(*h));
+    if (!h) {
+        free(path);
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    h->path = path;
+    h->recursive = recursive;
+    h->subs = 1;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    /* Offsets go on from one hub of a path to the next: a reader that comes back after
+     * the old one ended is never taken to be in step. */
+    h->first = h->start = h->end = (uint64_t)(time_real_ns() / 1000);
+    h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    h->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->ifd < 0 || h->stopfd < 0) {
+        int e = errno;
+        sbxd_fail_errno(err, e == EMFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
+                        "cannot set up a watch");
+        hub_discard(h);
+        return NULL;
+    }
+    fs_user_enter(&W.user);
+    h->top_wd = add_tree(h, h->path, false, 0, err);
+    fs_user_leave(&W.user);
+    if (h->top_wd < 0) {
+        hub_discard(h);
+        return NULL;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, SBXD_DRIVER_STACK + 65536);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    pthread_mutex_lock(&W.lock);
+    int rc = pthread_create(&th, &attr, hub_main, h);
+    if (rc == 0) {
+        h->next = W.head;
+        W.head = h;
+        W.hubs++;
+    }
+    pthread_mutex_unlock(&W.lock);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        sbxd_fail(err, SBXD_E_BUSY, rc, "cannot start a thread for the watch");
+        hub_discard(h);
+        return NULL;
+    }
+    return h;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Subscribers                                                                          */
 
@@ -488,62 +564,19 @@ struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, e
     struct hub *h = W.head;
     while (h && !(h->recursive == recursive && strcmp(h->path, p) == 0 && !h->thread_ended))
         h = h->next;
+    W.subs[pool]++; /* (held while a hub is made) */
     if (h) {
         h->subs++;
-        W.subs[pool]++;
         pthread_mutex_unlock(&W.lock);
         free(p);
     } else {
-        W.subs[pool]++; /* (held while the hub is made) */
         pthread_mutex_unlock(&W.lock);
-        h = calloc(1, sizeof(*h));
-        if (!h) {
-            sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-            goto fail;
-        }
-        h->path = p;
-        p = NULL;
-        h->recursive = recursive;
-        h->subs = 1;
-        pthread_mutex_init(&h->lock, NULL);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&h->cond, &ca);
-        pthread_condattr_destroy(&ca);
-        /* Offsets go on from one hub of a path to the next: a reader that comes back after
-         * the old one ended is never taken to be in step. */
-        h->first = h->start = h->end = (uint64_t)(time_real_ns() / 1000);
-        h->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-        h->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (h->ifd < 0 || h->stopfd < 0) {
-            int e = errno;
-            sbxd_fail_errno(err, e == EMFILE ? SBXD_E_BUSY : SBXD_E_INTERNAL, e,
-                            "cannot set up a watch");
-            goto fail_hub;
-        }
-        fs_user_enter(&W.user);
-        h->top_wd = add_tree(h, h->path, false, 0, err);
-        fs_user_leave(&W.user);
-        if (h->top_wd < 0)
-            goto fail_hub;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, SBXD_DRIVER_STACK + 65536);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t th;
-        pthread_mutex_lock(&W.lock);
-        int rc = pthread_create(&th, &attr, hub_main, h);
-        if (rc == 0) {
-            h->next = W.head;
-            W.head = h;
-            W.hubs++;
-        }
-        pthread_mutex_unlock(&W.lock);
-        pthread_attr_destroy(&attr);
-        if (rc != 0) {
-            sbxd_fail(err, SBXD_E_BUSY, rc, "cannot start a thread for the watch");
-            goto fail_hub;
+        if (!(h = hub_start(p, recursive, err))) {
+            pthread_mutex_lock(&W.lock);
+            W.subs[pool]--;
+            pthread_mutex_unlock(&W.lock);
+            free(s);
+            return NULL;
         }
     }
     s->h = h;
@@ -554,28 +587,6 @@ struct watch_sub *watch_open(const char *path, bool recursive, uint64_t since, e
     s->next = since == UINT64_MAX || since > h->end ? h->end : since;
     pthread_mutex_unlock(&h->lock);
     return s;
-
-fail_hub:
-    if (h) {
-        if (h->ifd >= 0)
-            close(h->ifd);
-        if (h->stopfd >= 0)
-            close(h->stopfd);
-        for (size_t i = 0; i < h->ndirs; i++)
-            free(h->dirs[i].path);
-        free(h->dirs);
-        free(h->path);
-        pthread_mutex_destroy(&h->lock);
-        pthread_cond_destroy(&h->cond);
-        free(h);
-    }
-fail:
-    pthread_mutex_lock(&W.lock);
-    W.subs[pool]--;
-    pthread_mutex_unlock(&W.lock);
-    free(p);
-    free(s);
-    return NULL;
 }
 
 uint64_t watch_offset(const struct watch_sub *s)

@@ -18,7 +18,6 @@
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/urldecode.h"
-#include "sbxd/watch.h"
 
 void files_user(const struct server *srv, struct fs_user *u)
 {
@@ -186,8 +185,7 @@ static bool query_arg(struct MHD_Connection *c, const char *key, char *out, size
     return true;
 }
 
-/* A whole-number query argument into *n (left alone when absent): false when malformed. */
-static bool query_uint(struct MHD_Connection *c, const char *key, uint64_t *n)
+bool files_query_uint(struct MHD_Connection *c, const char *key, uint64_t *n)
 {
     char v[32], *end;
     bool bad;
@@ -224,9 +222,9 @@ static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *
     const struct face_rules *rules = rules_of(rc);
     uint64_t limit = UINT64_MAX, offset = 0;
     const char *bad = NULL;
-    if (!query_uint(c, "limit", &limit) || limit == 0)
+    if (!files_query_uint(c, "limit", &limit) || limit == 0)
         bad = "limit must be a whole number above 0";
-    else if (!query_uint(c, "offset", &offset))
+    else if (!files_query_uint(c, "offset", &offset))
         bad = "offset must be a whole number";
     if (bad) {
         close(fd);
@@ -236,8 +234,7 @@ static enum MHD_Result get_directory(struct server *srv, struct MHD_Connection *
     return files_list_send(srv, c, fd, path, shown, &rules->list, offset, limit);
 }
 
-/* A true/false query argument into *v (left alone when absent): false when malformed. */
-static bool query_bool(struct MHD_Connection *c, const char *key, bool *v)
+bool files_query_bool(struct MHD_Connection *c, const char *key, bool *v)
 {
     char s[16];
     bool bad;
@@ -295,7 +292,7 @@ void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_in
 static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, const char *path)
 {
     bool follow = true;
-    if (!query_bool(c, "follow", &follow))
+    if (!files_query_bool(c, "follow", &follow))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "follow must be true or false");
     struct fs_user u;
@@ -320,131 +317,6 @@ static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, 
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
 
-/* ---------------------------------------------------------------------------------- */
-/* GET ?watch=true                                                                      */
-
-struct watch_stream {
-    struct server *srv;
-    struct watch_sub *sub;
-    bool started, ended;
-    bool recursive;
-    char *path;
-    struct watch_event ev;
-    struct events out;
-};
-
-static bool watch_stream_next(void *cls, bool ready)
-{
-    struct watch_stream *s = cls;
-    struct jsonw *w = &s->out.pending;
-    if (!s->started) {
-        s->started = true;
-        event_begin(&s->out, "watching");
-        jw_obj_begin(w);
-        jw_key(w, "type");
-        jw_str(w, "watching");
-        jw_key(w, "path");
-        jw_str(w, s->path);
-        jw_key(w, "recursive");
-        jw_bool(w, s->recursive);
-        jw_key(w, "offset");
-        jw_uint(w, watch_offset(s->sub));
-        jw_obj_end(w);
-        event_end(&s->out);
-        return true;
-    }
-    if (s->ended)
-        return false;
-    int k =
-        watch_next(s->sub, ready ? 0 : event_wait_ms(&s->out, s->srv->cfg->heartbeat_ms), &s->ev);
-    if (k < 0) {
-        s->ended = true;
-        return false;
-    }
-    if (k == 0) {
-        if (!ready)
-            event_heartbeat(&s->out);
-        return true;
-    }
-    const char *type = watch_type_name(s->ev.type);
-    char when[40];
-    time_rfc3339(s->ev.real_ns, when, sizeof(when));
-    event_begin(&s->out, type);
-    jw_obj_begin(w);
-    jw_key(w, "type");
-    jw_str(w, type);
-    jw_key(w, "path");
-    jw_str(w, s->ev.path);
-    if (s->ev.type == WATCH_RENAME) {
-        jw_key(w, "from");
-        jw_str(w, s->ev.from);
-    }
-    jw_key(w, "is_dir");
-    jw_bool(w, s->ev.is_dir);
-    if (s->ev.type == WATCH_OVERFLOW) {
-        jw_key(w, "missed");
-        if (s->ev.missed)
-            jw_uint(w, s->ev.missed);
-        else
-            jw_null(w);
-    }
-    jw_key(w, "offset");
-    jw_uint(w, s->ev.offset);
-    jw_key(w, "at");
-    jw_str(w, when);
-    jw_obj_end(w);
-    event_end(&s->out);
-    return true;
-}
-
-static ssize_t watch_stream_read(void *cls, uint64_t pos, char *out, size_t max)
-{
-    (void)pos;
-    struct watch_stream *s = cls;
-    return events_fill(&s->out, watch_stream_next, s, out, max, EVENTS_BATCH_ROOM);
-}
-
-static void watch_stream_free(void *cls)
-{
-    struct watch_stream *s = cls;
-    watch_close(s->sub);
-    events_free(&s->out);
-    free(s->path);
-    free(s);
-}
-
-/* GET ?watch=true[&recursive=true][&since=OFFSET]: the directory's changes, as they come. */
-static enum MHD_Result files_watch(struct server *srv, struct MHD_Connection *c, const char *path)
-{
-    bool recursive = false;
-    uint64_t since = UINT64_MAX;
-    if (!query_bool(c, "recursive", &recursive))
-        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                           "recursive must be true or false");
-    if (!query_uint(c, "since", &since))
-        return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
-                           "since must be an offset: a whole number an earlier event carried");
-    enum stream_format fmt = stream_format_of(c);
-    struct watch_stream *s = calloc(1, sizeof(*s));
-    if (!s || !(s->path = strdup(path))) {
-        free(s);
-        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
-    }
-    struct sbxd_err err = {0};
-    s->sub = watch_open(path, recursive, since, WATCH_POOL_FILES, &err);
-    if (!s->sub) {
-        free(s->path);
-        free(s);
-        return reply_err(c, &err);
-    }
-    s->srv = srv;
-    s->recursive = recursive;
-    if (fmt == STREAM_NONE)
-        fmt = STREAM_NDJSON;
-    events_init(&s->out, fmt);
-    return events_reply(c, fmt, watch_stream_read, s, watch_stream_free);
-}
-
 static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
 {
     struct sbxd_err err = {0};
@@ -452,17 +324,17 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
     if (!path)
         return reply_err(c, &err);
     bool stat = false;
-    if (!query_bool(c, "stat", &stat))
+    if (!files_query_bool(c, "stat", &stat))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "stat must be true or false");
     if (stat)
         return files_stat(srv, c, path);
     bool watch = false;
-    if (!query_bool(c, "watch", &watch))
+    if (!files_query_bool(c, "watch", &watch))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "watch must be true or false");
     if (watch)
-        return files_watch(srv, c, path);
+        return files_watch_get(srv, c, path);
     char av[16];
     bool abad;
     if (query_arg(c, "archive", av, sizeof(av), &abad)) {
@@ -589,7 +461,7 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "POST on a file takes one of move_to=DEST and copy_to=DEST (a path in "
                            "the workspace)");
-    if (!query_bool(c, "overwrite", &overwrite))
+    if (!files_query_bool(c, "overwrite", &overwrite))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "overwrite must be true or false");
     const char *rel = http_files_within(srv, to);
@@ -737,7 +609,7 @@ enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, 
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                                "archive= takes neither type= nor mode= (modes come from the "
                                "archive)");
-        if (!query_bool(c, "replace", &replace))
+        if (!files_query_bool(c, "replace", &replace))
             return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                                "replace must be true or false");
         if (files_archive_begin(p, replace, &err) < 0)

@@ -211,6 +211,56 @@ static bool mode_parse(const char *s, char out[5])
     return true;
 }
 
+/* Upload the file local ("-": stdin) to target, with mode (octal, or "" for the default). */
+static int put_file(const struct sbx *s, const struct sbx_cmd *cmd, const char *local,
+                    const char *target, const char *mode, bool from_stdin)
+{
+    int fd = from_stdin ? STDIN_FILENO : open(local, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        if (fd > STDIN_FILENO)
+            close(fd);
+        return fail(cmd->name, "cannot open '%s': %s", local, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        if (fd != STDIN_FILENO)
+            close(fd);
+        return fail(cmd->name, "'%s' is a directory; put -r uploads a tree", local);
+    }
+    /* A regular file (stdin redirected from one too, from where it stands): its size is
+     * known. A pipe, a terminal or a device: sent chunked. */
+    int64_t size = -1;
+    off_t at = S_ISREG(st.st_mode) ? lseek(fd, 0, SEEK_CUR) : -1;
+    if (at >= 0 && at <= st.st_size)
+        size = st.st_size - at;
+
+    char query[16] = "";
+    if (mode[0])
+        snprintf(query, sizeof(query), "?mode=%s", mode);
+    char *path = files_path(target, query);
+    int r = SBX_FAIL;
+    if (!path) {
+        fail(cmd->name, "out of memory");
+    } else {
+        struct request req = {.method = "PUT",
+                              .path = path,
+                              .upload = true,
+                              .upload_fd = fd,
+                              .upload_size = size,
+                              .progress = true,
+                              .progress_label = from_stdin ? "stdin" : local};
+        struct response resp;
+        if (http_perform(s, cmd->name, &req, &resp) == 0)
+            r = resp.status / 100 == 2 ? SBX_OK : http_report(cmd->name, &resp);
+        response_free(&resp);
+    }
+    free(path);
+    if (fd != STDIN_FILENO)
+        close(fd);
+    return r;
+}
+
 int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
     static const struct option longs[] = {{"mode", required_argument, NULL, 'm'},
@@ -271,50 +321,7 @@ int cmd_put(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
             return fail(cmd->name, "'%s' is not a directory", local);
         return put_tree(s, cmd, local, target, replace);
     }
-    int fd = from_stdin ? STDIN_FILENO : open(local, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int e = errno;
-        if (fd > STDIN_FILENO)
-            close(fd);
-        return fail(cmd->name, "cannot open '%s': %s", local, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        if (fd != STDIN_FILENO)
-            close(fd);
-        return fail(cmd->name, "'%s' is a directory; put -r uploads a tree", local);
-    }
-    /* A regular file (stdin redirected from one too, from where it stands): its size is
-     * known. A pipe, a terminal or a device: sent chunked. */
-    int64_t size = -1;
-    off_t at = S_ISREG(st.st_mode) ? lseek(fd, 0, SEEK_CUR) : -1;
-    if (at >= 0 && at <= st.st_size)
-        size = st.st_size - at;
-
-    char query[16] = "";
-    if (mode[0])
-        snprintf(query, sizeof(query), "?mode=%s", mode);
-    char *path = files_path(target, query);
-    int r = SBX_FAIL;
-    if (!path) {
-        fail(cmd->name, "out of memory");
-    } else {
-        struct request req = {.method = "PUT",
-                              .path = path,
-                              .upload = true,
-                              .upload_fd = fd,
-                              .upload_size = size,
-                              .progress = true,
-                              .progress_label = from_stdin ? "stdin" : local};
-        struct response resp;
-        if (http_perform(s, cmd->name, &req, &resp) == 0)
-            r = resp.status / 100 == 2 ? SBX_OK : http_report(cmd->name, &resp);
-        response_free(&resp);
-    }
-    free(path);
-    if (fd != STDIN_FILENO)
-        close(fd);
-    return r;
+    return put_file(s, cmd, local, target, mode, from_stdin);
 }
 
 /* ------------------------------------------------------------------ get */

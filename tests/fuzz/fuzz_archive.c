@@ -1,5 +1,5 @@
 /*
- * fuzz_archive - extraction of an archive's entries (src/fs/archive.c): names, links, types,
+ * fuzz_archive - extraction of an archive's entries (src/fs/archive*.c): names, links, types,
  * modes and limits, through libarchive's readers of tar and zip (and their compressions).
  *
  * LLVMFuzzerInitialize makes a temporary directory holding a workspace root and, beside it,
