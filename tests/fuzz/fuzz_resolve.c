@@ -1,6 +1,6 @@
 /*
  * fuzz_resolve - workspace confinement (src/fs/resolve.c) and URL path decoding
- * (http_url_decode in src/http/urldecode.c).
+ * (http_url_decode in src/util/urldecode.c).
  *
  * LLVMFuzzerInitialize builds a tree in a temporary directory: a workspace root with files,
  * directories and symlinks of every kind (inside, absolute, climbing out with "..", a loop,
