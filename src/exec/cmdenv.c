@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #include "sbxd/cmdenv.h"
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/secret.h"
 
 struct item {

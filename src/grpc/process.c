@@ -20,6 +20,7 @@
 #include "sbxd/background.h"
 #include "sbxd/run.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"

@@ -12,8 +12,8 @@
 
 #include "sbxd/archive.h"
 #include "sbxd/cleanup.h"
-#include "sbxd/http.h"
-#include "sbxd/http_files.h"
+#include "http_internal.h"
+#include "http_files_internal.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/log.h"
 #include "sbxd/reset.h"

@@ -7,6 +7,7 @@
 
 #include "sbxd/cmdenv.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/request.h"
 #include "suites.h"
 
