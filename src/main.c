@@ -280,9 +280,9 @@ static int setup_process(struct sbxd_config *cfg, sigset_t *set)
     /* Then what commands inherit of the environment, chosen once (the token is gone from it,
      * and no SBXD_ variable passes anyway: cmdenv.h). */
     static struct cmdenv cmdenv;
-    char why_env[256];
-    if (cmdenv_init(&cmdenv, cfg->pass_env, environ, why_env, sizeof(why_env)) < 0) {
-        fprintf(stderr, "sbxd: %s\n", why_env);
+    struct sbxd_err err_env = {0};
+    if (cmdenv_init(&cmdenv, cfg->pass_env, environ, &err_env) < 0) {
+        fprintf(stderr, "sbxd: %s\n", err_env.msg);
         return 2;
     }
     cfg->cmdenv = &cmdenv;
