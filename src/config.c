@@ -11,6 +11,7 @@
 
 #include "sbxd/config.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 
 enum opt_type {
     OPT_LISTEN,

@@ -42,6 +42,23 @@
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"
 
+/* The daemon's own fixed settings. */
+
+/* Allocations from this size up are mappings of their own, unmapped when freed (main.c). */
+#define SBXD_MMAP_THRESHOLD (64 * 1024)
+
+/* The daemon's own oom_score_adj, when it may lower it: nearly never chosen by the OOM
+ * killer, while commands (1000) always go first. Not -1000, which would exempt a leaking
+ * daemon altogether. */
+#define SBXD_DAEMON_OOM_SCORE_ADJ "-999"
+
+/* sbxd's own niceness, where it may raise its priority (commands run at SBXD_COMMAND_NICE). */
+#define SBXD_DAEMON_NICE -5
+
+/* The main thread wakes this often for the connection guard's ticks, sweeps and the trim
+ * at rest (deadlines are the keeper's, which sleeps until the next one: job_kill.c). */
+#define SBXD_MAIN_TICK_MS 200
+
 extern char **environ;
 
 /* A daemon started with 0, 1 or 2 closed would hand those numbers to its own pipes and
@@ -263,9 +280,9 @@ static int setup_process(struct sbxd_config *cfg, sigset_t *set)
     /* Then what commands inherit of the environment, chosen once (the token is gone from it,
      * and no SBXD_ variable passes anyway: cmdenv.h). */
     static struct cmdenv cmdenv;
-    char why_env[256];
-    if (cmdenv_init(&cmdenv, cfg->pass_env, environ, why_env, sizeof(why_env)) < 0) {
-        fprintf(stderr, "sbxd: %s\n", why_env);
+    struct sbxd_err err_env = {0};
+    if (cmdenv_init(&cmdenv, cfg->pass_env, environ, &err_env) < 0) {
+        fprintf(stderr, "sbxd: %s\n", err_env.msg);
         return 2;
     }
     cfg->cmdenv = &cmdenv;

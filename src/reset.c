@@ -12,7 +12,6 @@
 #include "sbxd/context.h"
 #include "sbxd/ipc_clear.h"
 #include "sbxd/job.h"
-#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/reset.h"
 #include "sbxd/timeutil.h"

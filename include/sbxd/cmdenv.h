@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "sbxd/err.h"
+
 struct cmdenv {
     char **vars; /* "NAME=value", NULL-terminated: PATH, LANG, then what was passed */
     size_t nvars;
@@ -31,9 +33,10 @@ struct cmdenv {
     bool empty; /* the list is empty: the minimal environment */
 };
 
-/* Choose from envp by spec (--pass-env's value). 0, or -1 with why (a bad item, or out of
- * memory) and ce holding nothing to free. */
-int cmdenv_init(struct cmdenv *ce, const char *spec, char *const *envp, char *why, size_t whylen);
+/* Choose from envp by spec (--pass-env's value). 0, or -1 with err (SBXD_E_INVALID: a bad
+ * item; SBXD_E_INTERNAL: out of memory; the message begins "--pass-env: ") and ce holding
+ * nothing to free. */
+int cmdenv_init(struct cmdenv *ce, const char *spec, char *const *envp, struct sbxd_err *err);
 void cmdenv_free(struct cmdenv *ce);
 
 /* The minimal environment (an empty list): for callers that have no cmdenv of their own. */

@@ -23,7 +23,7 @@
  * a restart.
  *
  * Any other language is a Jupyter kernel (kernelspec.h: "python" is ipykernel's python3),
- * started as an owned background process too, and spoken to directly (jupyter.h): each
+ * started as an owned background process too, and spoken to directly (jupyter_internal.h): each
  * execution is an execute_request, its output the iopub messages in reply to it (stream,
  * display_data, execute_result, error) until its execute_reply and the kernel's idle. The
  * connection file reaches the kernel as its stdin, a memfd it reads through /proc/self/fd/0,

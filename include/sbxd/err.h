@@ -49,4 +49,9 @@ int sbxd_fail(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno, const
 int sbxd_fail_errno(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));
 
+/* Put a context before err's message ("--pass-env: " + "more than 256 items"), keeping its
+ * kind, errno and flags, so a caller says where without re-making the error. The message is
+ * cut at sizeof(msg) - 1 bytes as any other. Returns -1, as sbxd_fail. */
+int sbxd_err_wrap(struct sbxd_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

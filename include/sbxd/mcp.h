@@ -104,4 +104,14 @@ void mcp_events_close(struct mcp_events *e);
 /* End every session (shutdown, after the transports stopped). */
 void mcp_shutdown(void);
 
+/* MCP's fixed limits (configurable ones are config.c's options). */
+
+/* MCP run_code answers at most this many images (and no more bytes of them than
+ * --max-output-bytes); the rest are counted as left out. */
+#define SBXD_MCP_MAX_IMAGES 32
+
+/* Directories one MCP session's resource subscriptions may be in (each a watch of its GET
+ * stream, from the MCP sessions' own pool of --max-watchers). */
+#define SBXD_MCP_SESSION_WATCH_DIRS 8
+
 #endif

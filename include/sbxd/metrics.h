@@ -27,7 +27,7 @@ enum metrics_limit {
     LIM_STDIN_TIMEOUT,      /* 409: --stdin-timeout-ms */
     LIM_MAX_QUEUED,         /* 429: --max-queued (the admission queue is full) */
     LIM_QUEUE_TIMEOUT,      /* 429: --queue-timeout-ms (waited that long for a slot) */
-    LIM_WEB_PAGE,           /* 403: a web page's Origin, or a Host only a page would name (web.h) */
+    LIM_WEB_PAGE, /* 403: a web page's Origin, or a Host only a page would name (web_internal.h) */
     LIM_N
 };
 

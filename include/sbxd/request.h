@@ -94,6 +94,9 @@ int exec_request_build(const struct request_policy *pol, const struct exec_bytes
                        struct exec_request *req, struct sbxd_err *err);
 
 void exec_request_free(struct exec_request *req);
+/* A request freed when its variable goes out of scope (cleanup.h): declare it zeroed, and hand
+ * it to a call that takes it over with STEAL_STRUCT(&req). */
+#define autoreq __attribute__((cleanup(exec_request_free)))
 
 /* A deep copy of src into dst (a template started again and again: a context's); -1 with
  * err (out of memory), dst holding nothing to free. */

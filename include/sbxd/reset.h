@@ -67,4 +67,11 @@ void reset_prepare(const struct reset_env *env);
  * (the report says what was; commands may start again either way). */
 int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd_err *err);
 
+/* The reset's fixed limits. */
+
+/* A reset waits at most this long for the killed jobs' processes to be reaped, then keeps
+ * killing what still runs as the command users for at most this long. */
+#define SBXD_RESET_REAP_MS   5000
+#define SBXD_RESET_STRAYS_MS 2000
+
 #endif

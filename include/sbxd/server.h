@@ -38,4 +38,15 @@ unsigned server_connections(struct server *srv);
 /* Close the listener and every connection, wait for their threads, free. */
 void server_stop(struct server *srv);
 
+/* Connections beyond --max-connections, which main sizes the descriptor limit by too. */
+
+/* Connections accepted past --max-connections when none waiting for a request can make
+ * room, to be answered 503 (or served, for a health check) rather than dropped unanswered;
+ * beyond them a connection is closed at accept (accept.c). */
+#define SBXD_CONN_SPARE 64
+
+/* Connections shut down (to make room, or cut off) whose threads have not ended yet: room
+ * for them in libmicrohttpd's count, so that it never refuses one sbxd admitted. */
+#define SBXD_CONN_DYING 1024
+
 #endif

@@ -16,8 +16,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/context.h"
-#include "sbxd/jupyter.h"
-#include "sbxd/limits.h"
+#include "jupyter_internal.h"
 #include "sbxd/request.h"
 
 #define TOKEN_LEN 32 /* hex digits: 128 random bits */
@@ -167,7 +166,7 @@ int ctx_random_hex(char *out, size_t n);
  * absolute path of the cwd it asked for goes to cwd_out. NULL with err. */
 struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, const char *env,
                           char *cwd_out, size_t cwd_len, struct sbxd_err *err);
-/* The largest message a kernel's connection takes (jupyter.h), from --max-output-bytes. */
+/* The largest message a kernel's connection takes (jupyter_internal.h), from --max-output-bytes. */
 int64_t ctx_kernel_msg_max(void);
 /* Forget c's kernel directory and remove it (its process is gone). */
 void ctx_kdir_remove(struct ctx *c);
@@ -228,5 +227,33 @@ void ctx_warm_discard(void);
 
 /* registry.c: whether c is still in the registry (not deleted). */
 bool ctx_listed(struct ctx *c);
+
+/* The contexts' fixed limits (configurable ones are config.c's options). */
+
+/* Code contexts: how long a shell has to come back from an interrupt (then it is restarted),
+ * and to start and answer its first marker. */
+#define SBXD_CTX_GRACE_MS 2000
+#define SBXD_CTX_START_MS 10000
+
+/* A Jupyter kernel's start (an interpreter and its libraries: seconds, more under gVisor or
+ * an emulated machine), and the largest message sbxd takes from one: a bigger one drops the
+ * kernel's connection (a guard on sbxd's memory, far above a chart or a page of output). */
+#define SBXD_KERNEL_START_MS 60000
+
+/* An interrupt is sent to a kernel again this often until the code stops (one that came
+ * before the code began is lost). */
+#define SBXD_KERNEL_REINTERRUPT_MS 250
+
+/* A kernel's message is received up to max(4 x --max-output-bytes, SBXD_KERNEL_MSG_MIN)
+ * bytes, never more than SBXD_KERNEL_MSG_MAX (a larger one is dropped with its connection,
+ * which ZeroMQ makes again), and at most SBXD_KERNEL_RCVHWM of iopub's wait in sbxd: the
+ * rest wait in the kernel's own memory. */
+#define SBXD_KERNEL_MSG_MIN (16LL << 20)
+#define SBXD_KERNEL_MSG_MAX (64LL << 20)
+#define SBXD_KERNEL_RCVHWM  4
+
+/* Warm kernels (--warm-contexts) at most, and how long a failed start waits to try again. */
+#define SBXD_WARM_MAX     8
+#define SBXD_WARM_RETRY_S 30
 
 #endif

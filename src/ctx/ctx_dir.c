@@ -10,7 +10,7 @@
  * read permission). Everything in it has a name of 128 random bits:
  *  - each shell execution's fifo (context.c);
  *  - each kernel's own directory, its working directory as it starts: it binds its sockets
- *    there under relative names (jupyter.h, transport ipc) and keeps its IPython directory
+ *    there under relative names (jupyter_internal.h, transport ipc) and keeps its IPython directory
  *    there. A command cannot find it, so it can neither connect to the kernel's sockets (a
  *    ZeroMQ subscriber needs no key to read everything iopub publishes: another client's code
  *    and output) nor plant a startup file in the kernel's IPython profile before the kernel

@@ -1,4 +1,4 @@
-/* The Jupyter messaging protocol over ZeroMQ (jupyter.h). */
+/* The Jupyter messaging protocol over ZeroMQ (jupyter_internal.h). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "sbxd/jupyter.h"
-#include "sbxd/limits.h"
+#include "jupyter_internal.h"
+#include "context_internal.h"
 #include "sbxd/timeutil.h"
 
 #define DELIM   "<IDS|MSG>"

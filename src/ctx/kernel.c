@@ -1,4 +1,4 @@
-/* Code contexts that are Jupyter kernels (context.h, jupyter.h). */
+/* Code contexts that are Jupyter kernels (context.h, jupyter_internal.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -307,7 +307,7 @@ static int kernel_start(struct ctx *c, struct sbxd_err *err)
         ctx_kdir_remove(c);
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, e, "cannot write a kernel's connection file");
     }
-    /* It starts in its own directory, where it binds its sockets (jupyter.h), with its
+    /* It starts in its own directory, where it binds its sockets (jupyter_internal.h), with its
      * IPython directory there too (no command can reach it, and nothing is put in the
      * workspace, which `git clone URL .` needs empty), unless the client named one. */
     char cwd[PATH_MAX], ipy[PATH_MAX + 32];

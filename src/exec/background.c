@@ -19,7 +19,7 @@
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
-#include "sbxd/ring.h"
+#include "ring_internal.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 

@@ -11,7 +11,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/job.h"
-#include "sbxd/ring.h"
+#include "ring_internal.h"
 
 /* One stdin write while its writer waits: on the writer's stack, in the queue until all of it
  * is handed to the job. Under its process's lock. */

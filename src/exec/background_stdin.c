@@ -16,6 +16,7 @@
 
 #include "background_internal.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/timeutil.h"
 
 /* Why job_stdin_write failed, in words that last (its message names the chunk's counts, not

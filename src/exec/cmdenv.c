@@ -2,13 +2,15 @@
  * cmdenv.c - the environment commands start from (cmdenv.h): sbxd's own, through the
  * allow-list of --pass-env, read once at start-up.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "sbxd/cmdenv.h"
-#include "sbxd/limits.h"
+#include "sbxd/err.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/secret.h"
 
 struct item {
@@ -29,8 +31,8 @@ static bool is_sbxd_name(const char *name, size_t len)
 }
 
 /* Split list (comma-separated, blanks around items ignored) into items[*n...]. 0, or -1 with
- * why. The items point into list. */
-static int parse_list(const char *list, struct item *items, size_t *n, char *why, size_t whylen)
+ * err (SBXD_E_INVALID). The items point into list. */
+static int parse_list(const char *list, struct item *items, size_t *n, struct sbxd_err *err)
 {
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -48,22 +50,19 @@ static int parse_list(const char *list, struct item *items, size_t *n, char *why
         for (size_t i = 0; i < nl && ok; i++)
             ok = name_char(s[i], i == 0);
         if (!ok || (!prefix && !nl)) {
-            snprintf(why, whylen,
-                     "--pass-env: '%.*s' is not a variable's NAME or a PREFIX* (letters, digits "
-                     "and _, not a digit first)",
-                     (int)(len > 64 ? 64 : len), s);
-            return -1;
+            return sbxd_fail(err, SBXD_E_INVALID, 0,
+                             "'%.*s' is not a variable's NAME or a PREFIX* (letters, digits "
+                             "and _, not a digit first)",
+                             (int)(len > 64 ? 64 : len), s);
         }
         /* Refused rather than ignored: the operator would believe it passed. No SBXD_ name
          * ever reaches a command (the token's variable, SBXD_TOKEN, is one). */
         if (!prefix && is_sbxd_name(s, nl)) {
-            snprintf(why, whylen, "--pass-env: %.*s is sbxd's own setting and never passed",
-                     (int)(nl > 64 ? 64 : nl), s);
-            return -1;
+            return sbxd_fail(err, SBXD_E_INVALID, 0, "%.*s is sbxd's own setting and never passed",
+                             (int)(nl > 64 ? 64 : nl), s);
         }
         if (*n >= SBXD_PASS_ENV_MAX_ITEMS) {
-            snprintf(why, whylen, "--pass-env: more than %d items", SBXD_PASS_ENV_MAX_ITEMS);
-            return -1;
+            return sbxd_fail(err, SBXD_E_INVALID, 0, "more than %d items", SBXD_PASS_ENV_MAX_ITEMS);
         }
         items[(*n)++] = (struct item){.s = s, .len = nl, .prefix = prefix};
     }
@@ -114,15 +113,15 @@ static bool has_name(char *const *vars, size_t n, const char *name, size_t len)
     return false;
 }
 
-int cmdenv_init(struct cmdenv *ce, const char *spec, char *const *envp, char *why, size_t whylen)
+int cmdenv_init(struct cmdenv *ce, const char *spec, char *const *envp, struct sbxd_err *err)
 {
     memset(ce, 0, sizeof(*ce));
     struct item items[SBXD_PASS_ENV_MAX_ITEMS];
     size_t n = 0;
     bool plus = spec[0] == '+'; /* the default list, and these */
-    if ((plus && parse_list(SBXD_PASS_ENV_DEFAULT, items, &n, why, whylen) < 0) ||
-        parse_list(spec + plus, items, &n, why, whylen) < 0)
-        return -1;
+    if ((plus && parse_list(SBXD_PASS_ENV_DEFAULT, items, &n, err) < 0) ||
+        parse_list(spec + plus, items, &n, err) < 0)
+        return sbxd_err_wrap(err, "--pass-env: ");
     ce->empty = n == 0;
     size_t nenv = 0;
     for (char *const *e = envp; e && *e; e++)
@@ -152,8 +151,7 @@ int cmdenv_init(struct cmdenv *ce, const char *spec, char *const *envp, char *wh
     return 0;
 nomem:
     cmdenv_free(ce);
-    snprintf(why, whylen, "--pass-env: out of memory");
-    return -1;
+    return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "--pass-env: out of memory");
 }
 
 const struct cmdenv *cmdenv_minimal(void)

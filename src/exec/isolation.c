@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "sbxd/isolation.h"
-#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "job_internal.h"
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/resolve.h"
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/jsonkeys.h"
 #include "sbxd/request.h"
 #include "sbxd/utf8.h"

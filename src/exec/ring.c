@@ -1,7 +1,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/ring.h"
+#include "ring_internal.h"
 
 #define RING_FIRST_ALLOC (64 * 1024)
 #define RING_FIRST_SEGS  64

@@ -11,6 +11,7 @@
 
 #include "sbxd/exec_service.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"

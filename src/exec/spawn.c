@@ -17,7 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/spawn.h"
 #include "spawn_internal.h"
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/spawn.h"
 #include "spawn_internal.h"
 

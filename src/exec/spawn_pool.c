@@ -38,7 +38,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/resolve.h"
 #include "sbxd/spawn.h"
 #include "sbxd/timeutil.h"

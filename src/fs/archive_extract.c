@@ -18,7 +18,6 @@
 
 #include "sbxd/archive.h"
 #include "sbxd/cleanup.h"
-#include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 
 #include "archive_internal.h"

@@ -16,7 +16,7 @@
 
 #include "sbxd/archive.h"
 #include "sbxd/cleanup.h"
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 
 #include "archive_internal.h"
 #include "files_internal.h"

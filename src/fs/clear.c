@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "sbxd/files.h"
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/walk.h"
 
 static void note_failure(struct fs_clear_stats *st, const char *name, int e)

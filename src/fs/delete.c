@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "sbxd/cleanup.h"
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/resolve.h"
 #include "sbxd/walk.h"
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "sbxd/cleanup.h"
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/resolve.h"
 #include "sbxd/walk.h"
 

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 
 #include "files_internal.h"
 

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/resolve.h"
 
 static int mkdir_p(const char *path)

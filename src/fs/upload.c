@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/log.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/walk.h"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "sbxd/log.h"
 #include "sbxd/resolve.h"
 #include "sbxd/timeutil.h"

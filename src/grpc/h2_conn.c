@@ -20,7 +20,6 @@
 
 #include "h2_internal.h"
 #include "sbxd/auth.h"
-#include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"
 #include "sbxd/timeutil.h"

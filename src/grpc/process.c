@@ -18,8 +18,10 @@
 #include "grpc_internal.h"
 #include "process/v1/process.pb-c.h"
 #include "sbxd/background.h"
+#include "sbxd/cleanup.h"
 #include "sbxd/run.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
@@ -83,7 +85,7 @@ static int build_request(const struct grpc_call *c, const Process__V1__ProcessCo
 {
     size_t argc = pc ? pc->n_command : 0;
     size_t nenv = pc ? pc->n_env_vars : 0;
-    struct exec_bytes *v = calloc(argc + 2 * nenv + 1, sizeof(*v));
+    autofree struct exec_bytes *v = calloc(argc + 2 * nenv + 1, sizeof(*v));
     if (!v)
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
     struct exec_bytes *names = v + argc, *values = names + nenv, cwd = {"", 0};
@@ -96,10 +98,8 @@ static int build_request(const struct grpc_call *c, const Process__V1__ProcessCo
     }
     if (pc)
         cwd = (struct exec_bytes){pc->cwd.data, pc->cwd.len};
-    int rc =
-        exec_request_build(pol, v, argc, names, values, nenv, &cwd, call_timeout_ms(c), req, err);
-    free(v);
-    return rc;
+    return exec_request_build(pol, v, argc, names, values, nenv, &cwd, call_timeout_ms(c), req,
+                              err);
 }
 
 /* An sbxd error as the call's status. A path outside the workspace (SBXD_E_DENIED, whether
@@ -288,7 +288,7 @@ static void process_execute(struct grpc_call *c)
     const struct sbxd_config *cfg = grpc_call_config(c);
     struct request_policy pol;
     run_policy(s, MX_SYNC, &pol);
-    struct exec_request req;
+    autoreq struct exec_request req = {0};
     struct sbxd_err err = {0};
     int rc = build_request(c, rq->config, &pol, &req, &err);
     process__v1__execute_request__free_unpacked(rq, NULL);
@@ -297,13 +297,12 @@ static void process_execute(struct grpc_call *c)
         return;
     }
     if (grpc_call_draining(c)) {
-        exec_request_free(&req);
         grpc_call_finish(c, GRPC_UNAVAILABLE, "sbxd is shutting down and takes no new commands");
         return;
     }
     struct run_front f = call_front(c, MX_SYNC);
     struct run run;
-    if (run_open(&run, s, &f, &req, &err) < 0) {
+    if (run_open(&run, s, &f, STEAL_STRUCT(&req), &err) < 0) {
         finish_refused(c, &err);
         return;
     }
@@ -469,24 +468,23 @@ static void process_start(struct grpc_call *c)
      * sooner, and may have a terminal (run_policy). */
     struct request_policy pol;
     run_policy(s, MX_BACKGROUND, &pol);
-    struct exec_request req;
+    autoreq struct exec_request req = {0};
     struct sbxd_err err = {0};
     int rc = build_request(c, rq->config, &pol, &req, &err);
-    if (rc == 0 && rq->pty && (rc = set_pty(rq->pty, &req, &err)) < 0)
-        exec_request_free(&req);
+    if (rc == 0 && rq->pty)
+        rc = set_pty(rq->pty, &req, &err);
     process__v1__start_request__free_unpacked(rq, NULL);
     if (rc < 0) {
         finish_err(c, &err);
         return;
     }
     if (grpc_call_draining(c)) {
-        exec_request_free(&req);
         grpc_call_finish(c, GRPC_UNAVAILABLE, "sbxd is shutting down and takes no new processes");
         return;
     }
     /* Its start waits its turn among --max-running like any command's (run.h). */
     struct run_front f = call_front(c, MX_BACKGROUND);
-    struct bg_proc *p = run_start_process(s, &f, &req, NULL, &err);
+    struct bg_proc *p = run_start_process(s, &f, STEAL_STRUCT(&req), NULL, &err);
     if (!p) {
         finish_refused(c, &err);
         return;

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "sbxd/acceptor.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"

@@ -1,7 +1,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/timeutil.h"
 

@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "sbxd/archive.h"
-#include "sbxd/http_files.h"
+#include "http_files_internal.h"
 #include "sbxd/log.h"
 #include "sbxd/timeutil.h"
 

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sbxd/http_files.h"
-#include "sbxd/limits.h"
+#include "http_files_internal.h"
+#include "http_internal.h"
 #include "sbxd/log.h"
 #include "sbxd/resolve.h"
 

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sbxd/http_files.h"
+#include "http_files_internal.h"
 #include "sbxd/metrics.h"
 
 static void http_date(int64_t ns, char *out, size_t len)

@@ -7,8 +7,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "sbxd/http_files.h"
-#include "sbxd/limits.h"
+#include "http_files_internal.h"
+#include "http_internal.h"
 #include "sbxd/metrics.h"
 
 static void put_free(void *state, bool completed)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/http_files.h"
+#include "http_files_internal.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/watch.h"
 

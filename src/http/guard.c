@@ -1,7 +1,7 @@
 /*
  * guard.c - what stands between the network and the routes: the connection caps (in all, and
  * per client address), the deadline for a request to arrive, the size of a request's head,
- * the bearer token, and what a web page may send (web.h).
+ * the bearer token, and what a web page may send (web_internal.h).
  *
  * Every open connection has an entry here from its accept (accept.c asks guard_admit) to
  * libmicrohttpd's "closed" notice; the entry is removed before libmicrohttpd closes the
@@ -28,12 +28,13 @@
 #include <sys/socket.h>
 
 #include "sbxd/auth.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/log.h"
 #include "mcp_http.h"
 #include "sbxd/metrics.h"
 #include "sbxd/timeutil.h"
-#include "sbxd/web.h"
+#include "web_internal.h"
+#include "sbxd/server.h"
 
 /* A connection over a cap gets this long to send its request, which is then answered with the
  * refusal; one that sends nothing is refused by the watchdog when it runs out. */
@@ -352,8 +353,8 @@ static enum MHD_Result add_header_len(void *cls, enum MHD_ValueKind kind, const 
 }
 
 /*
- * A web page in a person's browser must not drive sbxd (web.h): a page of another site posts
- * to 127.0.0.1:8888 without a preflight, and a page whose name was rebound to this address
+ * A web page in a person's browser must not drive sbxd (web_internal.h): a page of another site
+ * posts to 127.0.0.1:8888 without a preflight, and a page whose name was rebound to this address
  * reads the answers too. Every route, the health checks included, before the token and
  * before any route is chosen: a request with a foreign Origin, (without a token, which no
  * page can know) a Host naming what only such a page would name, or a browser's POST that

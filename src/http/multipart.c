@@ -1,5 +1,5 @@
 /*
- * multipart.c - the streaming multipart/form-data parser (multipart.h). Content is scanned
+ * multipart.c - the streaming multipart/form-data parser (multipart_internal.h). Content is scanned
  * for the delimiter with memmem over each whole piece and handed on as one run per piece,
  * straight from the caller's buffer: a 256 MiB upload costs one pass over its bytes and as
  * many callbacks (writes) as a raw body would. Only header lines are copied (into hdr).
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "sbxd/multipart.h"
+#include "multipart_internal.h"
 
 bool mp_is_multipart(const char *ct)
 {

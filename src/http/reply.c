@@ -4,12 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/http.h"
-#include "sbxd/web.h"
+#include "http_internal.h"
+#include "web_internal.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 #include "sbxd/jsonw.h"
-#include "sbxd/limits.h"
 
 /* Queue body (taken over) as JSON, with one optional extra header. */
 static enum MHD_Result queue_json(struct MHD_Connection *c, unsigned status, char *body, size_t len,

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 
 #include "sbxd/context.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/kernelspec.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"

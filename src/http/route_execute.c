@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "sbxd/run.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/metrics.h"
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"

@@ -5,7 +5,7 @@
  * ?type=directory), POST (?move_to=, ?copy_to=), DELETE. Two faces of one implementation: the route
  * says which (struct route's face), and what differs between them is the table face_rules. The
  * legacy python-runtime routes are route_legacy_files.c; the pieces all faces share are
- * http_files.h, the filesystem side fs/files.c.
+ * http_files_internal.h, the filesystem side fs/files.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,8 +14,7 @@
 #include <unistd.h>
 
 #include "sbxd/cleanup.h"
-#include "sbxd/http_files.h"
-#include "sbxd/limits.h"
+#include "http_files_internal.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/urldecode.h"
 

@@ -6,7 +6,7 @@
 
 #include "sbxd/background.h"
 #include "sbxd/cmdenv.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
 #include "sbxd/metrics.h"

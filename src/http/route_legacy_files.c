@@ -1,7 +1,7 @@
 /*
  * The legacy python-runtime file routes, as every agent-sandbox SDK speaks them by default:
  * POST /upload (multipart part "file", its filename the destination), GET /download/{path},
- * GET /list/{path}, GET /exists/{path}. Over the same core as /files (http_files.h,
+ * GET /list/{path}, GET /exists/{path}. Over the same core as /files (http_files_internal.h,
  * fs/files.c); what is theirs: errors are {"message": ...} (escapes "Access denied"), a
  * listing is a bare array of {name,size,type,mod_time}, a download is an attachment.
  */
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "sbxd/cleanup.h"
-#include "sbxd/http_files.h"
+#include "http_files_internal.h"
 #include "sbxd/resolve.h"
 
 /* Legacy errors are {"message": ...} as the python runtime sends them: escapes are "Access

@@ -17,12 +17,12 @@
 #include <unistd.h>
 
 #include "mcp_http.h"
-#include "sbxd/http.h"
-#include "sbxd/http_files.h"
+#include "http_internal.h"
+#include "http_files_internal.h"
 #include "sbxd/jsonrpc.h"
 #include "sbxd/mcp.h"
 #include "sbxd/timeutil.h"
-#include "sbxd/web.h"
+#include "web_internal.h"
 
 /* How often an idle GET stream says it is alive (an SSE comment). */
 #define MCP_HEARTBEAT_MS 15000

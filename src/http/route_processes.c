@@ -8,9 +8,10 @@
 
 #include "sbxd/background.h"
 #include "sbxd/run.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 

@@ -12,8 +12,8 @@
 
 #include "sbxd/archive.h"
 #include "sbxd/cleanup.h"
-#include "sbxd/http.h"
-#include "sbxd/http_files.h"
+#include "http_internal.h"
+#include "http_files_internal.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/log.h"
 #include "sbxd/reset.h"
@@ -216,10 +216,8 @@ enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct
         jw_key(&w, "code");
         jw_str(&w, err_code(serr.kind));
         jw_key(&w, "message");
-        char msg[sizeof(serr.msg) + 96];
-        snprintf(msg, sizeof(msg), "the sandbox was reset, but from was not extracted: %s",
-                 serr.msg);
-        jw_str(&w, msg);
+        sbxd_err_wrap(&serr, "the sandbox was reset, but from was not extracted: ");
+        jw_str(&w, serr.msg);
     }
     write_report(&w, &rep);
     if (from && rc_reset == 0 && rc_setup == 0) {

@@ -4,7 +4,7 @@
  * no route by name: a route whose protocol answers an oversized body its own way says so
  * here (too_large), as MCP's JSON-RPC error does.
  */
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "mcp_http.h"
 
 #define ALL_FILE_METHODS (HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE)

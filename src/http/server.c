@@ -7,7 +7,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 #include "sbxd/metrics.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "sbxd/web.h"
+#include "web_internal.h"
 
 /* The next item of a comma-separated list at *p (blanks around it trimmed) into *item and
  * *len; false at the list's end. */

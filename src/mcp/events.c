@@ -10,7 +10,7 @@
 
 #include "mcp_internal.h"
 #include "sbxd/jsonrpc.h"
-#include "sbxd/limits.h"
+#include "sbxd/mcp.h"
 #include "sbxd/log.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/watch.h"

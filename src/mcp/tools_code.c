@@ -9,7 +9,7 @@
 
 #include "mcp_internal.h"
 #include "sbxd/context.h"
-#include "sbxd/limits.h"
+#include "sbxd/mcp.h"
 #include "sbxd/outbuf.h"
 
 /* What a run of code gave. */

@@ -40,3 +40,23 @@ int sbxd_fail_errno(struct sbxd_err *err, enum sbxd_errkind kind, int sys_errno,
     va_end(ap);
     return -1;
 }
+
+int sbxd_err_wrap(struct sbxd_err *err, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    char out[sizeof(err->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, sizeof(out), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -1;
+    size_t at = (size_t)n < sizeof(out) ? (size_t)n : sizeof(out) - 1;
+    size_t room = sizeof(out) - 1 - at;
+    size_t len = strnlen(err->msg, sizeof(err->msg) - 1);
+    memcpy(out + at, err->msg, len < room ? len : room);
+    out[at + (len < room ? len : room)] = '\0';
+    memcpy(err->msg, out, sizeof(out));
+    return -1;
+}

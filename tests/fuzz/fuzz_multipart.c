@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/multipart.h"
+#include "multipart_internal.h"
 
 #include "fuzz.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/request.h"
 #include "sbxd/utf8.h"
 

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/http.h"
-#include "sbxd/web.h"
+#include "http_internal.h"
+#include "web_internal.h"
 
 #include "fuzz.h"
 

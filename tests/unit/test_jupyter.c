@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "sbxd/jupyter.h"
+#include "jupyter_internal.h"
 #include "suites.h"
 
 struct fake {

@@ -11,7 +11,7 @@
 
 #include "sbxd/files.h"
 #include "sbxd/jsonw.h"
-#include "sbxd/limits.h"
+#include "sbxd/fs_limits.h"
 #include "suites.h"
 
 static char dir[64];

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/multipart.h"
+#include "multipart_internal.h"
 #include "sbxd/urldecode.h"
 #include "suites.h"
 

@@ -7,6 +7,7 @@
 
 #include "sbxd/cmdenv.h"
 #include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/request.h"
 #include "suites.h"
 
@@ -307,9 +308,8 @@ START_TEST(cmdenv_allow_list)
                     "noequals",
                     NULL};
     struct cmdenv ce;
-    char why[256];
-    ck_assert_int_eq(
-        cmdenv_init(&ce, " PATH , JAVA_HOME,SANDBOX_*, s*,H*,,", envp, why, sizeof(why)), 0);
+    struct sbxd_err why = {0};
+    ck_assert_int_eq(cmdenv_init(&ce, " PATH , JAVA_HOME,SANDBOX_*, s*,H*,,", envp, &why), 0);
     ck_assert_str_eq(cmdenv_get(&ce, "PATH"), "/img/bin:/bin"); /* the first, as getenv */
     ck_assert_str_eq(cmdenv_get(&ce, "JAVA_HOME"), "/jdk");
     ck_assert_str_eq(cmdenv_get(&ce, "SANDBOX_PLAIN"), "https://h/x");
@@ -325,7 +325,7 @@ START_TEST(cmdenv_allow_list)
     cmdenv_free(&ce);
 
     /* Named: passed as it is. The base's HOME then is sbxd's, and no request override. */
-    ck_assert_int_eq(cmdenv_init(&ce, "MY_API_KEY,HOME", envp, why, sizeof(why)), 0);
+    ck_assert_int_eq(cmdenv_init(&ce, "MY_API_KEY,HOME", envp, &why), 0);
     ck_assert_str_eq(cmdenv_get(&ce, "MY_API_KEY"), "k");
     ck_assert_str_eq(cmdenv_get(&ce, "PATH"), SBXD_BASE_PATH);
     ck_assert(ce.home);
@@ -343,19 +343,22 @@ START_TEST(cmdenv_allow_list)
     cmdenv_free(&ce);
 
     /* + adds to the default; empty is minimal; bad items refused. */
-    ck_assert_int_eq(cmdenv_init(&ce, "+MY_API_KEY", envp, why, sizeof(why)), 0);
+    ck_assert_int_eq(cmdenv_init(&ce, "+MY_API_KEY", envp, &why), 0);
     ck_assert_str_eq(cmdenv_get(&ce, "JAVA_HOME"), "/jdk");
     ck_assert_str_eq(cmdenv_get(&ce, "MY_API_KEY"), "k");
     cmdenv_free(&ce);
-    ck_assert_int_eq(cmdenv_init(&ce, "", envp, why, sizeof(why)), 0);
+    ck_assert_int_eq(cmdenv_init(&ce, "", envp, &why), 0);
     ck_assert(ce.empty);
     ck_assert_uint_eq(ce.nvars, 2);
     cmdenv_free(&ce);
     static const char *const bad_lists[] = {"SBXD_TOKEN", "A,Sbxd_x", "1A", "A-B",
                                             "A*B",        "**",       "A B"};
-    for (size_t i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++)
-        ck_assert_msg(cmdenv_init(&ce, bad_lists[i], envp, why, sizeof(why)) == -1, "%s",
-                      bad_lists[i]);
+    for (size_t i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++) {
+        ck_assert_msg(cmdenv_init(&ce, bad_lists[i], envp, &why) == -1, "%s", bad_lists[i]);
+        /* The context is put before the item's error, whose kind stays. */
+        ck_assert_int_eq(why.kind, SBXD_E_INVALID);
+        ck_assert_msg(strncmp(why.msg, "--pass-env: ", 12) == 0, "%s", why.msg);
+    }
 }
 END_TEST
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sbxd/ring.h"
+#include "ring_internal.h"
 #include "suites.h"
 
 /* Everything from off to the end, with the stream of each byte, as ring_read hands it out

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sbxd/base64.h"
+#include "sbxd/err.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
@@ -284,6 +285,27 @@ START_TEST(base64_roundtrip)
 }
 END_TEST
 
+/* sbxd_err_wrap puts a context before the message and keeps what the error is; a message
+ * that no longer fits is cut as any other. */
+START_TEST(err_wrap_keeps_the_error)
+{
+    struct sbxd_err e = {0};
+    sbxd_fail(&e, SBXD_E_CONFLICT, 17, "in use");
+    e.flags = SBXD_EF_ENDED;
+    ck_assert_int_eq(sbxd_err_wrap(&e, "--%s: ", "flag"), -1);
+    ck_assert_str_eq(e.msg, "--flag: in use");
+    ck_assert_int_eq(e.kind, SBXD_E_CONFLICT);
+    ck_assert_int_eq(e.sys_errno, 17);
+    ck_assert_uint_eq(e.flags, SBXD_EF_ENDED);
+    memset(e.msg, 'x', sizeof(e.msg) - 1);
+    e.msg[sizeof(e.msg) - 1] = '\0';
+    sbxd_err_wrap(&e, "ctx: ");
+    ck_assert_uint_eq(strlen(e.msg), sizeof(e.msg) - 1);
+    ck_assert(strncmp(e.msg, "ctx: xxx", 8) == 0);
+    ck_assert_int_eq(sbxd_err_wrap(NULL, "ctx: "), -1);
+}
+END_TEST
+
 Suite *text_suite(void)
 {
     Suite *s = suite_create("text");
@@ -297,6 +319,7 @@ Suite *text_suite(void)
     tcase_add_test(tc, json_structure);
     tcase_add_test(tc, base64_roundtrip);
     tcase_add_test(tc, seconds_as_python_writes_them);
+    tcase_add_test(tc, err_wrap_keeps_the_error);
     suite_add_tcase(s, tc);
     return s;
 }

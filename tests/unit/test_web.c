@@ -1,8 +1,8 @@
 /* What a web page may ask of sbxd: the Origin and Host rules, simple POSTs, the JSON type
- * (web.h). */
+ * (web_internal.h). */
 #include <check.h>
 
-#include "sbxd/web.h"
+#include "web_internal.h"
 #include "suites.h"
 
 START_TEST(origins)

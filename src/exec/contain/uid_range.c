@@ -19,7 +19,7 @@
 
 #include "sbxd/files.h"
 #include "sbxd/isolation.h"
-#include "sbxd/limits.h"
+#include "sbxd/exec_limits.h"
 #include "sbxd/log.h"
 #include "sbxd/walk.h"
 

@@ -1,5 +1,5 @@
 /*
- * jupyter.h - sbxd as the client of one Jupyter kernel: the messaging protocol (v5.3) over
+ * jupyter_internal.h - sbxd as the client of one Jupyter kernel: the messaging protocol (v5.3) over
  * ZeroMQ (libzmq), every message signed and checked with HMAC-SHA256 (libsodium) under a key
  * made for that kernel alone.
  *
@@ -17,8 +17,8 @@
  * kernel to the ones that run code in it), except for jp_send on the control channel, which
  * any thread may call (an interrupt from another request).
  */
-#ifndef SBXD_JUPYTER_H
-#define SBXD_JUPYTER_H
+#ifndef SBXD_JUPYTER_INTERNAL_H
+#define SBXD_JUPYTER_INTERNAL_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

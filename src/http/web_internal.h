@@ -1,5 +1,5 @@
 /*
- * web.h - what a web page in a person's browser may ask of sbxd: the Origin and Host rules
+ * web_internal.h - what a web page in a person's browser may ask of sbxd: the Origin and Host rules
  * every route gets before anything else (guard.c), as pure functions of the header values
  * and the configured lists.
  *
@@ -21,8 +21,8 @@
  *    custom headers) waits for a CORS preflight, which sbxd never grants; so a page sbxd's
  *    Origin rule lets through (one of this machine) still changes nothing.
  */
-#ifndef SBXD_WEB_H
-#define SBXD_WEB_H
+#ifndef SBXD_WEB_INTERNAL_H
+#define SBXD_WEB_INTERNAL_H
 
 #include <stdbool.h>
 

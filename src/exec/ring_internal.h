@@ -1,5 +1,5 @@
 /*
- * ring.h - the output of a background process: one byte sequence (stdout and stderr, or a
+ * ring_internal.h - the output of a background process: one byte sequence (stdout and stderr, or a
  * terminal's output, in the order they were read) of which the last `cap` bytes are kept,
  * addressed by absolute offsets from the process's first byte, with the stream each byte
  * came from.
@@ -8,8 +8,8 @@
  * waits for a reader: the oldest bytes are overwritten, and a reader asking for them learns
  * from `start` how many it lost. Not locked: the owner (background.c) holds its own lock.
  */
-#ifndef SBXD_RING_H
-#define SBXD_RING_H
+#ifndef SBXD_RING_INTERNAL_H
+#define SBXD_RING_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

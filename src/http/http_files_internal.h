@@ -1,12 +1,12 @@
 /*
- * http_files.h - what the faces of the file API share on the HTTP side (route_files.c for
+ * http_files_internal.h - what the faces of the file API share on the HTTP side (route_files.c for
  * /files and /v1/files, route_legacy_files.c for the python-runtime routes): a file's bytes
  * sent from its fd (files_send.c), a directory's listing streamed (files_list.c), a body
  * streamed into a file (files_upload.c), a directory's changes streamed (files_watch.c).
  * The filesystem side is files.h. Only the file routes include it.
  */
-#ifndef SBXD_HTTP_FILES_H
-#define SBXD_HTTP_FILES_H
+#ifndef SBXD_HTTP_FILES_INTERNAL_H
+#define SBXD_HTTP_FILES_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,9 +15,9 @@
 
 #include "sbxd/archive.h"
 #include "sbxd/files.h"
-#include "sbxd/http.h"
+#include "http_internal.h"
 #include "sbxd/jsonw.h"
-#include "sbxd/multipart.h"
+#include "multipart_internal.h"
 
 /* A percent-decoded copy of s (malloc'd), or NULL with err (a bad escape, a NUL). */
 char *files_url_decode(const char *s, struct sbxd_err *err);

@@ -1,9 +1,9 @@
 /*
- * http.h - what the HTTP modules (server, routes, replies) share; nothing outside src/http
+ * http_internal.h - what the HTTP modules (server, routes, replies) share; nothing outside src/http
  * includes it.
  */
-#ifndef SBXD_HTTP_H
-#define SBXD_HTTP_H
+#ifndef SBXD_HTTP_INTERNAL_H
+#define SBXD_HTTP_INTERNAL_H
 
 #include <limits.h>
 #include <cjson/cJSON.h>
@@ -22,6 +22,7 @@
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/limits.h"
+#include "sbxd/server.h"
 #include "sbxd/metrics.h"
 #include "sbxd/outbuf.h"
 #include "sbxd/request.h"
@@ -263,8 +264,8 @@ ssize_t events_fill(struct events *e, bool (*next)(void *cls, bool ready), void 
 struct MHD_Response *events_response(enum stream_format fmt, MHD_ContentReaderCallback read,
                                      void *cls, MHD_ContentReaderFreeCallback done);
 
-/* Whether the request's Content-Type is one its JSON body may come with (web.h); false after
- * replying 415. */
+/* Whether the request's Content-Type is one its JSON body may come with (web_internal.h); false
+ * after replying 415. */
 bool http_json_type(struct MHD_Connection *c, enum MHD_Result *ret);
 
 /* A small JSON body (application/json, UTF-8): an object of known keys only, each once. NULL
@@ -328,5 +329,32 @@ enum MHD_Result route_legacy_download(struct server *srv, struct MHD_Connection 
 enum MHD_Result route_legacy_list(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c,
                                     struct req_ctx *rc);
+
+/* The HTTP front's fixed limits (configurable ones are config.c's options; the connection
+ * caps main also sizes by are in server.h). */
+
+/* Body bytes read and dropped past --max-body-bytes (when no Content-Length announced the
+ * size) before the connection is closed instead of answered with 413. */
+#define SBXD_BODY_DISCARD_MAX (16 * 1024 * 1024)
+
+/* JSON text of a listing made ahead of the client, and handed to libmicrohttpd, at a time. */
+#define SBXD_LIST_CHUNK (16 * 1024)
+
+/* libmicrohttpd's memory per connection: headers and the read buffer a body arrives
+ * through. 32 KiB (its default) caps an upload at ~200 MB/s in 16 KiB reads; 256 KiB
+ * reaches ~1.1 GB/s on loopback, and is touched only by connections that carry bodies
+ * (tools/mhd-patches: a kept-alive connection idle for 500 ms gives its pages back). */
+#define SBXD_CONN_MEMORY (256 * 1024)
+
+/* Lingering close (accept.c): sockets read and dropped from at once, and for how long. */
+#define SBXD_LINGER_MAX  256
+#define SBXD_LINGER_MS   2000
+#define SBXD_LINGER_READ (64 * 1024)
+
+/* libmicrohttpd warnings logged per second at most (the rest are counted). */
+#define SBXD_HTTP_LOG_BURST 20
+
+/* Seconds a client is told to wait after 429 or 503. */
+#define SBXD_RETRY_AFTER_S 1
 
 #endif

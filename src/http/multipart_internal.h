@@ -1,5 +1,5 @@
 /*
- * multipart.h - a streaming multipart/form-data parser (RFC 7578): bytes go in as they
+ * multipart_internal.h - a streaming multipart/form-data parser (RFC 7578): bytes go in as they
  * arrive, in chunks of any size, and the content of the wanted part comes out through a
  * callback, without the body ever being held whole or copied: the callback gets pointers
  * into the fed pieces (at most one call per piece, plus one for bytes held back before it).
@@ -7,8 +7,8 @@
  * start of a delimiter has those bytes (fewer than a delimiter's length) held back until
  * the next piece says whether they were content.
  */
-#ifndef SBXD_MULTIPART_H
-#define SBXD_MULTIPART_H
+#ifndef SBXD_MULTIPART_INTERNAL_H
+#define SBXD_MULTIPART_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
