@@ -16,6 +16,7 @@
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/mcp.h"
+#include "sbxd/run.h"
 
 /* Resources one session may subscribe to (the directories they are in are bounded by
  * SBXD_MCP_SESSION_WATCH_DIRS). */
@@ -28,7 +29,7 @@
 struct mcp_call {
     struct mcp_call *next;
     char id[96];     /* the request id as JSON text */
-    struct job *job; /* its command while one runs (the session lock) */
+    struct run *run; /* its command while one runs (the session lock) */
     bool cancelled;  /* atomic */
 };
 
@@ -74,9 +75,9 @@ bool mcp_session_stream(struct mcp_session *s, bool open);
 struct mcp_call *mcp_call_begin(const struct mcp_host *h, struct mcp_session *s, const cJSON *id);
 /* The session's call is over: it leaves the session, and is freed. */
 void mcp_call_end(struct mcp_session *s, struct mcp_call *call);
-/* Register job as the call's command (NULL: it is over and about to be freed). A call
- * cancelled before has it killed at once. */
-void mcp_call_job(struct mcp_call *call, struct job *job);
+/* Register run as the call's command (NULL: it is over and about to be closed). A call
+ * cancelled before has it cancelled at once. */
+void mcp_call_run(struct mcp_call *call, struct run *run);
 bool mcp_call_cancelled(const struct mcp_call *call);
 /* Cancel the call: it is marked, and its command's tree killed. */
 void mcp_call_cancel(struct mcp_call *call);

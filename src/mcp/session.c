@@ -49,8 +49,8 @@ static void session_end_locked(struct mcp_session *s)
     nsessions--;
     for (struct mcp_call *k = s->inflight; k; k = k->next) {
         __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
-        if (k->job)
-            job_kill(k->job, JOB_KILL_CANCEL);
+        if (k->run)
+            run_cancel(k->run);
     }
 }
 
@@ -229,13 +229,13 @@ void mcp_call_end(struct mcp_session *s, struct mcp_call *call)
     free(call);
 }
 
-void mcp_call_job(struct mcp_call *call, struct job *job)
+void mcp_call_run(struct mcp_call *call, struct run *run)
 {
     pthread_mutex_lock(&mcp_lock);
-    call->job = job;
-    bool kill = job && __atomic_load_n(&call->cancelled, __ATOMIC_ACQUIRE);
+    call->run = run;
+    bool kill = run && __atomic_load_n(&call->cancelled, __ATOMIC_ACQUIRE);
     if (kill)
-        job_kill(job, JOB_KILL_CANCEL);
+        run_cancel(run);
     pthread_mutex_unlock(&mcp_lock);
 }
 
@@ -243,8 +243,8 @@ void mcp_call_cancel(struct mcp_call *call)
 {
     pthread_mutex_lock(&mcp_lock);
     __atomic_store_n(&call->cancelled, true, __ATOMIC_RELEASE);
-    if (call->job)
-        job_kill(call->job, JOB_KILL_CANCEL);
+    if (call->run)
+        run_cancel(call->run);
     pthread_mutex_unlock(&mcp_lock);
 }
 
@@ -269,8 +269,8 @@ void mcp_cancel_request(struct mcp_session *s, const cJSON *params)
     for (struct mcp_call *k = s->inflight; k; k = k->next)
         if (strcmp(k->id, key) == 0) {
             __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
-            if (k->job)
-                job_kill(k->job, JOB_KILL_CANCEL);
+            if (k->run)
+                run_cancel(k->run);
         }
     pthread_mutex_unlock(&mcp_lock);
 }
