@@ -160,6 +160,9 @@ char *arg_path(struct mcp_tool_ctx *x, const cJSON *args, const char *key, bool 
 char *mcp_norm_path(const struct mcp_host *h, const char *p, char *msg, size_t msglen);
 bool mcp_draining(const struct mcp_host *h);
 
+/* The request fields start_process takes (tools_list.c: its schema lists these). */
+extern const char *const mcp_process_keys[];
+
 /* The tools, by concern. */
 int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_start_process(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);

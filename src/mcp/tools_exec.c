@@ -256,8 +256,7 @@ static struct bg_proc *arg_process(const cJSON *args, struct jsonw *w)
 
 int tool_start_process(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 {
-    static const char *const keys[] = {"command", "argv", "cwd", "env", "timeout_ms", NULL};
-    if (!only_keys(args, keys, w))
+    if (!only_keys(args, mcp_process_keys, w))
         return 0;
     struct exec_request req;
     if (!command_request(x, args, MX_BACKGROUND, &req, w))

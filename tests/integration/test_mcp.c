@@ -893,6 +893,58 @@ START_TEST(commands_are_labelled_mcp_and_abandoned_ones_audited_once)
 }
 END_TEST
 
+/* run_command takes what /execute takes, and its schema (tools/list) names it all: the
+ * fields /execute names when it refuses an unknown one, each in run_command's inputSchema;
+ * encoding and limits then do what they do on /execute. */
+START_TEST(run_command_takes_every_field_execute_takes)
+{
+    struct http_resp r;
+    const char *bad = "{\"command\":\"true\",\"no-such-field\":1}";
+    ck_assert_int_eq(
+        http_request(&g_sbxd, "POST", "/execute", "application/json", bad, strlen(bad), 0, &r), 0);
+    ck_assert_int_eq(r.status, 400);
+    const char *known = strstr(jstr(r.json, "message"), "(known: ");
+    ck_assert_msg(known, "%s", r.body);
+    char fields[256];
+    snprintf(fields, sizeof(fields), "%s", known + 8);
+    fields[strcspn(fields, ")")] = '\0';
+    char said[256];
+    snprintf(said, sizeof(said), "%s", fields);
+    http_resp_free(&r);
+    char sid[64];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    mcp_post(&g_sbxd, sid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", &r);
+    ck_assert_int_eq(r.status, 200);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(r.json, "result"), "tools");
+    const cJSON *props = NULL, *t;
+    cJSON_ArrayForEach(t, tools) if (strcmp(jstr(t, "name"), "run_command") == 0) props =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "inputSchema"),
+                                         "properties");
+    ck_assert_ptr_nonnull(props);
+    int n = 0;
+    for (char *save, *f = strtok_r(fields, ", ", &save); f; f = strtok_r(NULL, ", ", &save), n++)
+        ck_assert_msg(cJSON_GetObjectItemCaseSensitive(props, f),
+                      "run_command's schema has no '%s' (/execute knows: %s)", f, said);
+    ck_assert_int_ge(n, 9);
+    http_resp_free(&r);
+
+    cJSON *res = mcp_call(&g_sbxd, sid, "run_command",
+                          "{\"command\":\"printf '\\\\377ab'\",\"encoding\":\"base64\"}");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(res, "structuredContent");
+    ck_assert_msg(sc && jstr(sc, "stdout") && strcmp(jstr(sc, "stdout"), "/2Fi") == 0, "%s",
+                  first_text(res));
+    ck_assert_str_eq(jstr(sc, "encoding"), "base64");
+    cJSON_Delete(res);
+    res = mcp_call(&g_sbxd, sid, "run_command",
+                   "{\"command\":\"yes\",\"limits\":{\"output_bytes\":1000},\"network\":false}");
+    sc = cJSON_GetObjectItemCaseSensitive(res, "structuredContent");
+    ck_assert_msg(sc && jstr(sc, "status") && strcmp(jstr(sc, "status"), "output_limit") == 0, "%s",
+                  first_text(res));
+    cJSON_Delete(res);
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -907,6 +959,7 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, subscriptions_leave_rest_watches_theirs);
     tcase_add_test(tc, one_client_cannot_hold_every_session);
     tcase_add_test(tc, commands_are_labelled_mcp_and_abandoned_ones_audited_once);
+    tcase_add_test(tc, run_command_takes_every_field_execute_takes);
     suite_add_tcase(s, tc);
     return s;
 }
