@@ -11,9 +11,11 @@
 #include <sys/random.h>
 
 #include "mcp_internal.h"
+#include "sbxd/harden.h"
 #include "sbxd/jsonrpc.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
+#include "sbxd/sandbox.h"
 #include "sbxd/timeutil.h"
 
 /* A session idle this long may be ended to make room for a new one. */
@@ -385,6 +387,29 @@ int mcp_subscribe(const struct mcp_host *h, struct mcp_session *s, const cJSON *
     free(path);
     return code;
 }
+static struct mcp_host host;
+
+void mcp_init(struct sandbox *sb)
+{
+    const struct harden_plan *p = sb->harden;
+    host = (struct mcp_host){.cfg = sb->cfg,
+                             .exec = &sb->exec,
+                             .draining = &sb->draining,
+                             .rootfd = sb->rootfd,
+                             .workspace = sb->workspace,
+                             /* files are made as the command user, as REST makes them */
+                             .user = {.switch_ids = p->switch_user,
+                                      .uid = p->uid,
+                                      .gid = p->gid,
+                                      .file_mode = p->group_share ? 0664 : 0644,
+                                      .dir_mode = p->group_share ? 0775 : 0755}};
+}
+
+const struct mcp_host *mcp_host(void)
+{
+    return &host;
+}
+
 void mcp_shutdown(void)
 {
     pthread_mutex_lock(&mcp_lock);
