@@ -159,6 +159,13 @@ char *arg_path(struct mcp_tool_ctx *x, const cJSON *args, const char *key, bool 
  * absolute within it. NULL with msg. */
 char *mcp_norm_path(const struct mcp_host *h, const char *p, char *msg, size_t msglen);
 bool mcp_draining(const struct mcp_host *h);
+/* The socket whose hang-up ends what the call waits for: the request's, or -1 for a call on a
+ * thread of its own (mcp_call_thread), which may outlive its request's connection: the fd's
+ * number may be another connection's by then. */
+static inline int mcp_call_fd(const struct mcp_tool_ctx *x)
+{
+    return x->k ? x->client_fd : -1;
+}
 
 /* The request fields start_process takes (tools_list.c: its schema lists these). */
 extern const char *const mcp_process_keys[];

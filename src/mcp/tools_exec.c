@@ -62,7 +62,7 @@ static struct run_front call_front(const struct mcp_tool_ctx *x, enum metrics_mo
 {
     return (struct run_front){.front = FRONT_MCP,
                               .mode = mode,
-                              .client_fd = x->client_fd,
+                              .client_fd = mcp_call_fd(x),
                               .stop = x->h->draining,
                               .client = x->client};
 }
