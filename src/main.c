@@ -501,6 +501,7 @@ static int start_core(struct daemon *d, struct sbxd_err *err)
 static int start_fronts(struct daemon *d, struct sbxd_err *err)
 {
     const struct sbxd_config *cfg = &d->cfg;
+    mcp_init(&d->sb);
     d->srv = server_start(cfg, &d->sb, err);
     if (!d->srv)
         return -1;

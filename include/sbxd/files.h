@@ -271,4 +271,23 @@ bool fs_path_is_root(const char *path);
  * deleted. */
 int fs_delete_contents(int rootfd, struct sbxd_err *err);
 
+/* Which part of the absolute path path lies within the workspace: what follows the
+ * workspace's own absolute path (its canonical one, else configured as --workspace spelled
+ * it; NULL: none) in it, compared a component at a time; NULL when it does not lie beneath
+ * either. Spelling only: what the rest names is resolved beneath the root like any path. */
+const char *fs_path_within(const char *workspace, const char *configured, const char *path);
+
+/* The rule every listing face shares for a symlink entry e of the directory dirfd at path
+ * (relative to the root rootfd): one that leads to something inside the workspace (followed
+ * beneath the root as every path is) is described by what it leads to, its name kept: 1.
+ * One that leaves the workspace, is absolute, dangles or loops: -1, e untouched. Not a
+ * symlink: 0. Runs with the caller's rights (the user's). */
+int fs_list_follow(struct fs_entry *e, int rootfd, int dirfd, const char *path);
+
+/* The fields of a stat answer (GET ?stat=true, MCP's stat_file) into an open object: path,
+ * name, type, size, mode, uid, gid, nlink, modified_at, created_at where the filesystem keeps
+ * it, a symlink's symlink_target, a regular file's etag. */
+struct jsonw;
+void fs_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in);
+
 #endif

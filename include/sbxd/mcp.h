@@ -22,7 +22,7 @@
 #include "sbxd/files.h"
 #include "sbxd/jsonw.h"
 
-/* What MCP acts on: the daemon's, filled by the transport that serves it. */
+/* What MCP acts on: the sandbox's, made once at start-up (mcp_init). */
 struct mcp_host {
     const struct sbxd_config *cfg;
     struct exec_service *exec;
@@ -30,16 +30,13 @@ struct mcp_host {
     int rootfd;            /* the workspace root ... */
     const char *workspace; /* ... and its absolute path */
     struct fs_user user;   /* who file operations run as */
-    /* When path is absolute and lies beneath the workspace's own absolute path (as it is, or
-     * as configured), what follows it; else NULL (spelling only). */
-    const char *(*within)(const struct mcp_host *h, const char *path);
-    /* The listing rule every file face shares for a symlink entry e of the directory dirfd
-     * at rel: 1 (e now describes what it leads to), -1 (it leads out or nowhere), 0. */
-    int (*list_follow)(struct fs_entry *e, int rootfd, int dirfd, const char *rel);
-    /* The fields of a stat answer into an open object (as GET /files?stat=true gives). */
-    void (*write_stat)(struct jsonw *w, const char *path, const struct fs_stat_info *in);
-    const void *arg; /* the transport's, for the hooks */
 };
+
+struct sandbox;
+/* Make MCP's host of the sandbox, before any transport serves MCP (main, at start-up). */
+void mcp_init(struct sandbox *sb);
+/* The host mcp_init made, for a transport to hand to the calls below. */
+const struct mcp_host *mcp_host(void);
 
 /* How a request ended, for the transport to say in its own terms (HTTP: the status). */
 enum mcp_status {

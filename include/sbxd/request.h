@@ -61,6 +61,17 @@ struct request_policy {
     bool allow_pty;            /* "pty" is accepted (background processes only) */
 };
 
+/* The fields of a request body: the one table exec_request_parse takes fields by, and
+ * other faces describe them from (MCP's tools/list makes run_command's JSON Schema of it), so
+ * that a new field reaches every face at once. Ends with a NULL name. */
+struct exec_field {
+    const char *name;
+    const char *schema;   /* its JSON Schema's members, as JSON text without the braces */
+    const char *doc;      /* one line saying what it does */
+    bool background_only; /* taken only where the policy allows it (allow_pty) */
+};
+extern const struct exec_field exec_request_fields[];
+
 /* Parse and validate a JSON body. On failure err says which field and why (SBXD_E_INVALID,
  * or SBXD_E_DENIED for a cwd outside the workspace) and *req holds nothing to free. */
 int exec_request_parse(const char *body, size_t len, const struct request_policy *pol,

@@ -78,6 +78,11 @@ int run_open(struct run *r, struct exec_service *s, const struct run_front *f,
  * then RUN_EXIT once (audited then), and RUN_EXIT again on every later call. */
 void run_next(struct run *r, int timeout_ms, uint8_t *buf, size_t buflen, struct run_chunk *c);
 
+/* Cancel the run as its client's hang-up would: its whole tree killed, its status canceled.
+ * Safe from another thread while the owner reads the run (a cancellation that arrives by
+ * another request: MCP's notifications/cancelled, DELETE /mcp). */
+void run_cancel(struct run *r);
+
 /* The output a synchronous answer may hold per stream: --max-output-bytes, or the request's
  * output limit when lower. */
 size_t run_output_cap(const struct exec_service *s, const struct exec_request *req);

@@ -262,9 +262,69 @@ static int parse_command(const cJSON *cmd, struct exec_request *req, struct sbxd
     return 0;
 }
 
-static const char *const known_fields[] = {"command", "argv",       "stdin",  "env",
-                                           "cwd",     "timeout_ms", "limits", "encoding",
-                                           "network", "pty",        NULL};
+/* limits' members, as the table's schemas are (parse_limits takes them). */
+static const char LIMITS_SCHEMA[] =
+    "\"type\":\"object\",\"additionalProperties\":false,\"properties\":{"
+    "\"cpu_ms\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"description\":\"CPU time, rounded up to whole seconds.\"},"
+    "\"file_size_bytes\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"description\":\"Largest file the command may write.\"},"
+    "\"open_files\":{\"type\":\"integer\",\"minimum\":3,\"description\":\"Open files at most.\"},"
+    "\"output_bytes\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"description\":\"stdout and stderr together beyond this: killed, status output_limit.\"},"
+    "\"memory_bytes\":{\"type\":\"integer\",\"minimum\":1048576,"
+    "\"description\":\"Memory at most: status oom beyond it.\"},"
+    "\"pids\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Processes at most.\"},"
+    "\"cpu_quota\":{\"type\":\"number\",\"minimum\":0.01,\"description\":\"CPUs it may use.\"}}";
+
+const struct exec_field exec_request_fields[] = {
+    {"command", "\"type\":\"string\"",
+     "A shell command line, run by /bin/sh -c. Give this or argv.", false},
+    {"argv", "\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1",
+     "A program and its arguments, run without a shell (argv[0] is looked up in PATH). Give "
+     "this or command.",
+     false},
+    {"stdin", "\"type\":\"string\"", "Text given to the command as its standard input.", false},
+    {"env", "\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}",
+     "Environment variables added to the command's.", false},
+    {"cwd", "\"type\":\"string\"",
+     "Working directory, relative to the workspace (default: the workspace root).", false},
+    {"timeout_ms", "\"type\":\"integer\",\"minimum\":1",
+     "Wall-clock limit in milliseconds; at the limit the whole process tree is killed.", false},
+    {"limits", LIMITS_SCHEMA, "Limits of this command, each within sbxd's own maxima.", false},
+    {"encoding", "\"type\":\"string\",\"enum\":[\"utf8\",\"base64\"]",
+     "How stdout and stderr are returned: utf8 (invalid bytes replaced) or base64 (the exact "
+     "bytes).",
+     false},
+    {"network", "\"type\":\"boolean\"",
+     "false: the command may open Unix sockets only, no network (default true).", false},
+    {"pty",
+     "\"type\":\"object\",\"additionalProperties\":false,\"properties\":{\"cols\":{\"type\":"
+     "\"integer\",\"minimum\":1},\"rows\":{\"type\":\"integer\",\"minimum\":1}}",
+     "Run on a pseudo-terminal of cols x rows (background processes only).", true},
+    {NULL, NULL, NULL, false},
+};
+
+/* Whether name is a field of the table. */
+static bool known_field(const char *name)
+{
+    for (const struct exec_field *f = exec_request_fields; f->name; f++)
+        if (strcmp(name, f->name) == 0)
+            return true;
+    return false;
+}
+
+/* The unknown field's error: the fields the policy takes, named from the table. */
+static int unknown_field(const char *name, const struct request_policy *pol, struct sbxd_err *err)
+{
+    char known[200];
+    size_t n = 0;
+    known[0] = '\0';
+    for (const struct exec_field *f = exec_request_fields; f->name; f++)
+        if (!f->background_only || pol->allow_pty)
+            n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", n ? ", " : "", f->name);
+    return sbxd_fail(err, SBXD_E_INVALID, 0, "unknown field '%.64s' (known: %s)", name, known);
+}
 
 /* "pty": {"cols": C, "rows": R}, both optional: only where the policy allows it. */
 static int parse_pty(const cJSON *pty, const struct request_policy *pol, struct exec_request *req,
@@ -304,14 +364,8 @@ static int parse_fields(const cJSON *root, const struct request_policy *pol,
     if (check_unique_keys(root, "", err) < 0)
         return -1;
     for (const cJSON *c = root->child; c; c = c->next) {
-        bool known = false;
-        for (int i = 0; known_fields[i]; i++)
-            known = known || strcmp(c->string, known_fields[i]) == 0;
-        if (!known)
-            return sbxd_fail(err, SBXD_E_INVALID, 0,
-                             "unknown field '%.64s' (known: command, argv, stdin, env, cwd, "
-                             "timeout_ms, limits, encoding, network%s)",
-                             c->string, pol->allow_pty ? ", pty" : "");
+        if (!known_field(c->string))
+            return unknown_field(c->string, pol, err);
     }
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(root, "command");
     const cJSON *argv = cJSON_GetObjectItemCaseSensitive(root, "argv");

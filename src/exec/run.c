@@ -19,6 +19,11 @@ void run_policy(const struct exec_service *s, enum metrics_mode mode, struct req
 static int admit(struct exec_service *s, const struct run_front *f, double *queued_ms,
                  struct sbxd_err *err)
 {
+    *queued_ms = 0;
+    /* A drain refuses what comes after it, whichever front it comes by. */
+    if (f->stop && __atomic_load_n(f->stop, __ATOMIC_ACQUIRE))
+        return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "sbxd is shutting down and takes no new %s",
+                         f->mode == MX_BACKGROUND ? "processes" : "commands");
     struct exec_admit adm = {.client_fd = f->client_fd, .stop = f->stop};
     int rc = exec_service_admit(s, &adm, err);
     *queued_ms = adm.queued_ms;
@@ -138,6 +143,11 @@ void run_next(struct run *r, int timeout_ms, uint8_t *buf, size_t buflen, struct
             return;
         /* only the start of a character came: wait for its rest */
     }
+}
+
+void run_cancel(struct run *r)
+{
+    job_kill(r->job, JOB_KILL_CANCEL);
 }
 
 size_t run_output_cap(const struct exec_service *s, const struct exec_request *req)

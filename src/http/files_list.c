@@ -39,39 +39,6 @@ struct listing {
     size_t off;       /* ... and how much of it went out */
 };
 
-int files_list_follow(struct fs_entry *e, const struct listing_at *at)
-{
-    if (strcmp(e->type, "symlink") != 0)
-        return 0;
-    /* Followed by the confined resolver, never by the kernel: from the listed directory's fd
-     * first (no path resolved again), and only a link that climbs above that directory from
-     * the root by its path (confined all the same). A link out of the workspace (to a host
-     * file, or an absolute one) is never described by what it points to: what lies outside
-     * is not the workspace's to show. */
-    struct sbxd_err err = {0};
-    int tfd = fs_resolve_beneath(at->dirfd, e->name, 0, &err);
-    if (tfd < 0 && err.kind == SBXD_E_DENIED) {
-        char *path = malloc(PATH_MAX + sizeof(e->name) + 1);
-        if (!path)
-            return -1;
-        snprintf(path, PATH_MAX + sizeof(e->name) + 1, "%s%s%s", at->path, *at->path ? "/" : "",
-                 e->name);
-        tfd = fs_resolve_beneath(at->rootfd, path, 0, &err);
-        free(path);
-    }
-    if (tfd < 0)
-        return -1;
-    struct stat st;
-    int rc = fstat(tfd, &st);
-    close(tfd);
-    if (rc < 0)
-        return -1;
-    char name[sizeof(e->name)];
-    memcpy(name, e->name, sizeof(name));
-    fs_entry_from_stat(e, name, &st);
-    return 1;
-}
-
 static void listing_cut(struct listing *ls, const struct sbxd_err *err)
 {
     LOG_EVENT("warn", "listing_cut", LOG_S("path", ls->path), LOG_S("error", err->msg),

@@ -39,12 +39,6 @@ struct listing_at {
     const char *path;
 };
 
-/* The rule every listing face shares for a symlink entry e: one that leads to something
- * inside the workspace (followed beneath the root as every path is) is described by what it
- * leads to, its name kept: 1. One that leaves the workspace, is absolute, dangles or loops:
- * -1, e untouched. Not a symlink: 0. Runs with the caller's rights (the user's). */
-int files_list_follow(struct fs_entry *e, const struct listing_at *at);
-
 /* How a face lists a directory. */
 struct listing_form {
     int list_flags; /* FS_LIST_*: FS_LIST_SORTED for /files and /v1 */
@@ -107,11 +101,6 @@ int files_put_commit(struct files_put *p, struct stat *st, struct sbxd_err *err)
  * object (route_files.c). */
 void files_write_counts(struct jsonw *w, uint64_t files, uint64_t directories, uint64_t symlinks,
                         uint64_t bytes);
-
-/* The fields of a stat answer (GET ?stat=true, MCP's stat_file) into an open object: path,
- * name, type, size, mode, uid, gid, nlink, modified_at, created_at where the filesystem keeps
- * it, a symlink's symlink_target, a regular file's etag (route_files.c). */
-void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in);
 
 /* A whole-number query argument into *n (left alone when absent): false when malformed
  * (route_files.c). */

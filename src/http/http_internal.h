@@ -133,15 +133,10 @@ const struct route *http_route_find(const char *url);
 
 /* The workspace path a file route's URL names: the part after rt's path (nothing is taken
  * off when rt is NULL), percent-decoded, the workspace's own absolute path taken off its
- * front (http_files_within), leading slashes dropped (malloc'd), or NULL with err (a bad
+ * front (fs_path_within), leading slashes dropped (malloc'd), or NULL with err (a bad
  * escape, a NUL, too long). */
 char *http_files_path(const struct server *srv, const struct route *rt, const char *url,
                       struct sbxd_err *err);
-
-/* When path is absolute and lies beneath the workspace's own absolute path (canonical, or as
- * configured), what follows that prefix (at a '/', or "" for the workspace itself); else
- * NULL. Only the spelling is compared, never resolved. */
-const char *http_files_within(const struct server *srv, const char *path);
 
 /* Whether the request announces a body over max bytes: a Content-Length above it, or one
  * that is not a number (the one place that header is read). */

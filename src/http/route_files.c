@@ -42,36 +42,6 @@ char *files_url_decode(const char *s, struct sbxd_err *err)
     return d;
 }
 
-/* What follows the directory dir in the absolute path path, compared a component at a time
- * (runs of '/' count as one): the rest, at a '/' or at the end; NULL when path does not lie
- * beneath dir or is dir itself spelled otherwise. A sibling that only shares dir's prefix
- * ("/workspace-evil" for "/workspace") is no match. */
-static const char *after_dir(const char *path, const char *dir)
-{
-    if (dir[0] != '/' || path[0] != '/')
-        return NULL;
-    const char *p = path, *q = dir;
-    for (;;) {
-        while (*q == '/')
-            q++;
-        if (!*q)
-            return p;
-        while (*p == '/')
-            p++;
-        size_t n = strcspn(q, "/");
-        if (strncmp(p, q, n) != 0 || (p[n] != '/' && p[n] != '\0'))
-            return NULL;
-        p += n;
-        q += n;
-    }
-}
-
-const char *http_files_within(const struct server *srv, const char *path)
-{
-    const char *rest = after_dir(path, srv->sb->workspace);
-    return rest ? rest : after_dir(path, srv->cfg->workspace);
-}
-
 /* An absolute path under the workspace's own path (its canonical one, or as --workspace or
  * SANDBOX_BASE_DIR spelled it) is that path inside it, as the reference sandboxd takes it:
  * "/workspace/out.csv" is "out.csv". Any other leading slashes, also encoded ones, are
@@ -87,7 +57,7 @@ char *http_files_path(const struct server *srv, const struct route *rt, const ch
     char *s = files_url_decode(p, err);
     if (!s)
         return NULL;
-    const char *rel = http_files_within(srv, s);
+    const char *rel = fs_path_within(srv->sb->workspace, srv->cfg->workspace, s);
     if (!rel)
         rel = s;
     rel += strspn(rel, "/");
@@ -135,7 +105,7 @@ static void write_entry(struct jsonw *w, const struct fs_entry *e, const char *p
  * is there can be seen, stat'ed with follow=false, moved and deleted. */
 static bool entry_files(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    bool link = files_list_follow(e, at) != 0;
+    bool link = fs_list_follow(e, at->rootfd, at->dirfd, at->path) != 0;
     write_entry(w, e, NULL, link);
     return true;
 }
@@ -145,7 +115,7 @@ static bool entry_files(struct jsonw *w, struct fs_entry *e, const struct listin
  * cannot be followed left out. */
 static bool entry_v1(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    if (files_list_follow(e, at) < 0)
+    if (fs_list_follow(e, at->rootfd, at->dirfd, at->path) < 0)
         return false;
     if (strcmp(e->type, "directory") != 0)
         e->type = "file";
@@ -245,47 +215,6 @@ bool files_query_bool(struct MHD_Connection *c, const char *key, bool *v)
     return true;
 }
 
-void files_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info *in)
-{
-    char mode[8], etag[80];
-    snprintf(mode, sizeof(mode), "%04o", (unsigned)(in->st.st_mode & 07777));
-    jw_key(w, "path");
-    jw_str(w, path);
-    jw_key(w, "name");
-    jw_str(w, in->name);
-    jw_key(w, "type");
-    jw_str(w, fs_type_name(in->st.st_mode));
-    jw_key(w, "size");
-    jw_uint(w, (uint64_t)in->st.st_size);
-    jw_key(w, "mode");
-    jw_str(w, mode);
-    jw_key(w, "uid");
-    jw_uint(w, in->st.st_uid);
-    jw_key(w, "gid");
-    jw_uint(w, in->st.st_gid);
-    jw_key(w, "nlink");
-    jw_uint(w, in->st.st_nlink);
-    char when[40];
-    time_rfc3339((int64_t)in->st.st_mtim.tv_sec * 1000000000LL + in->st.st_mtim.tv_nsec, when,
-                 sizeof(when));
-    jw_key(w, "modified_at");
-    jw_str(w, when);
-    if (in->has_btime) {
-        time_rfc3339(in->btime_ns, when, sizeof(when));
-        jw_key(w, "created_at");
-        jw_str(w, when);
-    }
-    if (S_ISLNK(in->st.st_mode)) {
-        jw_key(w, "symlink_target");
-        jw_str(w, in->target);
-    }
-    if (S_ISREG(in->st.st_mode)) {
-        fs_etag(&in->st, etag, sizeof(etag));
-        jw_key(w, "etag");
-        jw_str(w, etag);
-    }
-}
-
 /* GET ?stat=true: the entry's metadata, of what it names (follow=true, the default) or of the
  * entry itself (follow=false: a symlink is described, with its target). */
 static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, const char *path)
@@ -310,7 +239,7 @@ static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, 
     struct jsonw w;
     jw_init(&w, 512);
     jw_obj_begin(&w);
-    files_write_stat(&w, path, in);
+    fs_write_stat(&w, path, in);
     jw_obj_end(&w);
     free(in);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
@@ -463,7 +392,7 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     if (!files_query_bool(c, "overwrite", &overwrite))
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "overwrite must be true or false");
-    const char *rel = http_files_within(srv, to);
+    const char *rel = fs_path_within(srv->sb->workspace, srv->cfg->workspace, to);
     if (!rel)
         rel = to;
     rel += strspn(rel, "/");

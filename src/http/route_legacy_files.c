@@ -38,11 +38,11 @@ static char *path_as_sent(const struct req_ctx *rc, struct sbxd_err *err)
 /* The legacy entry: {name,size,type,mod_time} with the time in seconds since the epoch. A
  * symlink is described by what it leads to, as the python runtime's os.scandir does, when
  * that is inside the workspace; one that leaves it, dangles or loops is left out, as on /v1
- * (files_list_follow): the python runtime described what an escaping link points to, host
+ * (fs_list_follow): the python runtime described what an escaping link points to, host
  * files included, and failed the whole listing on a dangling one. */
 static bool write_legacy_entry(struct jsonw *w, struct fs_entry *e, const struct listing_at *at)
 {
-    if (files_list_follow(e, at) < 0)
+    if (fs_list_follow(e, at->rootfd, at->dirfd, at->path) < 0)
         return false;
     jw_obj_begin(w);
     jw_key(w, "name");
@@ -160,7 +160,7 @@ enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c
  * which does not percent-decode a filename either). */
 static int upload_open(struct files_put *p)
 {
-    const char *f = http_files_within(p->srv, p->mp.filename);
+    const char *f = fs_path_within(p->srv->sb->workspace, p->srv->cfg->workspace, p->mp.filename);
     if (!f)
         f = p->mp.filename;
     while (*f == '/')

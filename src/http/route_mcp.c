@@ -28,43 +28,6 @@
 #define MCP_HEARTBEAT_MS 15000
 
 /* ------------------------------------------------------------------------------------ */
-/* What MCP acts on: the server's.                                                       */
-
-static const char *host_within(const struct mcp_host *h, const char *path)
-{
-    return http_files_within(h->arg, path);
-}
-
-static int host_list_follow(struct fs_entry *e, int rootfd, int dirfd, const char *rel)
-{
-    struct listing_at at = {rootfd, dirfd, rel};
-    return files_list_follow(e, &at);
-}
-
-static const struct mcp_host *host_of(struct server *srv)
-{
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static struct mcp_host host;
-    static bool ready;
-    pthread_mutex_lock(&lock);
-    if (!ready) {
-        host = (struct mcp_host){.cfg = srv->cfg,
-                                 .exec = &srv->sb->exec,
-                                 .draining = &srv->sb->draining,
-                                 .rootfd = srv->sb->rootfd,
-                                 .workspace = srv->sb->workspace,
-                                 .within = host_within,
-                                 .list_follow = host_list_follow,
-                                 .write_stat = files_write_stat,
-                                 .arg = srv};
-        files_user(srv, &host.user);
-        ready = true;
-    }
-    pthread_mutex_unlock(&lock);
-    return &host;
-}
-
-/* ------------------------------------------------------------------------------------ */
 /* Replies.                                                                              */
 
 static enum MHD_Result reply_rpc_error(struct MHD_Connection *c, unsigned status, const cJSON *id,
@@ -253,7 +216,7 @@ static void request_of(struct MHD_Connection *c, const struct req_ctx *rc, struc
 /* ------------------------------------------------------------------------------------ */
 /* POST and DELETE.                                                                      */
 
-static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+static enum MHD_Result post(struct MHD_Connection *c, struct req_ctx *rc)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     if (!web_json_type_ok(ct))
@@ -267,17 +230,17 @@ static enum MHD_Result post(struct server *srv, struct MHD_Connection *c, struct
     request_of(c, rc, &rq);
     struct body_sink b;
     body_init(&b, c, accepts(c, "text/event-stream"));
-    enum mcp_status st = mcp_post(host_of(srv), &rq, &b.k);
+    enum mcp_status st = mcp_post(mcp_host(), &rq, &b.k);
     return body_reply(&b, st, rq.new_session);
 }
 
-static enum MHD_Result del(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc)
+static enum MHD_Result del(struct MHD_Connection *c, struct req_ctx *rc)
 {
     struct mcp_request rq;
     request_of(c, rc, &rq);
     struct body_sink b;
     body_init(&b, c, false);
-    enum mcp_status st = mcp_delete(host_of(srv), &rq, &b.k);
+    enum mcp_status st = mcp_delete(mcp_host(), &rq, &b.k);
     if (st == MCP_OK) {
         jw_free(&b.body);
         return reply_empty(c, MHD_HTTP_NO_CONTENT);
@@ -345,7 +308,7 @@ static enum MHD_Result get(struct server *srv, struct MHD_Connection *c, struct 
     struct body_sink b;
     body_init(&b, c, false);
     enum mcp_status st;
-    struct mcp_events *e = mcp_events_open(host_of(srv), &rq, &b.k, &st);
+    struct mcp_events *e = mcp_events_open(mcp_host(), &rq, &b.k, &st);
     if (!e)
         return body_reply(&b, st, NULL);
     jw_free(&b.body);
@@ -381,9 +344,9 @@ enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct r
         if (__atomic_load_n(&srv->sb->draining, __ATOMIC_ACQUIRE))
             return reply_rpc_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, JRPC_SERVER_ERROR,
                                    "sbxd is shutting down");
-        return post(srv, c, rc);
+        return post(c, rc);
     }
     if (strcmp(rc->method, "GET") == 0)
         return get(srv, c, rc);
-    return del(srv, c, rc);
+    return del(c, rc);
 }

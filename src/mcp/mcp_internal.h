@@ -16,6 +16,7 @@
 #include "sbxd/job.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/mcp.h"
+#include "sbxd/run.h"
 
 /* Resources one session may subscribe to (the directories they are in are bounded by
  * SBXD_MCP_SESSION_WATCH_DIRS). */
@@ -28,7 +29,7 @@
 struct mcp_call {
     struct mcp_call *next;
     char id[96];     /* the request id as JSON text */
-    struct job *job; /* its command while one runs (the session lock) */
+    struct run *run; /* its command while one runs (the session lock) */
     bool cancelled;  /* atomic */
 };
 
@@ -74,9 +75,9 @@ bool mcp_session_stream(struct mcp_session *s, bool open);
 struct mcp_call *mcp_call_begin(const struct mcp_host *h, struct mcp_session *s, const cJSON *id);
 /* The session's call is over: it leaves the session, and is freed. */
 void mcp_call_end(struct mcp_session *s, struct mcp_call *call);
-/* Register job as the call's command (NULL: it is over and about to be freed). A call
- * cancelled before has it killed at once. */
-void mcp_call_job(struct mcp_call *call, struct job *job);
+/* Register run as the call's command (NULL: it is over and about to be closed). A call
+ * cancelled before has it cancelled at once. */
+void mcp_call_run(struct mcp_call *call, struct run *run);
 bool mcp_call_cancelled(const struct mcp_call *call);
 /* Cancel the call: it is marked, and its command's tree killed. */
 void mcp_call_cancel(struct mcp_call *call);
@@ -158,6 +159,16 @@ char *arg_path(struct mcp_tool_ctx *x, const cJSON *args, const char *key, bool 
  * absolute within it. NULL with msg. */
 char *mcp_norm_path(const struct mcp_host *h, const char *p, char *msg, size_t msglen);
 bool mcp_draining(const struct mcp_host *h);
+/* The socket whose hang-up ends what the call waits for: the request's, or -1 for a call on a
+ * thread of its own (mcp_call_thread), which may outlive its request's connection: the fd's
+ * number may be another connection's by then. */
+static inline int mcp_call_fd(const struct mcp_tool_ctx *x)
+{
+    return x->k ? x->client_fd : -1;
+}
+
+/* The request fields start_process takes (tools_list.c: its schema lists these). */
+extern const char *const mcp_process_keys[];
 
 /* The tools, by concern. */
 int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);

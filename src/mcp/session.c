@@ -11,9 +11,11 @@
 #include <sys/random.h>
 
 #include "mcp_internal.h"
+#include "sbxd/harden.h"
 #include "sbxd/jsonrpc.h"
 #include "sbxd/mcp.h"
 #include "sbxd/log.h"
+#include "sbxd/sandbox.h"
 #include "sbxd/timeutil.h"
 
 /* A session idle this long may be ended to make room for a new one. */
@@ -49,8 +51,8 @@ static void session_end_locked(struct mcp_session *s)
     nsessions--;
     for (struct mcp_call *k = s->inflight; k; k = k->next) {
         __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
-        if (k->job)
-            job_kill(k->job, JOB_KILL_CANCEL);
+        if (k->run)
+            run_cancel(k->run);
     }
 }
 
@@ -229,13 +231,13 @@ void mcp_call_end(struct mcp_session *s, struct mcp_call *call)
     free(call);
 }
 
-void mcp_call_job(struct mcp_call *call, struct job *job)
+void mcp_call_run(struct mcp_call *call, struct run *run)
 {
     pthread_mutex_lock(&mcp_lock);
-    call->job = job;
-    bool kill = job && __atomic_load_n(&call->cancelled, __ATOMIC_ACQUIRE);
+    call->run = run;
+    bool kill = run && __atomic_load_n(&call->cancelled, __ATOMIC_ACQUIRE);
     if (kill)
-        job_kill(job, JOB_KILL_CANCEL);
+        run_cancel(run);
     pthread_mutex_unlock(&mcp_lock);
 }
 
@@ -243,8 +245,8 @@ void mcp_call_cancel(struct mcp_call *call)
 {
     pthread_mutex_lock(&mcp_lock);
     __atomic_store_n(&call->cancelled, true, __ATOMIC_RELEASE);
-    if (call->job)
-        job_kill(call->job, JOB_KILL_CANCEL);
+    if (call->run)
+        run_cancel(call->run);
     pthread_mutex_unlock(&mcp_lock);
 }
 
@@ -269,8 +271,8 @@ void mcp_cancel_request(struct mcp_session *s, const cJSON *params)
     for (struct mcp_call *k = s->inflight; k; k = k->next)
         if (strcmp(k->id, key) == 0) {
             __atomic_store_n(&k->cancelled, true, __ATOMIC_RELEASE);
-            if (k->job)
-                job_kill(k->job, JOB_KILL_CANCEL);
+            if (k->run)
+                run_cancel(k->run);
         }
     pthread_mutex_unlock(&mcp_lock);
 }
@@ -385,6 +387,29 @@ int mcp_subscribe(const struct mcp_host *h, struct mcp_session *s, const cJSON *
     free(path);
     return code;
 }
+static struct mcp_host host;
+
+void mcp_init(struct sandbox *sb)
+{
+    const struct harden_plan *p = sb->harden;
+    host = (struct mcp_host){.cfg = sb->cfg,
+                             .exec = &sb->exec,
+                             .draining = &sb->draining,
+                             .rootfd = sb->rootfd,
+                             .workspace = sb->workspace,
+                             /* files are made as the command user, as REST makes them */
+                             .user = {.switch_ids = p->switch_user,
+                                      .uid = p->uid,
+                                      .gid = p->gid,
+                                      .file_mode = p->group_share ? 0664 : 0644,
+                                      .dir_mode = p->group_share ? 0775 : 0755}};
+}
+
+const struct mcp_host *mcp_host(void)
+{
+    return &host;
+}
+
 void mcp_shutdown(void)
 {
     pthread_mutex_lock(&mcp_lock);

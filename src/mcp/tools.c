@@ -136,7 +136,7 @@ bool arg_bool(const cJSON *args, const char *key, bool def, bool *out, struct js
 char *mcp_norm_path(const struct mcp_host *h, const char *p, char *msg, size_t msglen)
 {
     if (p[0] == '/') {
-        const char *rel = h->within(h, p);
+        const char *rel = fs_path_within(h->workspace, h->cfg->workspace, p);
         if (!rel) {
             snprintf(msg, msglen,
                      "'%.200s' is outside the workspace (%.200s): paths are relative to it, "

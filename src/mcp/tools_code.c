@@ -9,6 +9,7 @@
 
 #include "mcp_internal.h"
 #include "sbxd/context.h"
+#include "sbxd/exec_service.h"
 #include "sbxd/mcp.h"
 #include "sbxd/outbuf.h"
 
@@ -251,11 +252,14 @@ int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
     struct sbxd_err err = {0};
     struct ctx_info ci;
     ctx_info(c, &ci, false);
-    struct ctx_run *run = ctx_run_start(c, code->valuestring, strlen(code->valuestring), timeout,
-                                        (int)h->cfg->queue_timeout_ms, &err);
+    /* Contexts' admission, as POST /contexts/{id}/execute has it: the drain and the client's
+     * hang-up end the wait for a slot. */
+    struct exec_admit adm = {.client_fd = mcp_call_fd(x), .stop = h->draining};
+    struct ctx_run *run = ctx_run_open(c, code->valuestring, strlen(code->valuestring), timeout,
+                                       (int)h->cfg->queue_timeout_ms, &adm, &err);
     ctx_put(c);
     if (!run)
-        return tool_error(w, "%s", err.msg);
+        return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
     struct code_out co;
     code_out_init(&co, h->cfg->max_output_bytes);
     code_collect(x, run, &co);

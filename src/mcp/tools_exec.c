@@ -13,6 +13,7 @@
 #include "mcp_internal.h"
 #include "sbxd/background.h"
 #include "sbxd/exec_service.h"
+#include "sbxd/run.h"
 #include "sbxd/limits.h"
 #include "sbxd/timeutil.h"
 
@@ -27,10 +28,10 @@
 /* run_command                                                                           */
 
 /* The result of a command: a summary for the model, and /execute's fields. */
-static void command_result(struct jsonw *w, const struct job *job, const struct outbuf *out,
-                           const struct outbuf *errb, enum exec_encoding enc, double queued_ms)
+static void command_result(struct jsonw *w, const struct run *run, const struct outbuf *out,
+                           const struct outbuf *errb)
 {
-    const struct job_result *r = job_result(job);
+    const struct job_result *r = run_result(run);
     char head[512];
     int hn;
     if (r->status == JOB_EXITED)
@@ -50,50 +51,54 @@ static void command_result(struct jsonw *w, const struct job *job, const struct 
                outbuf_truncated(errb) ? "\n--- stderr (truncated) ---\n" : "\n--- stderr ---\n",
                errb->data, errb->len);
     result_structured(w);
-    exec_result_fields(w, job_id(job), r, out, errb, enc);
-    exec_queued_field(w, queued_ms);
+    exec_result_fields(w, run_id(run), r, out, errb, run_request(run)->encoding);
+    exec_queued_field(w, run->queued_ms);
     result_end(w, !(r->status == JOB_EXITED && r->exit_code == 0));
 }
 
-static const char *const CMD_KEYS[] = {"command",    "argv",  "cwd", "env",
-                                       "timeout_ms", "stdin", NULL};
+/* Who opens a call's run: MCP, the call's client. Its socket's hang-up cancels it as it
+ * cancels a REST command; notifications/cancelled and DELETE /mcp reach it by the call. */
+static struct run_front call_front(const struct mcp_tool_ctx *x, enum metrics_mode mode)
+{
+    return (struct run_front){.front = FRONT_MCP,
+                              .mode = mode,
+                              .client_fd = mcp_call_fd(x),
+                              .stop = x->h->draining,
+                              .client = x->client};
+}
 
-/* Parse a command's arguments as /execute (or /processes) parses its body. */
+/* A command's arguments as /execute's body (or /processes'), parsed under the policy of
+ * mode: the same field table and checks, no text in between. false after a tool error. */
 static bool command_request(struct mcp_tool_ctx *x, const cJSON *args, enum metrics_mode mode,
                             struct exec_request *req, struct jsonw *w)
 {
-    char *body = cJSON_PrintUnformatted(args);
-    if (!body) {
-        tool_error(w, "out of memory");
-        return false;
-    }
     struct request_policy pol;
-    exec_service_policy(x->h->exec, mode, &pol);
+    run_policy(x->h->exec, mode, &pol);
     struct sbxd_err err = {0};
-    int r = exec_request_parse(body, strlen(body), &pol, req, &err);
-    free(body);
-    if (r < 0) {
+    if (exec_request_from_json(args, &pol, req, &err) < 0) {
         tool_error(w, "%s", err.msg);
         return false;
     }
     return true;
 }
 
+/* The tool error of a run that could not be opened. */
+static int open_error(struct jsonw *w, const struct sbxd_err *err)
+{
+    return tool_error(w, "%s", (err->flags & SBXD_EF_GONE) ? "the client went away" : err->msg);
+}
+
 /* A run_command answered as a stream: progress notifications, then the result. */
 struct run_stream {
-    const struct mcp_host *h;
     struct mcp_session *s;
     struct mcp_call *call;
-    struct job *job;
-    struct exec_request req;
+    struct run run;
     struct outbuf out, errb;
-    double queued_ms;
     cJSON *id, *token;
-    char client[64];
     int64_t start_ns, last_ns;
     uint64_t told; /* output bytes the last progress counted */
     bool done;
-    char buf[SBXD_READ_CHUNK];
+    uint8_t buf[SBXD_READ_CHUNK];
 };
 
 static void run_stream_progress(struct run_stream *rs, struct mcp_sink *k, int64_t now)
@@ -124,7 +129,7 @@ static void run_stream_final(struct run_stream *rs, struct mcp_sink *k)
 {
     struct jsonw res;
     jw_init(&res, 512 + rs->out.len + rs->errb.len);
-    command_result(&res, rs->job, &rs->out, &rs->errb, rs->req.encoding, rs->queued_ms);
+    command_result(&res, &rs->run, &rs->out, &rs->errb);
     size_t len;
     char *text = jw_finish(&res, &len);
     jw_free(&res);
@@ -140,14 +145,12 @@ static bool run_stream_step(void *task, struct mcp_sink *k)
         run_stream_final(rs, k);
         return false;
     }
-    struct job_event ev;
-    job_step(rs->job, MCP_PROGRESS_MIN_MS, rs->buf, sizeof(rs->buf), &ev);
-    if (ev.type == JOB_EV_OUTPUT)
-        outbuf_append(ev.stream == 1 ? &rs->out : &rs->errb, rs->buf, ev.len);
-    if (ev.type == JOB_EV_EXIT) {
+    struct run_chunk ch;
+    run_next(&rs->run, MCP_PROGRESS_MIN_MS, rs->buf, sizeof(rs->buf), &ch);
+    if (ch.type == RUN_OUTPUT)
+        outbuf_append(ch.stream == 1 ? &rs->out : &rs->errb, ch.data, ch.len);
+    if (ch.type == RUN_EXIT) { /* (audited by the run) */
         rs->done = true;
-        exec_service_audit(MX_STREAM, job_id(rs->job), &rs->req, job_result(rs->job), rs->queued_ms,
-                           rs->client);
         return true;
     }
     int64_t now = time_mono_ns();
@@ -158,18 +161,15 @@ static bool run_stream_step(void *task, struct mcp_sink *k)
     return true;
 }
 
+/* The stream is over, or its client went away before the result: run_close cancels and
+ * audits an abandoned command, once. */
 static void run_stream_drop(void *task)
 {
     struct run_stream *rs = task;
-    mcp_call_job(rs->call, NULL);
+    mcp_call_run(rs->call, NULL);
     mcp_call_end(rs->s, rs->call);
     mcp_session_put(rs->s);
-    if (!rs->done) /* the client went away: job_free kills what still runs */
-        exec_service_audit(MX_STREAM, job_id(rs->job), &rs->req, job_result(rs->job), rs->queued_ms,
-                           rs->client);
-    job_free(rs->job);
-    exec_service_leave(rs->h->exec);
-    exec_request_free(&rs->req);
+    run_close(&rs->run);
     outbuf_free(&rs->out);
     outbuf_free(&rs->errb);
     cJSON_Delete(rs->id);
@@ -179,23 +179,25 @@ static void run_stream_drop(void *task)
 
 static const struct mcp_task_ops run_stream_ops = {run_stream_step, run_stream_drop};
 
-/* Hand the started job to a stream: false when there is no memory for one (nothing
- * taken). */
-static bool run_stream_defer(struct mcp_tool_ctx *x, struct job *job, struct exec_request *req,
-                             double queued_ms, size_t cap)
+/* Run the command as a stream; false when there is no memory for one (nothing opened). */
+static bool run_streamed(struct mcp_tool_ctx *x, struct exec_request *req, struct jsonw *w)
 {
     struct run_stream *rs = calloc(1, sizeof(*rs));
     if (!rs)
         return false;
-    rs->h = x->h;
+    struct run_front f = call_front(x, MX_STREAM);
+    struct sbxd_err err = {0};
+    if (run_open(&rs->run, x->h->exec, &f, req, &err) < 0) {
+        free(rs);
+        open_error(w, &err);
+        return true;
+    }
+    mcp_call_run(x->call, &rs->run);
     rs->s = x->s;
     rs->call = x->call;
-    rs->job = job;
-    rs->req = *req;
-    rs->queued_ms = queued_ms;
     rs->id = cJSON_Duplicate(x->id, true);
     rs->token = cJSON_Duplicate(x->progress, true);
-    snprintf(rs->client, sizeof(rs->client), "%s", x->client ? x->client : "");
+    size_t cap = run_output_cap(x->h->exec, run_request(&rs->run));
     outbuf_init(&rs->out, cap);
     outbuf_init(&rs->errb, cap);
     rs->start_ns = rs->last_ns = time_mono_ns();
@@ -205,57 +207,35 @@ static bool run_stream_defer(struct mcp_tool_ctx *x, struct job *job, struct exe
     return true;
 }
 
-/* Wait for the job's end and answer with its result into w. */
-static void run_collect(struct mcp_tool_ctx *x, struct job *job, struct exec_request *req,
-                        double queued_ms, size_t cap, struct jsonw *w)
+/* Run the command to its end and answer with its result into w. */
+static int run_sync(struct mcp_tool_ctx *x, struct exec_request *req, struct jsonw *w)
 {
+    struct run_front f = call_front(x, MX_SYNC);
+    struct run run;
+    struct sbxd_err err = {0};
+    if (run_open(&run, x->h->exec, &f, req, &err) < 0)
+        return open_error(w, &err);
+    mcp_call_run(x->call, &run);
     struct outbuf out, errb;
-    outbuf_init(&out, cap);
-    outbuf_init(&errb, cap);
-    exec_service_collect(job, &out, &errb);
-    mcp_call_job(x->call, NULL);
-    command_result(w, job, &out, &errb, req->encoding, queued_ms);
+    run_collect(&run, RUN_KEEP_CAP, &out, &errb);
+    mcp_call_run(x->call, NULL);
+    command_result(w, &run, &out, &errb);
     exec_service_held(out.alloc + errb.alloc + w->cap);
-    exec_service_audit(MX_SYNC, job_id(job), req, job_result(job), queued_ms, x->client);
-    exec_service_leave(x->h->exec);
+    run_close(&run);
     outbuf_free(&out);
     outbuf_free(&errb);
-    job_free(job);
-    exec_request_free(req);
+    return 0;
 }
 
 int tool_run_command(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 {
-    const struct mcp_host *h = x->h;
-    if (!only_keys(args, CMD_KEYS, w))
-        return 0;
-    if (mcp_draining(h))
-        return tool_error(w, "sbxd is shutting down and takes no new commands");
     struct exec_request req;
     if (!command_request(x, args, MX_SYNC, &req, w))
         return 0;
-    struct sbxd_err err = {0};
-    int fd = x->client_fd;
-    struct exec_admit adm = {.client_fd = fd, .stop = h->draining};
-    if (exec_service_admit(h->exec, &adm, &err) < 0) {
-        exec_request_free(&req);
-        return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
-    }
-    bool streamed = x->progress && x->stream_ok && x->k;
-    struct job *job = exec_service_start(h->exec, streamed ? MX_STREAM : MX_SYNC, &req, fd, &err);
-    if (!job) {
-        exec_service_leave(h->exec);
-        exec_request_free(&req);
-        return tool_error(w, "%s", err.msg);
-    }
-    mcp_call_job(x->call, job);
-    size_t cap = h->cfg->max_output_bytes;
-    if (req.limits.output_bytes < cap)
-        cap = req.limits.output_bytes;
     /* No memory for a stream: answered at the end, as without a progress token. */
-    if (!streamed || !run_stream_defer(x, job, &req, adm.queued_ms, cap))
-        run_collect(x, job, &req, adm.queued_ms, cap, w);
-    return 0;
+    if (x->progress && x->stream_ok && x->k && run_streamed(x, &req, w))
+        return 0;
+    return run_sync(x, &req, w);
 }
 
 static struct bg_proc *arg_process(const cJSON *args, struct jsonw *w)
@@ -276,25 +256,16 @@ static struct bg_proc *arg_process(const cJSON *args, struct jsonw *w)
 
 int tool_start_process(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 {
-    const struct mcp_host *h = x->h;
-    static const char *const keys[] = {"command", "argv", "cwd", "env", "timeout_ms", NULL};
-    if (!only_keys(args, keys, w))
+    if (!only_keys(args, mcp_process_keys, w))
         return 0;
-    if (mcp_draining(h))
-        return tool_error(w, "sbxd is shutting down and takes no new processes");
     struct exec_request req;
     if (!command_request(x, args, MX_BACKGROUND, &req, w))
         return 0;
+    struct run_front f = call_front(x, MX_BACKGROUND);
     struct sbxd_err err = {0};
-    struct exec_admit adm = {.client_fd = x->client_fd, .stop = h->draining};
-    if (exec_service_admit(h->exec, &adm, &err) < 0) {
-        exec_request_free(&req);
-        return tool_error(w, "%s", adm.gone ? "the client went away" : err.msg);
-    }
-    struct bg_proc *p = exec_service_start_process(h->exec, &req, &err);
-    exec_service_leave(h->exec);
+    struct bg_proc *p = run_start_process(x->h->exec, &f, &req, NULL, &err);
     if (!p)
-        return tool_error(w, "%s", err.msg);
+        return open_error(w, &err);
     struct bg_info in;
     bg_info(p, &in);
     bg_put(p);

@@ -299,7 +299,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         /* As /files lists: a link inside the workspace as what it leads to, marked; one that
          * cannot be followed as itself. Never walked into below (only real directories are):
          * a link cannot make the listing loop or list a tree twice. */
-        bool link = L->h->list_follow(&e, L->rootfd, fs_list_dirfd(l), rel) != 0;
+        bool link = fs_list_follow(&e, L->rootfd, fs_list_dirfd(l), rel) != 0;
         struct jsonw *w = L->w;
         jw_obj_begin(w);
         jw_key(w, "path");
@@ -500,7 +500,7 @@ int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
         result_begin(w);
         text_block(w, msg, (size_t)(mn < (int)sizeof(msg) ? mn : (int)sizeof(msg) - 1));
         result_structured(w);
-        x->h->write_stat(w, path, in);
+        fs_write_stat(w, path, in);
         result_end(w, false);
     }
     free(in);

@@ -8,31 +8,27 @@
 #include <string.h>
 
 #include "mcp_internal.h"
+#include "sbxd/request.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* The tools' descriptions and input schemas: what tools/list says.                      */
 
-/* A command's arguments, shared by run_command and start_process. */
-static const char CMD_PROPS[] =
-    "\"command\":{\"type\":\"string\",\"description\":\"A shell command line, run by /bin/sh "
-    "-c. Give this or argv.\"},"
-    "\"argv\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"minItems\":1,"
-    "\"description\":\"A program and its arguments, run without a shell (argv[0] is looked up "
-    "in PATH). Give this or command.\"},"
-    "\"cwd\":{\"type\":\"string\",\"description\":\"Working directory, relative to the "
-    "workspace (default: the workspace root).\"},"
-    "\"env\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"
-    "\"description\":\"Environment variables added to the command's.\"},"
-    "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1,\"description\":\"Wall-clock limit in "
-    "milliseconds; at the limit the whole process tree is killed.\"}";
+/* Which of a request's fields (request.h's table) a tool's input schema lists first. */
+enum cmd_fields {
+    CMD_NONE,
+    CMD_EXECUTE, /* every field /execute takes: run_command */
+    CMD_PROCESS, /* mcp_process_keys: start_process */
+};
+
+const char *const mcp_process_keys[] = {"command", "argv", "cwd", "env", "timeout_ms", NULL};
 
 #define PATH_PROP(key, what) "\"" key "\":{\"type\":\"string\",\"description\":\"" what "\"}"
 
 /* Each tool: its name, title, description for a model, and the properties of its input
- * schema (with_cmd: the command's first) and the required ones. */
+ * schema (cmd: the request's fields first) and the required ones. */
 static const struct tool_doc {
     const char *name, *title, *description;
-    bool with_cmd;
+    enum cmd_fields cmd;
     const char *props, *required;
     const char *output;      /* outputSchema: what structuredContent holds */
     const char *annotations; /* hints for clients: read-only, destructive, open world */
@@ -45,10 +41,7 @@ static const struct tool_doc {
      "signaled, timeout, oom, output_limit, failed_to_start, canceled) and stderr. Nothing "
      "persists between calls but files: use run_code for state that lives on, and "
      "start_process for servers and long jobs.",
-     true,
-     "\"stdin\":{\"type\":\"string\",\"description\":\"Text given to the command as its "
-     "standard input.\"}",
-     NULL,
+     CMD_EXECUTE, NULL, NULL,
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"status\""
      ":{\"type\":\"string\"},\"exit_code\":{\"type\":\"integer\"},\"signal\":{\"ty"
      "pe\":[\"integer\",\"null\"]},\"stdout\":{\"type\":\"string\"},\"stderr\":{\""
@@ -67,7 +60,7 @@ static const struct tool_doc {
      "stdout, stderr, the value of the last expression as text, images (e.g. matplotlib "
      "figures) as image content, and on an exception its name, value and traceback (isError "
      "true). A timeout interrupts the code; the context survives.",
-     false,
+     CMD_NONE,
      "\"code\":{\"type\":\"string\",\"description\":\"The code to run.\"},"
      "\"language\":{\"type\":\"string\",\"description\":\"python (default), bash, or another "
      "installed kernel's language: its default context is used, made on first use.\"},"
@@ -88,7 +81,7 @@ static const struct tool_doc {
      "Read a file of the workspace. UTF-8 text comes back as text, anything else as a base64 "
      "blob. At most 1 MiB (--max-output-bytes) per call: for a larger file, read on with "
      "offset (structuredContent says size, length and eof).",
-     false,
+     CMD_NONE,
      PATH_PROP("path",
                "Path relative to the workspace.") ","
                                                   "\"offset\":{\"type\":\"integer\",\"minimum\":0,"
@@ -108,7 +101,7 @@ static const struct tool_doc {
      "Create or replace a file of the workspace with the given content (missing parent "
      "directories are made). The write is atomic: readers see the old content or the new, "
      "never a mixture.",
-     false,
+     CMD_NONE,
      PATH_PROP("path",
                "Path relative to the workspace.") ","
                                                   "\"content\":{\"type\":\"string\","
@@ -133,7 +126,7 @@ static const struct tool_doc {
      "mode, modified_at; a symlink to something in the workspace is described by what it "
      "leads to, with symlink true (one that leads out or nowhere: type symlink). At most 1000 "
      "entries (truncated says so).",
-     false,
+     CMD_NONE,
      PATH_PROP(
          "path",
          "Directory relative to the workspace (default: its root).") ","
@@ -154,7 +147,7 @@ static const struct tool_doc {
     {"delete_file", "Delete a file or directory",
      "Delete a file, a symlink (not what it points to) or an empty directory; with recursive, "
      "a directory and everything in it.",
-     false,
+     CMD_NONE,
      PATH_PROP("path", "Path relative to the workspace.") ","
                                                           "\"recursive\":{\"type\":\"boolean\"}",
      "\"path\"",
@@ -164,7 +157,7 @@ static const struct tool_doc {
     {"move_file", "Move or rename",
      "Rename a file or directory within the workspace, atomically. An existing destination is "
      "an error unless overwrite is true.",
-     false,
+     CMD_NONE,
      PATH_PROP("from", "Source path relative to the workspace.") "," PATH_PROP(
          "to",
          "Destination path relative to the workspace.") ","
@@ -176,7 +169,7 @@ static const struct tool_doc {
     {"stat_file", "Describe a file",
      "Describe a workspace entry: type, size, mode, owner, times, a symlink's target. With "
      "follow false a symlink itself is described.",
-     false,
+     CMD_NONE,
      PATH_PROP(
          "path",
          "Path relative to the workspace.") ","
@@ -196,7 +189,7 @@ static const struct tool_doc {
      "Start a long-running command (a server, a build, a watcher) and return at once with its "
      "id. Read its output with process_output, write to its stdin with send_input, end it "
      "with kill_process. Its timeout defaults to the longest allowed.",
-     true, NULL, NULL,
+     CMD_PROCESS, NULL, NULL,
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"pid\":{\""
      "type\":\"integer\"}},\"required\":[\"id\",\"pid\"]}",
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
@@ -204,7 +197,7 @@ static const struct tool_doc {
      "Output of a background process from offset (default 0; pass the next_offset of the last "
      "call to read on), waiting up to wait_ms for some when there is none yet. Says whether "
      "it still runs, and its exit code once it ended.",
-     false,
+     CMD_NONE,
      "\"id\":{\"type\":\"string\",\"description\":\"The id start_process returned.\"},"
      "\"offset\":{\"type\":\"integer\",\"minimum\":0},"
      "\"wait_ms\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":30000}",
@@ -219,7 +212,7 @@ static const struct tool_doc {
     {"send_input", "Write to a process's stdin",
      "Write text to a background process's standard input; with eof true its stdin is then "
      "closed.",
-     false,
+     CMD_NONE,
      "\"id\":{\"type\":\"string\"},\"data\":{\"type\":\"string\"},"
      "\"eof\":{\"type\":\"boolean\"}",
      "\"id\"",
@@ -230,11 +223,46 @@ static const struct tool_doc {
     {"kill_process", "Signal a process",
      "Send a signal to a background process's whole tree: SIGKILL (default), SIGTERM, SIGINT, "
      "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT or SIGSTOP.",
-     false, "\"id\":{\"type\":\"string\"},\"signal\":{\"type\":\"string\"}", "\"id\"",
+     CMD_NONE, "\"id\":{\"type\":\"string\"},\"signal\":{\"type\":\"string\"}", "\"id\"",
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"signal\""
      ":{\"type\":\"string\"}},\"required\":[\"id\",\"signal\"]}",
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
 };
+
+/* Whether the tool's schema lists field f of a request. */
+static bool cmd_takes(enum cmd_fields cmd, const struct exec_field *f)
+{
+    if (cmd == CMD_EXECUTE)
+        return !f->background_only;
+    for (int i = 0; cmd == CMD_PROCESS && mcp_process_keys[i]; i++)
+        if (strcmp(f->name, mcp_process_keys[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The properties of the request's fields the tool takes, from the table the parser takes
+ * them by: whether there were any. */
+static bool cmd_props(struct jsonw *w, enum cmd_fields cmd)
+{
+    bool any = false;
+    for (const struct exec_field *f = exec_request_fields; f->name; f++) {
+        if (!cmd_takes(cmd, f))
+            continue;
+        if (any)
+            jw_raw(w, ",", 1);
+        any = true;
+        w->need_comma = false;
+        jw_key(w, f->name);
+        jw_raw(w, "{", 1);
+        jw_raw(w, f->schema, strlen(f->schema));
+        jw_raw(w, ",", 1);
+        w->need_comma = false;
+        jw_key(w, "description");
+        jw_str(w, f->doc);
+        jw_raw(w, "}", 1);
+    }
+    return any;
+}
 
 static char *tools_json;
 static size_t tools_json_len;
@@ -260,9 +288,7 @@ static void tools_make(void)
         static const char head[] = "{\"type\":\"object\",\"properties\":{";
         static const char req[] = ",\"required\":[";
         jw_raw(&w, head, sizeof(head) - 1);
-        if (d->with_cmd)
-            jw_raw(&w, CMD_PROPS, strlen(CMD_PROPS));
-        if (d->with_cmd && d->props)
+        if (cmd_props(&w, d->cmd) && d->props)
             jw_raw(&w, ",", 1);
         if (d->props)
             jw_raw(&w, d->props, strlen(d->props));

@@ -814,6 +814,137 @@ START_TEST(one_client_cannot_hold_every_session)
 }
 END_TEST
 
+/* The value of one series of d's /metrics (name{labels} as printed); 0 when absent. */
+static double mcp_metric(const struct daemon *d, const char *series)
+{
+    struct http_resp r;
+    ck_assert_int_eq(http_request(d, "GET", "/metrics", NULL, NULL, 0, 0, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    const char *p = strstr(r.body, series);
+    double v = p && p[strlen(series)] == ' ' ? strtod(p + strlen(series) + 1, NULL) : 0;
+    http_resp_free(&r);
+    return v;
+}
+
+/* The lines of d's log holding needle: how many, and the first (malloc'd) into *line. */
+static int mcp_log_lines(const struct daemon *d, const char *needle, char **line)
+{
+    char *log = daemon_log_read(d);
+    int k = 0;
+    *line = NULL;
+    for (const char *p = log; (p = strstr(p, needle)); p += strlen(needle), k++)
+        if (!*line) {
+            const char *b = p;
+            while (b > log && b[-1] != '\n')
+                b--;
+            *line = strndup(b, strcspn(b, "\n"));
+        }
+    free(log);
+    return k;
+}
+
+/* Commands of MCP are MCP's in /metrics and in the audit line; a streamed run_command whose
+ * client drops the stream is stopped, and audited and counted once, canceled. */
+START_TEST(commands_are_labelled_mcp_and_abandoned_ones_audited_once)
+{
+    struct daemon d;
+    daemon_start(&d, NULL, NULL);
+    char sid[64];
+    mcp_init(&d, "2025-06-18", sid, sizeof(sid));
+    cJSON *res = mcp_call(&d, sid, "run_command", "{\"command\":\"echo labelled-1000.62\"}");
+    ck_assert_msg(!jbool(res, "isError"), "%s", first_text(res));
+    cJSON_Delete(res);
+    ck_assert_double_eq(
+        mcp_metric(&d, "sbxd_executions_total{front=\"mcp\",mode=\"sync\",status=\"exited\"}"), 1);
+    char *line;
+    ck_assert_int_eq(mcp_log_lines(&d, "\"command\":\"echo labelled-1000.62\"", &line), 1);
+    ck_assert_msg(strstr(line, "\"front\":\"mcp\""), "%s", line);
+    free(line);
+
+    /* A streamed one (a progress token, an event stream accepted), dropped while it runs. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    const char *body = "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{"
+                       "\"name\":\"run_command\",\"_meta\":{\"progressToken\":1},"
+                       "\"arguments\":{\"command\":\"yes abandoned-1000.63\"}}}";
+    char req[1024];
+    int n = snprintf(req, sizeof(req),
+                     "POST /mcp HTTP/1.1\r\nHost: sbxd\r\nMcp-Session-Id: %s\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Accept: application/json, text/event-stream\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     sid, strlen(body), body);
+    ck_assert_int_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    ck_assert_msg(stream_wait_for(fd, "notifications/progress", 10000 * SLOW), "no progress");
+    close(fd);
+    ck_assert_int_eq(daemon_wait_no_procs(&d, "abandoned-1000.63", 5000 * SLOW), 0);
+    const char *series = "sbxd_executions_total{front=\"mcp\",mode=\"stream\",status=\"canceled\"}";
+    for (double end = now_ms() + 5000 * SLOW; now_ms() < end && mcp_metric(&d, series) < 1;)
+        usleep(10000);
+    ck_assert_double_eq(mcp_metric(&d, series), 1);
+    ck_assert_int_eq(mcp_log_lines(&d, "\"command\":\"yes abandoned-1000.63\"", &line), 1);
+    ck_assert_msg(strstr(line, "\"front\":\"mcp\"") && strstr(line, "\"status\":\"canceled\""),
+                  "%s", line);
+    free(line);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* run_command takes what /execute takes, and its schema (tools/list) names it all: the
+ * fields /execute names when it refuses an unknown one, each in run_command's inputSchema;
+ * encoding and limits then do what they do on /execute. */
+START_TEST(run_command_takes_every_field_execute_takes)
+{
+    struct http_resp r;
+    const char *bad = "{\"command\":\"true\",\"no-such-field\":1}";
+    ck_assert_int_eq(
+        http_request(&g_sbxd, "POST", "/execute", "application/json", bad, strlen(bad), 0, &r), 0);
+    ck_assert_int_eq(r.status, 400);
+    const char *known = strstr(jstr(r.json, "message"), "(known: ");
+    ck_assert_msg(known, "%s", r.body);
+    char fields[256];
+    snprintf(fields, sizeof(fields), "%s", known + 8);
+    fields[strcspn(fields, ")")] = '\0';
+    char said[256];
+    snprintf(said, sizeof(said), "%s", fields);
+    http_resp_free(&r);
+    char sid[64];
+    mcp_init(&g_sbxd, "2025-06-18", sid, sizeof(sid));
+    mcp_post(&g_sbxd, sid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", &r);
+    ck_assert_int_eq(r.status, 200);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(r.json, "result"), "tools");
+    const cJSON *props = NULL, *t;
+    cJSON_ArrayForEach(t, tools) if (strcmp(jstr(t, "name"), "run_command") == 0) props =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "inputSchema"),
+                                         "properties");
+    ck_assert_ptr_nonnull(props);
+    int n = 0;
+    for (char *save, *f = strtok_r(fields, ", ", &save); f; f = strtok_r(NULL, ", ", &save), n++)
+        ck_assert_msg(cJSON_GetObjectItemCaseSensitive(props, f),
+                      "run_command's schema has no '%s' (/execute knows: %s)", f, said);
+    ck_assert_int_ge(n, 9);
+    http_resp_free(&r);
+
+    cJSON *res = mcp_call(&g_sbxd, sid, "run_command",
+                          "{\"command\":\"printf '\\\\377ab'\",\"encoding\":\"base64\"}");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(res, "structuredContent");
+    ck_assert_msg(sc && jstr(sc, "stdout") && strcmp(jstr(sc, "stdout"), "/2Fi") == 0, "%s",
+                  first_text(res));
+    ck_assert_str_eq(jstr(sc, "encoding"), "base64");
+    cJSON_Delete(res);
+    res = mcp_call(&g_sbxd, sid, "run_command",
+                   "{\"command\":\"yes\",\"limits\":{\"output_bytes\":1000},\"network\":false}");
+    sc = cJSON_GetObjectItemCaseSensitive(res, "structuredContent");
+    ck_assert_msg(sc && jstr(sc, "status") && strcmp(jstr(sc, "status"), "output_limit") == 0, "%s",
+                  first_text(res));
+    cJSON_Delete(res);
+}
+END_TEST
+
 Suite *mcp_suite(void)
 {
     Suite *s = suite_create("mcp");
@@ -827,6 +958,8 @@ Suite *mcp_suite(void)
     tcase_add_test(tc, huge_object_is_refused_at_once);
     tcase_add_test(tc, subscriptions_leave_rest_watches_theirs);
     tcase_add_test(tc, one_client_cannot_hold_every_session);
+    tcase_add_test(tc, commands_are_labelled_mcp_and_abandoned_ones_audited_once);
+    tcase_add_test(tc, run_command_takes_every_field_execute_takes);
     suite_add_tcase(s, tc);
     return s;
 }
