@@ -106,6 +106,29 @@ struct bg_proc *run_start_process(struct exec_service *s, const struct run_front
                                   struct exec_request *req, double *queued_ms,
                                   struct sbxd_err *err);
 
+/*
+ * A run whose owner starts and drives its job itself: a background process (background.c),
+ * whose job has an environment of its own and whose driver, a thread of the process's,
+ * takes its output with run_next into the ring, the exit audited there once, whichever way
+ * the process ended (its own exit, a DELETE, a reset, its timeout, the shutdown).
+ * run_prepare takes req over (the job's request lives in r); no slot is the run's (a
+ * process gives its slot back once it started: run_start_process); its audit line says
+ * neither queue time nor client. run_start_job starts it (-1 with err: r holds no job).
+ * Once driven, run_close it as any run; run_discard one whose driver never ran: its job is
+ * killed and it is freed without an audit line (its start counted as failed).
+ */
+void run_prepare(struct run *r, enum metrics_mode mode, struct exec_request *req);
+int run_start_job(struct run *r, const struct job_env *env, struct sbxd_err *err);
+void run_discard(struct run *r);
+
+/* A chunk says at most this many bytes more than run_next read into its buffer: the start of
+ * a character held back from the chunk before. */
+#define RUN_CARRY_MAX 3
+
+static inline struct job *run_job(const struct run *r)
+{
+    return r->job;
+}
 static inline const char *run_id(const struct run *r)
 {
     return job_id(r->job);

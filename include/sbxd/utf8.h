@@ -2,6 +2,7 @@
 #ifndef SBXD_UTF8_H
 #define SBXD_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,15 @@ int utf8_decode(const uint8_t *s, size_t n);
  * character that the end cuts off (at most 3 bytes, kept back for the rest). Looks at the
  * last 4 bytes only. */
 size_t utf8_whole(const uint8_t *s, size_t n);
+
+/* How many of the n bytes of output at s a reader says now: all of them once nothing more
+ * can follow them (final), else utf8_whole's (a character the end cuts off waits for its
+ * rest). The one hold-back of every reader of output as text: a run's chunks (run.h), a
+ * background process's ring (background.h), a context's stream. */
+static inline size_t utf8_cut(const uint8_t *s, size_t n, bool final)
+{
+    return final ? n : utf8_whole(s, n);
+}
 
 /* Where the n bytes at s stop being UTF-8: n when all of them are well-formed, else the
  * offset of the first byte of the first ill-formed or cut-off sequence (an overlong form, a

@@ -15,7 +15,6 @@
 #include <time.h>
 
 #include "background_internal.h"
-#include "sbxd/exec_service.h"
 #include "sbxd/metrics.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
@@ -42,8 +41,10 @@ void bg_init(const struct bg_config *cfg)
 
 static void proc_free(struct bg_proc *p)
 {
-    job_free(p->job);
-    exec_request_free(&p->req);
+    if (p->driven)
+        run_close(&p->run); /* audited at its exit already: the job and request go */
+    else
+        run_discard(&p->run);
     ring_free(&p->ring);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
@@ -137,15 +138,16 @@ void bg_sweep(void)
     free_dead(dead);
 }
 
-/* How much output the driver may take now: SBXD_READ_CHUNK, or while a follower holds the
- * ring (bg_hold) what fits without pushing out what it has not read, once there is room. */
-static size_t room_to_read(struct bg_proc *p)
+/* How much output the driver may take now: max, or while a follower holds the ring (bg_hold)
+ * what fits without pushing out what it has not read, once there is room for more than a
+ * character's start held back (RUN_CARRY_MAX, which the next chunk may say besides). */
+static size_t room_to_read(struct bg_proc *p, size_t max)
 {
-    size_t room = SBXD_READ_CHUNK;
+    size_t room = max;
     pthread_mutex_lock(&p->lock);
     while (p->hold != BG_NO_HOLD) {
         uint64_t unread = p->ring.end > p->hold ? p->ring.end - p->hold : 0;
-        if (unread < p->ring.cap) {
+        if (unread + RUN_CARRY_MAX < p->ring.cap) {
             if (p->ring.cap - unread < room)
                 room = (size_t)(p->ring.cap - unread);
             break;
@@ -158,34 +160,40 @@ static size_t room_to_read(struct bg_proc *p)
     return room;
 }
 
-/* The process's own thread: output into the ring as it comes, until the end. */
+/* The process's own thread: its run's output into the ring as it comes (a character cut by
+ * a read waits for its rest in the run, so the ring holds whole ones), until the exit, where
+ * the run is audited, once, however the process ended. */
 static void *driver_main(void *arg)
 {
     struct bg_proc *p = arg;
-    char *buf = malloc(SBXD_READ_CHUNK);
-    struct job_event ev;
+    size_t buflen = RUN_HOLD_ROOM + SBXD_READ_CHUNK;
+    uint8_t *buf = malloc(buflen), small[RUN_HOLD_ROOM + RUN_CARRY_MAX + 1];
+    uint8_t *use = buf ? buf : small;
+    if (!buf)
+        buflen = sizeof(small);
+    struct run_chunk c;
     do {
-        size_t room = buf ? room_to_read(p) : 1;
-        job_step(p->job, -1, buf ? buf : (char[1]){0}, room, &ev);
-        if (ev.type == JOB_EV_OUTPUT) {
+        /* what is read, and the start of a character held back before it */
+        size_t room = room_to_read(p, buflen - RUN_HOLD_ROOM);
+        run_next(&p->run, -1, use, RUN_HOLD_ROOM + room - RUN_CARRY_MAX, &c);
+        if (c.type == RUN_OUTPUT) {
             pthread_mutex_lock(&p->lock);
-            ring_append(&p->ring, p->req.pty ? 3 : ev.stream, buf, ev.len);
-            p->res.stdout_bytes = job_result(p->job)->stdout_bytes;
-            p->res.stderr_bytes = job_result(p->job)->stderr_bytes;
+            ring_append(&p->ring, run_request(&p->run)->pty ? 3 : c.stream, c.data, c.len);
+            p->res.stdout_bytes = run_result(&p->run)->stdout_bytes;
+            p->res.stderr_bytes = run_result(&p->run)->stderr_bytes;
             pthread_cond_broadcast(&p->cond);
             pthread_mutex_unlock(&p->lock);
         }
-    } while (ev.type != JOB_EV_EXIT);
+    } while (c.type != RUN_EXIT);
     free(buf);
     pthread_mutex_lock(&p->lock);
-    p->res = *job_result(p->job);
+    p->res = *run_result(&p->run);
     p->finished = true;
     p->finished_real_ns = time_real_ns();
     p->finished_mono_ns = time_mono_ns();
     pthread_cond_broadcast(&p->cond);
     pthread_cond_broadcast(&p->in_cond); /* an idle feeder leaves */
     pthread_mutex_unlock(&p->lock);
-    exec_service_audit(MX_BACKGROUND, p->id, &p->req, &p->res, -1, NULL);
     pthread_mutex_lock(&tab.lock);
     tab.running--;
     tab.owned_running -= p->owned;
@@ -207,8 +215,7 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
         sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    p->req = *req;
-    memset(req, 0, sizeof(*req));
+    run_prepare(&p->run, MX_BACKGROUND, req);
     pthread_mutex_init(&p->lock, NULL);
     /* bg_read's deadlines are on the monotonic clock: so must the condition's be (with the
      * default, realtime, clock every wait would time out at once, and a follower of a
@@ -221,8 +228,8 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
     pthread_condattr_destroy(&ca);
     ring_init(&p->ring, tab.cfg.output_bytes);
     p->hold = BG_NO_HOLD;
-    p->pty_cols = p->req.pty_cols;
-    p->pty_rows = p->req.pty_rows;
+    p->pty_cols = run_request(&p->run)->pty_cols;
+    p->pty_rows = run_request(&p->run)->pty_rows;
 
     p->owned = owned;
     pthread_mutex_lock(&tab.lock);
@@ -243,14 +250,13 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
     struct job_env e = *env;
     e.cancel_fd = -1; /* no client owns it */
     e.interactive = true;
-    p->job = job_start(&p->req, &e, err);
     pthread_t th;
     pthread_attr_t attr;
     int rc = -1;
-    if (p->job) {
-        snprintf(p->id, sizeof(p->id), "%s", job_id(p->job));
-        p->start_failed = job_result(p->job)->status == JOB_FAILED_TO_START;
-        p->pid = job_pid(p->job);
+    if (run_start_job(&p->run, &e, err) == 0) {
+        snprintf(p->id, sizeof(p->id), "%s", run_id(&p->run));
+        p->start_failed = run_result(&p->run)->status == JOB_FAILED_TO_START;
+        p->pid = run_pid(&p->run);
         p->started_real_ns = time_real_ns();
         p->refs = 3; /* the table, the driver, the caller */
         pthread_attr_init(&attr);
@@ -258,6 +264,7 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         rc = pthread_create(&th, &attr, driver_main, p);
         pthread_attr_destroy(&attr);
+        p->driven = rc == 0;
         if (rc != 0)
             sbxd_fail(err, SBXD_E_BUSY, rc, "cannot start a thread for the process");
     }
@@ -266,7 +273,7 @@ static struct bg_proc *start(struct exec_request *req, const struct job_env *env
         tab.running--;
         tab.owned_running -= owned;
         pthread_mutex_unlock(&tab.lock);
-        proc_free(p); /* job_free kills a job that started */
+        proc_free(p); /* run_discard kills a job that started */
         return NULL;
     }
     struct bg_proc **pp = &tab.head;
@@ -365,7 +372,7 @@ void bg_info(struct bg_proc *p, struct bg_info *out)
     pthread_mutex_unlock(&p->lock);
     if (!out->finished)
         out->res.status = JOB_RUNNING;
-    out->stdin_open = !out->finished && job_stdin_open(p->job);
+    out->stdin_open = !out->finished && job_stdin_open(run_job(&p->run));
 }
 
 bool bg_start_failed(struct bg_proc *p, struct bg_info *out)
@@ -382,7 +389,7 @@ bool bg_start_failed(struct bg_proc *p, struct bg_info *out)
 
 const struct exec_request *bg_request(const struct bg_proc *p)
 {
-    return &p->req;
+    return run_request(&p->run);
 }
 
 bool bg_offset_valid(struct bg_proc *p, uint64_t off)
@@ -418,9 +425,9 @@ enum bg_read_result bg_read(struct bg_proc *p, uint64_t off, void *buf, size_t m
             uint8_t peek;
             if (off + k < p->ring.end)
                 ring_read(&p->ring, off + k, &peek, 1, &next_stream);
-            if (utf8 && more && (off + k == p->ring.end || next_stream == *stream)) {
-                k = utf8_whole((const uint8_t *)buf, k); /* 0: only a cut character so far, wait */
-            }
+            if (utf8 && (off + k == p->ring.end || next_stream == *stream))
+                k = utf8_cut((const uint8_t *)buf, k,
+                             !more); /* 0: only a cut character so far, wait */
             if (k > 0) {
                 *n = k;
                 *next = off + k;
@@ -499,7 +506,7 @@ int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)
 {
     if (bg_ended(p))
         return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
-    if (job_signal(p->job, sig))
+    if (job_signal(run_job(&p->run), sig))
         return 0;
     /* Not delivered: never answered as if it were. */
     if (errno == ESRCH)
@@ -512,13 +519,13 @@ int bg_signal(struct bg_proc *p, int sig, struct sbxd_err *err)
 
 int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *err)
 {
-    if (!p->req.pty)
+    if (!run_request(&p->run)->pty)
         return sbxd_fail(err, SBXD_E_CONFLICT, 0,
                          "the process has no terminal (start it with "
                          "\"pty\")");
     if (bg_ended(p))
         return sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
-    if (job_resize(p->job, cols, rows, err) < 0)
+    if (job_resize(run_job(&p->run), cols, rows, err) < 0)
         return -1;
     pthread_mutex_lock(&p->lock);
     p->pty_cols = cols;
@@ -529,7 +536,7 @@ int bg_resize(struct bg_proc *p, unsigned cols, unsigned rows, struct sbxd_err *
 
 void bg_remove(struct bg_proc *p, struct bg_info *info)
 {
-    job_kill(p->job, JOB_KILL_CANCEL);
+    job_kill(run_job(&p->run), JOB_KILL_CANCEL);
     unhold(p);
     pthread_mutex_lock(&p->lock);
     while (!p->finished)
@@ -549,7 +556,7 @@ void bg_signal_all(int sig)
     size_t n = list(&v, true);
     for (size_t i = 0; v && i < n; i++) {
         if (!bg_ended(v[i]))
-            job_signal(v[i]->job, sig);
+            job_signal(run_job(&v[i]->run), sig);
         unhold(v[i]);
         bg_put(v[i]);
     }

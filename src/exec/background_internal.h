@@ -12,6 +12,7 @@
 #include "sbxd/background.h"
 #include "sbxd/job.h"
 #include "ring_internal.h"
+#include "sbxd/run.h"
 
 /* One stdin write while its writer waits: on the writer's stack, in the queue until all of it
  * is handed to the job. Under its process's lock. */
@@ -33,9 +34,10 @@ struct bg_proc {
     bool listed;          /* in the table (under tab.lock) */
     bool owned;           /* bg_start_owned: a context's, not one of /processes */
     bool start_failed;    /* its command could not be exec'd (known when bg_start returned) */
+    bool driven;          /* its driver runs, or ran: run_close frees its run (else run_discard) */
     unsigned refs;        /* under tab.lock */
-    struct job *job;
-    struct exec_request req;
+    /* Its command (run.h): the job, its request, its output's hold-back and its audit. */
+    struct run run;
     char id[25];
     int32_t number; /* bg_number: set once listed, never changed */
     pid_t pid;

@@ -88,7 +88,7 @@ static void *feeder_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         struct sbxd_err err = {0};
         uint64_t n = 0;
-        int rc = job_stdin_write(p->job, p->in_buf, k, eof, &n, &err);
+        int rc = job_stdin_write(run_job(&p->run), p->in_buf, k, eof, &n, &err);
         pthread_mutex_lock(&p->lock);
         p->in_pending -= k;
         w = p->in_flight; /* NULL when its writer gave up meanwhile */
@@ -110,9 +110,9 @@ static void *feeder_main(void *arg)
         } else {
             if (w && last) {
                 w->done = true;
-                w->open_after = job_stdin_open(p->job);
+                w->open_after = job_stdin_open(run_job(&p->run));
             }
-            if (eof && !job_stdin_open(p->job))
+            if (eof && !job_stdin_open(run_job(&p->run)))
                 stdin_fail_locked(p, SBXD_E_CONFLICT, "stdin is closed", true);
         }
         pthread_cond_broadcast(&p->in_cond);
@@ -172,7 +172,7 @@ enum bg_stdin_result bg_stdin(struct bg_proc *p, const void *data, size_t n, boo
         sbxd_fail(err, SBXD_E_CONFLICT, 0, "the process has ended");
         return BG_STDIN_FAILED;
     }
-    if (!job_stdin_open(p->job)) {
+    if (!job_stdin_open(run_job(&p->run))) {
         sbxd_fail(err, SBXD_E_CONFLICT, 0, "stdin is closed");
         return BG_STDIN_FAILED;
     }

@@ -88,12 +88,9 @@ static bool hold_back(struct run *r, int stream, uint8_t *data, size_t n, bool f
         len += r->ncarry[stream];
         r->ncarry[stream] = 0;
     }
-    size_t send = len;
-    if (utf8 && !final) {
-        send = utf8_whole(joined, len);
-        r->ncarry[stream] = (uint8_t)(len - send);
-        memcpy(r->carry[stream], joined + send, len - send);
-    }
+    size_t send = utf8 ? utf8_cut(joined, len, final) : len;
+    r->ncarry[stream] = (uint8_t)(len - send);
+    memcpy(r->carry[stream], joined + send, len - send);
     if (!send)
         return false;
     *c = (struct run_chunk){.type = RUN_OUTPUT,
@@ -214,4 +211,23 @@ struct bg_proc *run_start_process(struct exec_service *s, const struct run_front
     struct bg_proc *p = exec_service_start_process(s, req, err); /* req is its own now */
     exec_service_leave(s);
     return p;
+}
+
+void run_prepare(struct run *r, enum metrics_mode mode, struct exec_request *req)
+{
+    *r = (struct run){.req = *req, .mode = mode, .keeps_slot = true, .queued_ms = -1};
+    memset(req, 0, sizeof(*req));
+}
+
+int run_start_job(struct run *r, const struct job_env *env, struct sbxd_err *err)
+{
+    r->job = job_start(&r->req, env, err);
+    return r->job ? 0 : -1;
+}
+
+void run_discard(struct run *r)
+{
+    job_free(r->job); /* (kills a job that started) */
+    r->job = NULL;
+    exec_request_free(&r->req);
 }

@@ -1,10 +1,8 @@
 /* /contexts: code contexts (context.h) over HTTP. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "sbxd/context.h"
 #include "http_internal.h"
@@ -229,17 +227,6 @@ static void audit(const char *id, const struct ctx_result *r, size_t code_len, c
               LOG_S("client", client));
 }
 
-/* Whether the client at fd has gone (end of stream or a broken connection); a pipelined
- * request or nothing yet means it is there. */
-static bool client_gone(int fd)
-{
-    if (fd < 0)
-        return false;
-    char b;
-    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* A client's poll of its connection while a synchronous execution runs. */
 #define CLIENT_CHECK_MS 250
 
@@ -250,6 +237,7 @@ static enum MHD_Result execute_sync(struct server *srv, struct MHD_Connection *c
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
+    bool peek = true; /* (job_client_hung_up's state of the connection) */
     struct outbuf ob[3];
     outbuf_init(&ob[1], (size_t)srv->cfg->max_output_bytes);
     outbuf_init(&ob[2], (size_t)srv->cfg->max_output_bytes);
@@ -269,7 +257,7 @@ static enum MHD_Result execute_sync(struct server *srv, struct MHD_Connection *c
             results_cut = true;
         else if (k > 0 && st != CTX_EV_ERROR)
             jw_json(&results, d, n);
-        else if (k == 0 && client_gone(fd))
+        else if (k == 0 && job_client_hung_up(fd, &peek))
             break; /* ctx_run_end interrupts it */
     }
     if (k >= 0) {
@@ -333,7 +321,7 @@ static void stream_output(struct ctx_stream *s, int st, const uint8_t *data, siz
         data += take;
         n -= take;
         len += take;
-        size_t send = final && !n ? len : utf8_whole(s->buf, len);
+        size_t send = utf8_cut(s->buf, len, final && !n);
         s->ncarry[st] = len - send;
         memcpy(s->carry[st], s->buf + send, len - send);
         if (!send)

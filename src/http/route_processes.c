@@ -123,7 +123,7 @@ static enum MHD_Result start(struct server *srv, struct MHD_Connection *c, struc
     /* A background process is meant to run long: it gets the longest timeout allowed
      * unless it asks for less (exec_service_policy). */
     struct request_policy pol;
-    exec_service_policy(&srv->sb->exec, MX_BACKGROUND, &pol);
+    run_policy(&srv->sb->exec, MX_BACKGROUND, &pol);
     struct exec_request req;
     struct sbxd_err err = {0};
     if (exec_request_parse(rc->body ? rc->body : "", rc->body_len, &pol, &req, &err) < 0)

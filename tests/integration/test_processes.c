@@ -1377,6 +1377,85 @@ START_TEST(shutdown_ends_followers_with_exit_events)
 }
 END_TEST
 
+/* The audit lines ("event":"process") sbxd's log holds for the process id; the last one
+ * into *line (a pointer into log), or NULL. */
+static int audit_lines(const char *log, const char *id, const char **line)
+{
+    char needle[96];
+    snprintf(needle, sizeof(needle), "\"id\":\"%s\"", id);
+    static const char ev[] = "\"event\":\"process\"";
+    int k = 0;
+    *line = NULL;
+    for (const char *l = log; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        if (memmem(l, len, ev, sizeof(ev) - 1) && memmem(l, len, needle, strlen(needle))) {
+            k++;
+            *line = l;
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    return k;
+}
+
+/* A background process is audited exactly once however it ends: by itself, by DELETE, by its
+ * timeout, by a reset, by the shutdown (the line saying how). */
+START_TEST(a_process_is_audited_once_however_it_ends)
+{
+    /* Its own command user: the reset kills that user's processes, nobody else's. */
+    static char user[32];
+    unsigned uid = 48000 + (unsigned)(getpid() % 1000);
+    snprintf(user, sizeof(user), "%u:%u", uid, uid);
+    const char *args[] = {"--user", user, NULL};
+    struct daemon d;
+    daemon_start(&d, args, NULL);
+    struct bg own = bg_start(&d, "{\"command\":\"echo done\"}");
+    struct bg del = bg_start(&d, "{\"command\":\"sleep 60.7301\"}");
+    struct bg tmo = bg_start(&d, "{\"command\":\"sleep 60.7302\",\"timeout_ms\":200}");
+    cJSON_Delete(bg_wait_end(&d, own.id, 5000));
+    bg_delete_expect(&d, del.id, "canceled");
+    cJSON *o = bg_wait_end(&d, tmo.id, 5000);
+    ck_assert_str_eq(jstr(o, "status"), "timeout");
+    cJSON_Delete(o);
+    struct bg rst = bg_start(&d, "{\"command\":\"sleep 60.7303\"}");
+    struct http_resp r;
+    ck_assert_int_eq(http_request(&d, "POST", "/reset", NULL, "{}", 2, 60000, &r), 0);
+    ck_assert_msg(r.status == 200, "reset: %ld %s", r.status, r.body);
+    http_resp_free(&r);
+    struct bg end = bg_start(&d, "{\"command\":\"sleep 60.7304\"}");
+    /* The shutdown: its log is read once sbxd has exited (not reaped: daemon_stop_clean does). */
+    kill(d.pid, SIGTERM);
+    siginfo_t si = {0};
+    double until = now_ms() + 10000 * SLOW;
+    while (waitid(P_PID, (id_t)d.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0 &&
+           now_ms() < until)
+        usleep(10000);
+    ck_assert_int_eq(si.si_pid, d.pid);
+    char *log = daemon_log_read(&d);
+    static const struct {
+        const char *what, *status;
+    } want[] = {{"its exit", "exited"},
+                {"DELETE", "canceled"},
+                {"its timeout", "timeout"},
+                {"a reset", NULL},
+                {"the shutdown", NULL}};
+    const struct bg *ps[] = {&own, &del, &tmo, &rst, &end};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) {
+        const char *line;
+        int k = audit_lines(log, ps[i]->id, &line);
+        ck_assert_msg(k == 1, "ended by %s: %d audit lines\n%s", want[i].what, k, log);
+        char st[64];
+        snprintf(st, sizeof(st), "\"status\":\"%s\"", want[i].status ? want[i].status : "");
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        ck_assert_msg(!want[i].status || memmem(line, len, st, strlen(st)), "%.*s", (int)len, line);
+        ck_assert_msg(!memmem(line, len, "\"status\":\"running\"", 18), "%.*s", (int)len, line);
+    }
+    free(log);
+    ck_assert(daemon_stop_clean(&d, 5000));
+}
+END_TEST
+
 START_TEST(bad_requests)
 {
     static const char *const bad[] = {
@@ -1742,6 +1821,7 @@ Suite *processes_suite(void)
     tcase_add_test(own, ended_processes_are_forgotten_after_retention);
     tcase_add_test(own, the_ring_drops_the_oldest_output);
     tcase_add_test(own, shutdown_ends_followers_with_exit_events);
+    tcase_add_test(own, a_process_is_audited_once_however_it_ends);
     TCase *abuse = tcase_create("stdin-abuse");
     tcase_add_test(abuse, abandoned_stdin_writers_are_released);
     tcase_add_test(abuse, stdin_pending_bytes_are_bounded);
