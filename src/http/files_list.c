@@ -123,20 +123,20 @@ static void listing_fill(struct listing *ls)
     fs_user_leave(&u);
 }
 
+static bool listing_more(void *cls)
+{
+    struct listing *ls = cls;
+    if (ls->stage == LIST_DONE)
+        return false;
+    listing_fill(ls);
+    return true;
+}
+
 static ssize_t listing_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct listing *ls = cls;
-    while (ls->off == ls->out.len) {
-        if (ls->stage == LIST_DONE)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        jw_drop(&ls->out);
-        ls->off = 0;
-        listing_fill(ls);
-        if (ls->out.failed) /* out of memory: a cut connection, not a listing that lies */
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    return (ssize_t)http_stream_out(&ls->out, &ls->off, buf, max);
+    return http_stream_pieces(&ls->out, &ls->off, listing_more, ls, buf, max);
 }
 
 static void listing_free(void *cls)

@@ -152,6 +152,12 @@ void http_count_out(size_t n);
 /* A streamed response's reader: copy what is left of w's text from *off (at most max bytes)
  * into out, advance *off and count it as sent; returns how many. */
 size_t http_stream_out(const struct jsonw *w, size_t *off, char *out, size_t max);
+/* A content reader whose answer is made a piece at a time into w: once all of w is sent, w is
+ * emptied and fill(cls) asked for the next piece (false: nothing more comes, the end of the
+ * stream); a w that ran out of memory cuts the connection rather than send an answer that
+ * lies. Then what fits of w is copied as http_stream_out does. */
+ssize_t http_stream_pieces(struct jsonw *w, size_t *off, bool (*fill)(void *cls), void *cls,
+                           char *out, size_t max);
 /* Whether the request being answered on this thread is a HEAD. */
 bool http_is_head(void);
 

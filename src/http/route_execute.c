@@ -242,20 +242,20 @@ static void legacy_body_fill(struct legacy_body *b)
     b->stage++;
 }
 
+static bool legacy_body_more(void *cls)
+{
+    struct legacy_body *b = cls;
+    if (b->stage == LB_DONE)
+        return false;
+    legacy_body_fill(b);
+    return true;
+}
+
 static ssize_t legacy_body_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct legacy_body *b = cls;
-    while (b->off == b->w.len) {
-        if (b->stage == LB_DONE)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        jw_drop(&b->w);
-        b->off = 0;
-        legacy_body_fill(b);
-        if (b->w.failed) /* out of memory: a cut connection, not an answer that lies */
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    return (ssize_t)http_stream_out(&b->w, &b->off, buf, max);
+    return http_stream_pieces(&b->w, &b->off, legacy_body_more, b, buf, max);
 }
 
 static void legacy_body_free(void *cls)

@@ -72,6 +72,20 @@ size_t http_stream_out(const struct jsonw *w, size_t *off, char *out, size_t max
     return n;
 }
 
+ssize_t http_stream_pieces(struct jsonw *w, size_t *off, bool (*fill)(void *cls), void *cls,
+                           char *out, size_t max)
+{
+    while (*off == w->len) {
+        jw_drop(w);
+        *off = 0;
+        if (!fill(cls))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (w->failed)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return (ssize_t)http_stream_out(w, off, out, max);
+}
+
 bool http_is_head(void)
 {
     return tl_rc && strcmp(tl_rc->method, "HEAD") == 0;
