@@ -53,7 +53,8 @@ int ctx_random_hex(char *out, size_t n)
 void ctx_mark_dead(struct ctx *c, const char *why)
 {
     if (!c->dead)
-        snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", why);
+        snprintf(c->dead_reason, sizeof(c->dead_reason), "%.*s", (int)sizeof(c->dead_reason) - 1,
+                 why); /* a longer reason is cut, as any message */
     c->dead = true;
     c->pid = 0;
     pthread_cond_broadcast(&c->cond);
@@ -214,7 +215,7 @@ static void run_begin(struct ctx_run *r, const char *code, size_t len)
         return;
     const char *what = r->c->kind->what;
     char why[320];
-    snprintf(why, sizeof(why), "the %s did not take the code: %s", what, err.msg);
+    snprintf(why, sizeof(why), "the %s did not take the code: %.255s", what, err.msg);
     if (bg_ended(r->shell))
         ctx_ended_reason(r->shell, what, why, sizeof(why));
     ctx_run_died(r, why);

@@ -284,7 +284,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
     struct fs_lister *l = fs_list_open(dfd, FS_LIST_SORTED, &err);
     if (!l) {
         if (!L->first_error[0])
-            snprintf(L->first_error, sizeof(L->first_error), "%s: %s", rel, err.msg);
+            snprintf(L->first_error, sizeof(L->first_error), "%s: %.255s", rel, err.msg);
         return;
     }
     struct fs_entry e;
@@ -335,7 +335,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         }
     }
     if (r < 0 && !L->first_error[0])
-        snprintf(L->first_error, sizeof(L->first_error), "%s: %s", rel, err.msg);
+        snprintf(L->first_error, sizeof(L->first_error), "%s: %.255s", rel, err.msg);
     fs_list_close(l);
 }
 
