@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sbxd/background.h"
+#include "sbxd/cleanup.h"
 #include "sbxd/context.h"
 #include "sbxd/files.h"
 #include "sbxd/kernelspec.h"
@@ -352,16 +353,13 @@ struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, 
 {
     struct request_policy pol;
     exec_service_policy(ctx_svc(), MX_BACKGROUND, &pol);
-    struct exec_request req;
-    if (exec_request_copy(&c->tmpl, &req, err) < 0)
+    autoreq struct exec_request req = {0};
+    if (exec_request_copy(&c->tmpl, &req, err) < 0 ||
+        (env && exec_request_setenv(&req, env, err) < 0))
         return NULL;
-    if (env && exec_request_setenv(&req, env, err) < 0) {
-        exec_request_free(&req);
-        return NULL;
-    }
     if (cwd_out)
         snprintf(cwd_out, cwd_len, "%s%s%s", pol.workspace, req.cwd[0] ? "/" : "", req.cwd);
-    return exec_service_start_owned(ctx_svc(), &req, stdin_file, start_dir, err);
+    return exec_service_start_owned(ctx_svc(), STEAL_STRUCT(&req), stdin_file, start_dir, err);
 }
 
 cJSON *ctx_spec_env(cJSON *o)
