@@ -378,7 +378,7 @@ static int seconds_to_ms(const char *val, uint64_t scale, char *buf, size_t len)
 }
 
 static int apply_choice(const struct opt *o, char *field, const char *val, const char *src,
-                        char *errbuf, size_t errlen)
+                        struct sbxd_err *err)
 {
     const char *open = strchr(o->help, '{'), *close = open ? strchr(open, '}') : NULL;
     for (const char *w = open ? open + 1 : NULL; w && w < close;) {
@@ -389,14 +389,14 @@ static int apply_choice(const struct opt *o, char *field, const char *val, const
         }
         w += wl + 1;
     }
-    snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: %.*s", o->flag, val, src,
-             open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
+    sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not one of: %.*s", o->flag, val, src,
+              open && close ? (int)(close - open - 1) : 0, open ? open + 1 : "");
     return -1;
 }
 
 /* OPT_USER (UID:GID) and OPT_RANGE (FIRST:COUNT of uids). */
 static int apply_pair(struct sbxd_config *cfg, const struct opt *o, char *field, const char *val,
-                      const char *src, char *errbuf, size_t errlen)
+                      const char *src, struct sbxd_err *err)
 {
     const char *colon = strchr(val, ':');
     char num[32];
@@ -422,22 +422,22 @@ static int apply_pair(struct sbxd_config *cfg, const struct opt *o, char *field,
     return 0;
 bad_pair:
     if (o->type == OPT_USER)
-        snprintf(errbuf, errlen, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)", o->flag,
-                 val, src);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not UID:GID (numbers, e.g. 1000:1000)",
+                  o->flag, val, src);
     else
-        snprintf(errbuf, errlen,
-                 "--%s: '%s'%s is not FIRST:COUNT (a first uid above 0 and 1 to 65536 uids, "
-                 "e.g. 100000:1024)",
-                 o->flag, val, src);
+        sbxd_fail(err, SBXD_E_INVALID, 0,
+                  "--%s: '%s'%s is not FIRST:COUNT (a first uid above 0 and 1 to 65536 uids, "
+                  "e.g. 100000:1024)",
+                  o->flag, val, src);
     return -1;
 }
 
 /* --listen: one address or a comma list of them (blanks around each ignored). */
 static int apply_listen(struct sbxd_config *cfg, const struct opt *o, const char *val,
-                        const char *src, char *errbuf, size_t errlen)
+                        const char *src, struct sbxd_err *err)
 {
     if (strlen(val) >= sizeof(cfg->listen)) {
-        snprintf(errbuf, errlen, "--%s: '%.64s...'%s is too long", o->flag, val, src);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%.64s...'%s is too long", o->flag, val, src);
         return -1;
     }
     cfg->nlisten = 0;
@@ -454,16 +454,16 @@ static int apply_listen(struct sbxd_config *cfg, const struct opt *o, const char
         memcpy(item, p, n);
         item[n] = '\0';
         if (cfg->nlisten == SBXD_LISTEN_MAX) {
-            snprintf(errbuf, errlen, "--%s: '%s'%s: at most %d addresses", o->flag, val, src,
-                     SBXD_LISTEN_MAX);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s: at most %d addresses", o->flag, val,
+                      src, SBXD_LISTEN_MAX);
             return -1;
         }
         unsigned i = cfg->nlisten;
         if (config_parse_listen(item, &cfg->listen_addr[i], &cfg->listen_addr_len[i]) < 0) {
-            snprintf(errbuf, errlen,
-                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT or :PORT (or a "
-                     "comma list of them)",
-                     o->flag, item, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT or :PORT (or a "
+                      "comma list of them)",
+                      o->flag, item, src);
             return -1;
         }
         cfg->nlisten++;
@@ -477,21 +477,21 @@ static int apply_listen(struct sbxd_config *cfg, const struct opt *o, const char
 
 /* Apply one textual value to its field; on error write one line naming the option. */
 static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, const char *src,
-                 uint64_t scale, char *errbuf, size_t errlen)
+                 uint64_t scale, struct sbxd_err *err)
 {
     char *field = (char *)cfg + o->off;
     uint64_t v = 0;
     switch (o->type) {
     case OPT_LISTEN:
-        return apply_listen(cfg, o, val, src, errbuf, errlen);
+        return apply_listen(cfg, o, val, src, err);
     case OPT_GRPC_LISTEN:
         if (strcmp(val, "off") == 0) {
             cfg->grpc_off = true;
         } else if (strlen(val) >= sizeof(cfg->grpc_listen) ||
                    config_parse_listen(val, &cfg->grpc_addr, &cfg->grpc_addr_len) < 0) {
-            snprintf(errbuf, errlen,
-                     "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT, :PORT or off",
-                     o->flag, val, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "--%s: '%s'%s is not an address: use HOST:PORT, [IPV6]:PORT, :PORT or off",
+                      o->flag, val, src);
             return -1;
         } else {
             cfg->grpc_off = false;
@@ -501,7 +501,8 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     case OPT_FILE:
     case OPT_PATH:
         if ((o->type == OPT_PATH && !*val) || strlen(val) >= PATH_MAX) {
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not a usable path", o->flag, val, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not a usable path", o->flag, val,
+                      src);
             return -1;
         }
         snprintf(field, PATH_MAX, "%s", val);
@@ -512,16 +513,18 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         else if (strcmp(val, "text") == 0)
             cfg->log_format = LOG_FORMAT_TEXT;
         else {
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: json, text", o->flag, val, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not one of: json, text", o->flag,
+                      val, src);
             return -1;
         }
         return 0;
     case OPT_CHOICE:
-        return apply_choice(o, field, val, src, errbuf, errlen);
+        return apply_choice(o, field, val, src, err);
     case OPT_LIST: {
         size_t size = o->max ? (size_t)o->max : 128; /* the field's size */
         if (strlen(val) >= size) {
-            snprintf(errbuf, errlen, "--%s: value too long (%zu bytes at most)", o->flag, size - 1);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: value too long (%zu bytes at most)", o->flag,
+                      size - 1);
             return -1;
         }
         snprintf(field, size, "%s", val);
@@ -529,26 +532,27 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     }
     case OPT_USER:
     case OPT_RANGE:
-        return apply_pair(cfg, o, field, val, src, errbuf, errlen);
+        return apply_pair(cfg, o, field, val, src, err);
     case OPT_BOOL:
         if (strcmp(val, "true") != 0 && strcmp(val, "1") != 0 && strcmp(val, "false") != 0 &&
             strcmp(val, "0") != 0) {
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not one of: true, false, 1, 0", o->flag, val,
-                     src);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not one of: true, false, 1, 0",
+                      o->flag, val, src);
             return -1;
         }
         *(bool *)field = strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
         return 0;
     case OPT_UINT:
         if (config_parse_uint(val, &v) < 0) {
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not a whole number", o->flag, val, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not a whole number", o->flag, val,
+                      src);
             return -1;
         }
         break;
     case OPT_SIZE:
         if (config_parse_size(val, &v) < 0) {
-            snprintf(errbuf, errlen, "--%s: '%s'%s is not a size (e.g. 1048576, 512KiB, 1MiB)",
-                     o->flag, val, src);
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "--%s: '%s'%s is not a size (e.g. 1048576, 512KiB, 1MiB)", o->flag, val, src);
             return -1;
         }
         break;
@@ -558,9 +562,9 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
     else if (scale > 1)
         v *= scale;
     if (v < o->min || v > o->max) {
-        snprintf(errbuf, errlen, "--%s: '%s'%s is out of range (%llu to %llu)", o->flag, val, src,
-                 (unsigned long long)o->min / (scale ? scale : 1),
-                 (unsigned long long)o->max / (scale ? scale : 1));
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is out of range (%llu to %llu)", o->flag,
+                  val, src, (unsigned long long)o->min / (scale ? scale : 1),
+                  (unsigned long long)o->max / (scale ? scale : 1));
         return -1;
     }
     memcpy(field, &v, sizeof(v));
@@ -587,10 +591,9 @@ static const struct opt *find_opt(const char *name, size_t n)
 
 /* The command line's options into flag_val (by option; --listen given more than once joined
  * in listen_list, of sizeof(cfg->listen)): CONFIG_RUN, or the outcome of --help, --version or a
- * mistake (errbuf). */
+ * mistake (err). */
 static enum config_outcome read_flags(int argc, char *const *argv, FILE *out, const char **flag_val,
-                                      char *listen_list, size_t listen_size, char *errbuf,
-                                      size_t errlen)
+                                      char *listen_list, size_t listen_size, struct sbxd_err *err)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -603,7 +606,7 @@ static enum config_outcome read_flags(int argc, char *const *argv, FILE *out, co
             return CONFIG_EXIT_0;
         }
         if (strncmp(a, "--", 2) != 0) {
-            snprintf(errbuf, errlen, "unexpected argument '%s' (see --help)", a);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "unexpected argument '%s' (see --help)", a);
             return CONFIG_EXIT_2;
         }
         const char *name = a + 2;
@@ -611,13 +614,14 @@ static enum config_outcome read_flags(int argc, char *const *argv, FILE *out, co
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         const struct opt *o = find_opt(name, nlen);
         if (!o) {
-            snprintf(errbuf, errlen, "unknown option '--%.*s' (see --help)", (int)nlen, name);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "unknown option '--%.*s' (see --help)", (int)nlen,
+                      name);
             return CONFIG_EXIT_2;
         }
         const char *val = eq ? eq + 1 : o->type == OPT_BOOL ? "true" : NULL;
         if (!val) {
             if (i + 1 >= argc) {
-                snprintf(errbuf, errlen, "--%s needs a value (%s)", o->flag, o->metavar);
+                sbxd_fail(err, SBXD_E_INVALID, 0, "--%s needs a value (%s)", o->flag, o->metavar);
                 return CONFIG_EXIT_2;
             }
             val = argv[++i];
@@ -625,8 +629,8 @@ static enum config_outcome read_flags(int argc, char *const *argv, FILE *out, co
         if (o->type == OPT_LISTEN && flag_val[o - opts]) {
             size_t have = strlen(flag_val[o - opts]);
             if (have + 1 + strlen(val) >= listen_size) {
-                snprintf(errbuf, errlen, "--%s: too many addresses (at most %d)", o->flag,
-                         SBXD_LISTEN_MAX);
+                sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: too many addresses (at most %d)", o->flag,
+                          SBXD_LISTEN_MAX);
                 return CONFIG_EXIT_2;
             }
             if (flag_val[o - opts] != listen_list)
@@ -684,7 +688,7 @@ static void opt_value_of(struct sbxd_config *cfg, const struct opt *o, const cha
  * --max-timeout-ms 60000) lowers the default to it; only two values given that contradict
  * each other are an error; a default timeout given alone raises the maximum. */
 static enum config_outcome settle_timeouts(struct sbxd_config *cfg, bool max_timeout_given,
-                                           bool timeout_given, char *errbuf, size_t errlen)
+                                           bool timeout_given, struct sbxd_err *err)
 {
     if (cfg->timeout_ms <= cfg->max_timeout_ms)
         return CONFIG_RUN;
@@ -693,8 +697,8 @@ static enum config_outcome settle_timeouts(struct sbxd_config *cfg, bool max_tim
         return CONFIG_RUN;
     }
     if (max_timeout_given) {
-        snprintf(errbuf, errlen, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
-                 (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--timeout-ms: %llu is above --max-timeout-ms (%llu)",
+                  (unsigned long long)cfg->timeout_ms, (unsigned long long)cfg->max_timeout_ms);
         return CONFIG_EXIT_2;
     }
     cfg->max_timeout_ms = cfg->timeout_ms;
@@ -702,13 +706,13 @@ static enum config_outcome settle_timeouts(struct sbxd_config *cfg, bool max_tim
 }
 
 enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
-                                 char *const *envp, FILE *out, char *errbuf, size_t errlen)
+                                 char *const *envp, FILE *out, struct sbxd_err *err)
 {
     const char *flag_val[NOPTS] = {0};
     char listen_list[sizeof(cfg->listen)]; /* --listen given more than once, joined */
     memset(cfg, 0, sizeof(*cfg));
     enum config_outcome r =
-        read_flags(argc, argv, out, flag_val, listen_list, sizeof(listen_list), errbuf, errlen);
+        read_flags(argc, argv, out, flag_val, listen_list, sizeof(listen_list), err);
     if (r != CONFIG_RUN)
         return r;
 
@@ -721,8 +725,8 @@ enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const 
             max_timeout_given = true;
         if (v.val && o->off == OFF(timeout_ms))
             timeout_given = true;
-        if (apply(cfg, o, v.val ? v.val : o->def, v.src, v.scale, errbuf, errlen) < 0)
+        if (apply(cfg, o, v.val ? v.val : o->def, v.src, v.scale, err) < 0)
             return CONFIG_EXIT_2;
     }
-    return settle_timeouts(cfg, max_timeout_given, timeout_given, errbuf, errlen);
+    return settle_timeouts(cfg, max_timeout_given, timeout_given, err);
 }

@@ -270,10 +270,9 @@ static int setup_process(struct sbxd_config *cfg, sigset_t *set)
                   LOG_S("variable", cfg->env_ignored));
     /* First, before any thread or child exists: the token leaves the environment here. */
     static char token[SBXD_TOKEN_MAX + 1];
-    char why_token[256];
-    if (auth_load(cfg->token_file, environ, token, sizeof(token), why_token, sizeof(why_token)) <
-        0) {
-        fprintf(stderr, "sbxd: %s\n", why_token);
+    struct sbxd_err err_token = {0};
+    if (auth_load(cfg->token_file, environ, token, sizeof(token), &err_token) < 0) {
+        fprintf(stderr, "sbxd: %s\n", err_token.msg);
         return 2;
     }
     cfg->token = token;
@@ -342,13 +341,12 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
                            struct isolation *iso, struct harden_plan *harden)
 {
     struct sbxd_err err = {0};
-    char why[512];
-    int rc = isolation_setup(iso, cfg, why, sizeof(why));
+    int rc = isolation_setup(iso, cfg, &err);
     if (rc < 0) {
         if (rc == -2)
-            fprintf(stderr, "sbxd: %s\n", why);
+            fprintf(stderr, "sbxd: %s\n", err.msg);
         else
-            LOG_EVENT("error", "start", LOG_S("message", why));
+            LOG_EVENT("error", "start", LOG_S("message", err.msg));
         return rc == -2 ? 2 : 1;
     }
     if (harden_init(harden, cfg->user_uid, cfg->user_gid, iso->tree_kill == ISO_KILL_PIDNS,
@@ -364,8 +362,8 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
         harden_free(harden);
         return 1;
     }
-    if (isolation_check_required(iso, harden, why, sizeof(why)) < 0) {
-        LOG_EVENT("error", "start", LOG_S("message", why));
+    if (isolation_check_required(iso, harden, &err) < 0) {
+        LOG_EVENT("error", "start", LOG_S("message", err.msg));
         harden_free(harden);
         return 1;
     }
@@ -564,12 +562,12 @@ int main(int argc, char **argv)
 {
     static struct daemon d;
     d.t0 = time_mono_ns();
-    char errbuf[512];
-    switch (config_parse(&d.cfg, argc, argv, environ, stdout, errbuf, sizeof(errbuf))) {
+    struct sbxd_err perr = {0};
+    switch (config_parse(&d.cfg, argc, argv, environ, stdout, &perr)) {
     case CONFIG_EXIT_0:
         return 0;
     case CONFIG_EXIT_2:
-        fprintf(stderr, "sbxd: %s\n", errbuf);
+        fprintf(stderr, "sbxd: %s\n", perr.msg);
         return 2;
     case CONFIG_RUN:
         break;

@@ -13,14 +13,15 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "sbxd/err.h"
+
 #define SBXD_TOKEN_MAX 4096
 
 /* Load the token into out (NUL-terminated; out[0] == '\0': no token) from token_file (may be
  * empty) or the SBXD_TOKEN variable of envp, which is wiped and removed. Both set, an
  * unreadable or empty file, or a token with spaces or control characters: -1 and a sentence
- * in why. */
-int auth_load(const char *token_file, char **envp, char *out, size_t outlen, char *why,
-              size_t whylen);
+ * in err. */
+int auth_load(const char *token_file, char **envp, char *out, size_t outlen, struct sbxd_err *err);
 
 /* Whether the Authorization header value carries the token, compared in time that depends
  * only on the token's length, never on where a guess first differs. */

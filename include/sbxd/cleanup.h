@@ -5,6 +5,7 @@
  *     autofree char *p = malloc(...);   freed (NULL is fine)
  * and, to hand a resource to a call that takes it over, leaving nothing for the cleanup:
  *     return STEAL(p);                   p's value, p set to NULL
+ *     return STEAL_FD(fd);               fd's value, fd set to -1
  *     run_open(..., STEAL_STRUCT(&req)); a copy of *req the call takes, *req zeroed
  * A module's own cleanups sit with its type (request.h: autoreq).
  */
@@ -35,6 +36,14 @@ static inline void cleanup_free_ptr(void *p)
         __typeof__(p) stolen_ = (p);                                                               \
         (p) = NULL;                                                                                \
         stolen_;                                                                                   \
+    })
+
+/* The descriptor fd holds, fd left -1 (its autoclose then closes nothing). */
+#define STEAL_FD(fd)                                                                               \
+    ({                                                                                             \
+        int stolen_fd_ = (fd);                                                                     \
+        (fd) = -1;                                                                                 \
+        stolen_fd_;                                                                                \
     })
 
 static inline void *cleanup_steal_bytes(void *dst, void *src, size_t n)

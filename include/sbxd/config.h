@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "sbxd/err.h"
 #include "sbxd/limits.h"
 #include "sbxd/log.h"
 
@@ -89,13 +90,13 @@ struct sbxd_config {
 enum config_outcome {
     CONFIG_RUN,    /* cfg is filled: start the daemon */
     CONFIG_EXIT_0, /* --help or --version was printed */
-    CONFIG_EXIT_2, /* a bad flag or value: errbuf holds one line naming it */
+    CONFIG_EXIT_2, /* a bad flag or value: err says it in one line, naming it */
 };
 
 /* envp is searched for environment variables (pass `environ` in main, a fixture in tests).
  * Help and version text go to out. */
 enum config_outcome config_parse(struct sbxd_config *cfg, int argc, char *const *argv,
-                                 char *const *envp, FILE *out, char *errbuf, size_t errlen);
+                                 char *const *envp, FILE *out, struct sbxd_err *err);
 
 /* Parse a whole number in decimal, digits only (no sign, no space), up to UINT64_MAX: 0, or
  * -1 (config_values.c, as the two below). */

@@ -38,7 +38,7 @@ struct sbxd_err {
     enum sbxd_errkind kind;
     int sys_errno;
     unsigned flags; /* SBXD_EF_* */
-    char msg[256];
+    char msg[512];
 };
 
 /* Fill err (when not NULL) and return -1, so callers can `return sbxd_fail(...)`. */

@@ -86,13 +86,13 @@ struct isolation {
 /*
  * Probe, choose as cfg->isolation says and parse cfg->require_isolation. Call before any
  * thread exists (the probes fork). Returns 0; -1 when the forced backend is impossible here,
- * -2 for an unknown word in the required list (both logged, why says it in one line).
+ * -2 for an unknown word in the required list (both logged, err says it in one line).
  */
-int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *why, size_t len);
+int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, struct sbxd_err *err);
 
-/* After harden_init: whether every required mechanism is in force. 0, or -1 with why. */
-int isolation_check_required(const struct isolation *iso, const struct harden_plan *h, char *why,
-                             size_t len);
+/* After harden_init: whether every required mechanism is in force. 0, or -1 with err. */
+int isolation_check_required(const struct isolation *iso, const struct harden_plan *h,
+                             struct sbxd_err *err);
 
 /* A mechanism in `req` (ISO_REQ_*) failed for a command (isolation_degrade), or worked
  * again (isolation_recovered, cheap when nothing is degraded). Only required mechanisms

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sbxd/background.h"
+#include "sbxd/cleanup.h"
 #include "sbxd/context.h"
 #include "sbxd/files.h"
 #include "sbxd/kernelspec.h"
@@ -53,7 +54,8 @@ int ctx_random_hex(char *out, size_t n)
 void ctx_mark_dead(struct ctx *c, const char *why)
 {
     if (!c->dead)
-        snprintf(c->dead_reason, sizeof(c->dead_reason), "%s", why);
+        snprintf(c->dead_reason, sizeof(c->dead_reason), "%.*s", (int)sizeof(c->dead_reason) - 1,
+                 why); /* a longer reason is cut, as any message */
     c->dead = true;
     c->pid = 0;
     pthread_cond_broadcast(&c->cond);
@@ -214,7 +216,7 @@ static void run_begin(struct ctx_run *r, const char *code, size_t len)
         return;
     const char *what = r->c->kind->what;
     char why[320];
-    snprintf(why, sizeof(why), "the %s did not take the code: %s", what, err.msg);
+    snprintf(why, sizeof(why), "the %s did not take the code: %.255s", what, err.msg);
     if (bg_ended(r->shell))
         ctx_ended_reason(r->shell, what, why, sizeof(why));
     ctx_run_died(r, why);
@@ -351,16 +353,13 @@ struct bg_proc *ctx_spawn(struct ctx *c, int stdin_file, const char *start_dir, 
 {
     struct request_policy pol;
     exec_service_policy(ctx_svc(), MX_BACKGROUND, &pol);
-    struct exec_request req;
-    if (exec_request_copy(&c->tmpl, &req, err) < 0)
+    autoreq struct exec_request req = {0};
+    if (exec_request_copy(&c->tmpl, &req, err) < 0 ||
+        (env && exec_request_setenv(&req, env, err) < 0))
         return NULL;
-    if (env && exec_request_setenv(&req, env, err) < 0) {
-        exec_request_free(&req);
-        return NULL;
-    }
     if (cwd_out)
         snprintf(cwd_out, cwd_len, "%s%s%s", pol.workspace, req.cwd[0] ? "/" : "", req.cwd);
-    return exec_service_start_owned(ctx_svc(), &req, stdin_file, start_dir, err);
+    return exec_service_start_owned(ctx_svc(), STEAL_STRUCT(&req), stdin_file, start_dir, err);
 }
 
 cJSON *ctx_spec_env(cJSON *o)

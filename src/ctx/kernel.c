@@ -208,7 +208,7 @@ static int run_silent(struct bg_proc *p, struct jp_conn *jc, const char *code, c
     struct sbxd_err err = {0};
     if (!content || jp_send(jc, JP_SHELL, "execute_request", content, id, &err) < 0) {
         free(content);
-        snprintf(why, len, "it took no request: %s", err.msg[0] ? err.msg : "out of memory");
+        snprintf(why, len, "it took no request: %.255s", err.msg[0] ? err.msg : "out of memory");
         return -1;
     }
     free(content);

@@ -382,7 +382,7 @@ static int start_shell(struct ctx *c, struct sbxd_err *err)
         if (bg_ended(p))
             ctx_ended_reason(p, "shell", why, sizeof(why));
         else if (step.msg[0])
-            snprintf(why, sizeof(why), "%s", step.msg);
+            snprintf(why, sizeof(why), "%.*s", (int)sizeof(why) - 1, step.msg);
         else
             snprintf(why, sizeof(why), "it did not answer within %d ms", SBXD_CTX_START_MS);
         struct bg_info in;

@@ -145,7 +145,7 @@ fail:
     return -1;
 }
 
-int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *why, size_t len)
+int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, struct sbxd_err *err)
 {
     memset(iso, 0, sizeof(*iso));
     pthread_mutex_init(&iso->degraded_lock, NULL);
@@ -158,10 +158,10 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         while (i < NREQ && strcmp(w, req_words[i].word) != 0)
             i++;
         if (i == NREQ) {
-            snprintf(why, len,
-                     "--require-isolation: unknown mechanism '%s' (known: cgroup, memory, pids, "
-                     "cpu, seccomp, tree_kill, pidns, uid, capabilities, non_root, ipc)",
-                     w);
+            sbxd_fail(err, SBXD_E_INVALID, 0,
+                      "--require-isolation: unknown mechanism '%s' (known: cgroup, memory, pids, "
+                      "cpu, seccomp, tree_kill, pidns, uid, capabilities, non_root, ipc)",
+                      w);
             return -2;
         }
         iso->required |= req_words[i].bit;
@@ -169,10 +169,10 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
 
     if (probe_user_switch(cfg, iso->degraded_why, sizeof(iso->degraded_why)) < 0) {
         if (!cfg->degraded_ok) {
-            snprintf(why, len,
-                     "%s; give sbxd those capabilities, run it as the command user, "
-                     "or start it with --degraded-ok to serve health checks as degraded",
-                     iso->degraded_why);
+            sbxd_fail(err, SBXD_E_UNAVAILABLE, 0,
+                      "%s; give sbxd those capabilities, run it as the command user, "
+                      "or start it with --degraded-ok to serve health checks as degraded",
+                      iso->degraded_why);
             return -1;
         }
         /* Up, but honest: health checks say so and commands are refused (main.c). */
@@ -213,7 +213,8 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
     else if (strcmp(mode, "uid") == 0 && iso->tree_kill != ISO_KILL_UID)
         reason = iso->uid_why;
     if (reason) {
-        snprintf(why, len, "--isolation %s is not possible here: %s", mode, reason);
+        sbxd_fail(err, SBXD_E_UNAVAILABLE, 0, "--isolation %s is not possible here: %s", mode,
+                  reason);
         return -1;
     }
     /* Made as the command's will be: with the PID namespace's user namespace where commands
@@ -226,15 +227,15 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, char *
         iso->slots.count = cfg->uid_count - 1;
         iso->slots.used = calloc(cfg->uid_count, 1);
         if (!iso->slots.used) {
-            snprintf(why, len, "out of memory");
+            sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
             return -1;
         }
     }
     return 0;
 }
 
-int isolation_check_required(const struct isolation *iso, const struct harden_plan *h, char *why,
-                             size_t len)
+int isolation_check_required(const struct isolation *iso, const struct harden_plan *h,
+                             struct sbxd_err *err)
 {
     const struct cg_root *cg = &iso->cg;
     for (size_t i = 0; i < NREQ; i++) {
@@ -278,15 +279,15 @@ int isolation_check_required(const struct isolation *iso, const struct harden_pl
             break;
         }
         if (!ok && bit == ISO_REQ_IPC) {
-            snprintf(why, len, "--require-isolation ipc: not available here (%s)", iso->ipcns_why);
-            return -1;
+            return sbxd_fail(err, SBXD_E_UNAVAILABLE, 0,
+                             "--require-isolation ipc: not available here (%s)", iso->ipcns_why);
         }
         if (!ok) {
-            snprintf(why, len,
-                     "--require-isolation %s: not available here (cgroup: %s; tree kill: %s)",
-                     req_words[i].word, cg->available ? "v2" : cg->why,
-                     iso_tree_kill_name(iso->tree_kill));
-            return -1;
+            return sbxd_fail(
+                err, SBXD_E_UNAVAILABLE, 0,
+                "--require-isolation %s: not available here (cgroup: %s; tree kill: %s)",
+                req_words[i].word, cg->available ? "v2" : cg->why,
+                iso_tree_kill_name(iso->tree_kill));
         }
     }
     return 0;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sbxd/cleanup.h"
 #include "sbxd/resolve.h"
 
 #include "files_internal.h"
@@ -22,14 +23,12 @@ int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct 
     if (len >= PATH_MAX)
         return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "path is longer than %d bytes",
                          PATH_MAX - 1);
-    char *prefix = malloc(PATH_MAX);
+    autofree char *prefix = malloc(PATH_MAX);
     if (!prefix)
         return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    int fd = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        free(prefix);
+    autoclose int fd = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
         return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot open the workspace");
-    }
     /* Component by component: each prefix resolved as any path is; a missing last one is
      * made in the directory its parent resolved to. */
     size_t i = 0;
@@ -48,19 +47,16 @@ int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct 
         if (nfd < 0 && e2.kind == SBXD_E_NOT_FOUND) {
             char comp[NAME_MAX + 1];
             size_t cl = i - s;
-            if (cl > NAME_MAX) {
-                sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "a name is longer than %d bytes",
-                          NAME_MAX);
-                goto fail;
-            }
+            if (cl > NAME_MAX)
+                return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG,
+                                 "a name is longer than %d bytes", NAME_MAX);
             memcpy(comp, path + s, cl);
             comp[cl] = '\0';
             int mk = mkdirat(fd, comp, mode);
             if (mk < 0 && errno != EEXIST) {
                 int e = errno;
-                sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot create directory '%.200s'",
-                                prefix);
-                goto fail;
+                return sbxd_fail_errno(err, fs_errno_kind(e), e, "cannot create directory '%.200s'",
+                                       prefix);
             }
             bool made = mk == 0;
             *created = i >= len || strspn(path + i, "/") == len - i;
@@ -80,15 +76,10 @@ int fs_mkdir_p(int rootfd, const char *path, mode_t mode, bool *created, struct 
             if (err->kind == SBXD_E_INVALID && err->sys_errno == ENOTDIR)
                 sbxd_fail(err, SBXD_E_CONFLICT, ENOTDIR, "'%.200s' exists and is not a directory",
                           prefix);
-            goto fail;
+            return -1;
         }
         close(fd);
         fd = nfd;
     }
-    free(prefix);
-    return fd;
-fail:
-    close(fd);
-    free(prefix);
-    return -1;
+    return STEAL_FD(fd);
 }

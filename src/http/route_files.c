@@ -225,23 +225,20 @@ static enum MHD_Result files_stat(struct server *srv, struct MHD_Connection *c, 
                            "follow must be true or false");
     struct fs_user u;
     files_user(srv, &u);
-    struct fs_stat_info *in = malloc(sizeof(*in));
+    autofree struct fs_stat_info *in = malloc(sizeof(*in));
     if (!in)
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
     struct sbxd_err err = {0};
     fs_user_enter(&u);
     int rc = fs_stat(srv->sb->rootfd, path, follow, in, &err);
     fs_user_leave(&u);
-    if (rc < 0) {
-        free(in);
+    if (rc < 0)
         return reply_err(c, &err);
-    }
     struct jsonw w;
     jw_init(&w, 512);
     jw_obj_begin(&w);
     fs_write_stat(&w, path, in);
     jw_obj_end(&w);
-    free(in);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
 
@@ -404,13 +401,11 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     fs_user_enter(&u);
     int r = move ? fs_move(srv->sb->rootfd, path, to, overwrite, &u, &err)
                  : fs_copy(srv->sb->rootfd, path, to, overwrite, &u, &cs, &err);
-    struct fs_stat_info *in = r == 0 ? malloc(sizeof(*in)) : NULL;
+    autofree struct fs_stat_info *in = r == 0 ? malloc(sizeof(*in)) : NULL;
     int sr = in ? fs_stat(srv->sb->rootfd, to, false, in, &err) : -1;
     fs_user_leave(&u);
-    if (r < 0) {
-        free(in);
+    if (r < 0)
         return reply_err(c, &err);
-    }
     struct jsonw w;
     jw_init(&w, 384);
     jw_obj_begin(&w);
@@ -428,7 +423,6 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     jw_key(&w, "duration_ms");
     jw_double(&w, ((double)time_mono_ns() - t0) / 1e6, 3);
     jw_obj_end(&w);
-    free(in);
     return reply_jsonw(c, MHD_HTTP_OK, &w);
 }
 

@@ -191,11 +191,16 @@ int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 bool mcp_is_text(const uint8_t *buf, size_t *n, bool eof);
 const char *mcp_mime_of(const char *path, bool text);
 /* Read up to max bytes of path from off: the buffer (malloc'd) and what the file is; NULL
- * with msg (and *notfound). */
+ * with err (SBXD_E_NOT_FOUND: no such file). */
 uint8_t *mcp_read_span(const struct mcp_host *h, const char *path, uint64_t off, size_t max,
-                       size_t *n, struct stat *st, char *msg, size_t msglen, bool *notfound);
+                       size_t *n, struct stat *st, struct sbxd_err *err);
 
 /* ---- resources.c ---- */
+
+/* The one mapping of an error object to a JSON-RPC error, for a request about a resource:
+ * err's sentence into msg, and the code (a missing file is -32002, anything else a bad
+ * parameter). */
+int mcp_err_code(const struct sbxd_err *err, char *msg, size_t msglen);
 
 /* Resources: workspace files as file:// URIs. */
 int mcp_resources_list(const struct mcp_host *h, const cJSON *params, struct jsonw *w, char *msg,

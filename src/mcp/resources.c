@@ -52,6 +52,12 @@ void mcp_write_uri(const struct mcp_host *h, struct jsonw *w, const char *path)
     free(u);
 }
 
+int mcp_err_code(const struct sbxd_err *err, char *msg, size_t msglen)
+{
+    snprintf(msg, msglen, "%s", err->msg);
+    return err->kind == SBXD_E_NOT_FOUND ? JRPC_RESOURCE_NOT_FOUND : JRPC_INVALID_PARAMS;
+}
+
 char *mcp_uri_path(const struct mcp_host *h, const char *uri, char *msg, size_t msglen)
 {
     const char *p;
@@ -242,11 +248,11 @@ int mcp_resources_read(const struct mcp_host *h, const cJSON *params, struct jso
     size_t cap = h->cfg->max_output_bytes;
     struct stat st;
     size_t n = 0;
-    bool nf;
-    uint8_t *buf = mcp_read_span(h, path, 0, cap, &n, &st, msg, msglen, &nf);
+    struct sbxd_err err = {0};
+    uint8_t *buf = mcp_read_span(h, path, 0, cap, &n, &st, &err);
     if (!buf) {
         free(path);
-        return nf ? JRPC_RESOURCE_NOT_FOUND : JRPC_INVALID_PARAMS;
+        return mcp_err_code(&err, msg, msglen);
     }
     if ((uint64_t)st.st_size > n) {
         snprintf(msg, msglen,

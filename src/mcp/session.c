@@ -330,9 +330,8 @@ int mcp_subscribe(const struct mcp_host *h, struct mcp_session *s, const cJSON *
         int r = fs_stat(h->rootfd, path, false, &st, &err);
         fs_user_leave(&u);
         if (r < 0) {
-            snprintf(msg, msglen, "%s", err.msg);
             free(path);
-            return err.kind == SBXD_E_NOT_FOUND ? JRPC_RESOURCE_NOT_FOUND : JRPC_INVALID_PARAMS;
+            return mcp_err_code(&err, msg, msglen);
         }
     }
     int code = 0;

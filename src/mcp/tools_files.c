@@ -76,22 +76,17 @@ const char *mcp_mime_of(const char *path, bool text)
 /* Read up to max bytes of path from off: the buffer (malloc'd) and what the file is; NULL
  * with msg (and *notfound). */
 uint8_t *mcp_read_span(const struct mcp_host *h, const char *path, uint64_t off, size_t max,
-                       size_t *n, struct stat *st, char *msg, size_t msglen, bool *notfound)
+                       size_t *n, struct stat *st, struct sbxd_err *err)
 {
     struct fs_user u = h->user;
-    struct sbxd_err err = {0};
     fs_user_enter(&u);
-    int fd = fs_open_read(h->rootfd, path, st, &err);
+    int fd = fs_open_read(h->rootfd, path, st, err);
     fs_user_leave(&u);
-    *notfound = false;
-    if (fd < 0) {
-        *notfound = err.kind == SBXD_E_NOT_FOUND;
-        snprintf(msg, msglen, "%s", err.msg);
+    if (fd < 0)
         return NULL;
-    }
     if (S_ISDIR(st->st_mode)) {
         close(fd);
-        snprintf(msg, msglen, "'%s' is a directory: list_files lists it", path);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "'%s' is a directory: list_files lists it", path);
         return NULL;
     }
     uint64_t left = off < (uint64_t)st->st_size ? (uint64_t)st->st_size - off : 0;
@@ -99,7 +94,7 @@ uint8_t *mcp_read_span(const struct mcp_host *h, const char *path, uint64_t off,
     uint8_t *buf = malloc(want ? want : 1);
     if (!buf) {
         close(fd);
-        snprintf(msg, msglen, "out of memory");
+        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
     size_t got = 0;
@@ -108,7 +103,7 @@ uint8_t *mcp_read_span(const struct mcp_host *h, const char *path, uint64_t off,
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            snprintf(msg, msglen, "reading '%s': %s", path, strerror(errno));
+            sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "reading '%s'", path);
             close(fd);
             free(buf);
             return NULL;
@@ -135,13 +130,12 @@ int tool_read_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
         return 0;
     if (len > cap)
         len = cap;
-    char msg[600];
+    struct sbxd_err err = {0};
     struct stat st;
     size_t n = 0;
-    bool nf;
-    uint8_t *buf = mcp_read_span(h, path, off, (size_t)len, &n, &st, msg, sizeof(msg), &nf);
+    uint8_t *buf = mcp_read_span(h, path, off, (size_t)len, &n, &st, &err);
     if (!buf) {
-        tool_error(w, "cannot read '%s': %s", path, msg);
+        tool_error(w, "cannot read '%s': %s", path, err.msg);
         free(path);
         return 0;
     }
@@ -284,7 +278,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
     struct fs_lister *l = fs_list_open(dfd, FS_LIST_SORTED, &err);
     if (!l) {
         if (!L->first_error[0])
-            snprintf(L->first_error, sizeof(L->first_error), "%s: %s", rel, err.msg);
+            snprintf(L->first_error, sizeof(L->first_error), "%s: %.255s", rel, err.msg);
         return;
     }
     struct fs_entry e;
@@ -335,7 +329,7 @@ static void list_dir(struct lister *L, int dfd, const char *rel, unsigned depth)
         }
     }
     if (r < 0 && !L->first_error[0])
-        snprintf(L->first_error, sizeof(L->first_error), "%s: %s", rel, err.msg);
+        snprintf(L->first_error, sizeof(L->first_error), "%s: %.255s", rel, err.msg);
     fs_list_close(l);
 }
 

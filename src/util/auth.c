@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "sbxd/auth.h"
+#include "sbxd/err.h"
 
 /* A token travels in a header: printable ASCII without spaces (RFC 6750's token68 and then
  * some), so no header can be split or padded with it. */
@@ -23,19 +24,20 @@ static bool token_ok(const char *t, size_t n)
     return true;
 }
 
-static int read_file(const char *path, char *out, size_t outlen, char *why, size_t whylen)
+/* The token file's failures, said without the flag: auth_load puts it before them. */
+static int read_file(const char *path, char *out, size_t outlen, struct sbxd_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
-        snprintf(why, whylen, "--token-file: cannot open '%s': %s", path, strerror(errno));
+        sbxd_fail_errno(err, SBXD_E_INVALID, errno, "cannot open '%s'", path);
         if (fd >= 0)
             close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode) || st.st_size >= (off_t)outlen) {
-        snprintf(why, whylen, "--token-file: '%s' is not a regular file of under %zu bytes", path,
-                 outlen);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "'%s' is not a regular file of under %zu bytes", path,
+                  outlen);
         close(fd);
         return -1;
     }
@@ -57,8 +59,7 @@ static int read_file(const char *path, char *out, size_t outlen, char *why, size
     return 0;
 }
 
-int auth_load(const char *token_file, char **envp, char *out, size_t outlen, char *why,
-              size_t whylen)
+int auth_load(const char *token_file, char **envp, char *out, size_t outlen, struct sbxd_err *err)
 {
     out[0] = '\0';
     char *env_val = NULL;
@@ -70,14 +71,15 @@ int auth_load(const char *token_file, char **envp, char *out, size_t outlen, cha
         }
     int rc = 0;
     if (token_file && *token_file && env_val) {
-        snprintf(why, whylen, "both --token-file and SBXD_TOKEN are set: use one");
+        sbxd_fail(err, SBXD_E_INVALID, 0, "both --token-file and SBXD_TOKEN are set: use one");
         rc = -1;
     } else if (token_file && *token_file) {
-        rc = read_file(token_file, out, outlen, why, whylen);
+        if ((rc = read_file(token_file, out, outlen, err)) < 0)
+            sbxd_err_wrap(err, "--token-file: ");
     } else if (env_val) {
         size_t n = strlen(env_val);
         if (n >= outlen) {
-            snprintf(why, whylen, "SBXD_TOKEN is longer than %zu bytes", outlen - 1);
+            sbxd_fail(err, SBXD_E_INVALID, 0, "SBXD_TOKEN is longer than %zu bytes", outlen - 1);
             rc = -1;
         } else {
             memcpy(out, env_val, n + 1);
@@ -93,15 +95,15 @@ int auth_load(const char *token_file, char **envp, char *out, size_t outlen, cha
             envp[i] = envp[i + 1];
     }
     if (rc == 0 && out[0] && !token_ok(out, strlen(out))) {
-        snprintf(why, whylen, "the token has spaces or control characters");
+        sbxd_fail(err, SBXD_E_INVALID, 0, "the token has spaces or control characters");
         rc = -1;
     }
     if (rc == 0 && (token_file && *token_file) && !out[0]) {
-        snprintf(why, whylen, "--token-file: '%s' is empty", token_file);
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--token-file: '%s' is empty", token_file);
         rc = -1;
     }
     if (rc == 0 && env_val && !out[0]) {
-        snprintf(why, whylen, "SBXD_TOKEN is set but empty");
+        sbxd_fail(err, SBXD_E_INVALID, 0, "SBXD_TOKEN is set but empty");
         rc = -1;
     }
     if (rc < 0) {

@@ -35,8 +35,9 @@ START_TEST(load_from_the_environment_wipes_it)
 {
     char e0[] = "PATH=/bin", e1[] = "SBXD_TOKEN=s3cret", e2[] = "HOME=/";
     char *envp[] = {e0, e1, e2, NULL};
-    char tok[64], why[256];
-    ck_assert_int_eq(auth_load("", envp, tok, sizeof(tok), why, sizeof(why)), 0);
+    char tok[64];
+    struct sbxd_err why = {0};
+    ck_assert_int_eq(auth_load("", envp, tok, sizeof(tok), &why), 0);
     ck_assert_str_eq(tok, "s3cret");
     /* The entry is gone from envp, and its bytes (what /proc/PID/environ shows) are zeros. */
     ck_assert_str_eq(envp[0], "PATH=/bin");
@@ -55,36 +56,39 @@ START_TEST(load_from_a_file)
     ck_assert_int_eq(write(fd, "t0ken\r\n", 7), 7);
     close(fd);
     char *envp[] = {NULL};
-    char tok[64], why[256];
-    ck_assert_int_eq(auth_load(path, envp, tok, sizeof(tok), why, sizeof(why)), 0);
+    char tok[64];
+    struct sbxd_err why = {0};
+    ck_assert_int_eq(auth_load(path, envp, tok, sizeof(tok), &why), 0);
     ck_assert_str_eq(tok, "t0ken");
     /* Both: refused, and the variable is still wiped. */
     char e1[] = "SBXD_TOKEN=x";
     char *envp2[] = {e1, NULL};
-    ck_assert_int_eq(auth_load(path, envp2, tok, sizeof(tok), why, sizeof(why)), -1);
-    ck_assert_ptr_nonnull(strstr(why, "use one"));
+    ck_assert_int_eq(auth_load(path, envp2, tok, sizeof(tok), &why), -1);
+    ck_assert_ptr_nonnull(strstr(why.msg, "use one"));
     ck_assert_ptr_null(envp2[0]);
     ck_assert_str_eq(tok, "");
     unlink(path);
-    ck_assert_int_eq(auth_load(path, envp, tok, sizeof(tok), why, sizeof(why)), -1);
-    ck_assert_ptr_nonnull(strstr(why, "cannot open"));
+    ck_assert_int_eq(auth_load(path, envp, tok, sizeof(tok), &why), -1);
+    ck_assert_ptr_nonnull(strstr(why.msg, "cannot open"));
+    ck_assert_ptr_eq(strstr(why.msg, "--token-file: cannot open '"), why.msg);
 }
 END_TEST
 
 START_TEST(load_refuses_unusable_tokens)
 {
-    char tok[16], why[256];
+    char tok[16];
+    struct sbxd_err why = {0};
     char e1[] = "SBXD_TOKEN=has space";
     char *envp1[] = {e1, NULL};
-    ck_assert_int_eq(auth_load(NULL, envp1, tok, sizeof(tok), why, sizeof(why)), -1);
+    ck_assert_int_eq(auth_load(NULL, envp1, tok, sizeof(tok), &why), -1);
     char e2[] = "SBXD_TOKEN=";
     char *envp2[] = {e2, NULL};
-    ck_assert_int_eq(auth_load(NULL, envp2, tok, sizeof(tok), why, sizeof(why)), -1);
+    ck_assert_int_eq(auth_load(NULL, envp2, tok, sizeof(tok), &why), -1);
     char e3[] = "SBXD_TOKEN=0123456789abcdefXYZ"; /* longer than tok can hold */
     char *envp3[] = {e3, NULL};
-    ck_assert_int_eq(auth_load(NULL, envp3, tok, sizeof(tok), why, sizeof(why)), -1);
+    ck_assert_int_eq(auth_load(NULL, envp3, tok, sizeof(tok), &why), -1);
     char *none[] = {NULL};
-    ck_assert_int_eq(auth_load(NULL, none, tok, sizeof(tok), why, sizeof(why)), 0);
+    ck_assert_int_eq(auth_load(NULL, none, tok, sizeof(tok), &why), 0);
     ck_assert_str_eq(tok, "");
 }
 END_TEST

@@ -8,7 +8,7 @@
 #include "suites.h"
 
 static struct sbxd_config cfg;
-static char errbuf[512];
+static struct sbxd_err perr;
 static char outbuf[65536]; /* --help: its whole text */
 
 static enum config_outcome parse(char *const *argv, char *const *envp)
@@ -17,8 +17,8 @@ static enum config_outcome parse(char *const *argv, char *const *envp)
     while (argv[argc])
         argc++;
     FILE *out = fmemopen(outbuf, sizeof(outbuf), "w");
-    errbuf[0] = '\0';
-    enum config_outcome r = config_parse(&cfg, argc, argv, envp, out, errbuf, sizeof(errbuf));
+    perr = (struct sbxd_err){0};
+    enum config_outcome r = config_parse(&cfg, argc, argv, envp, out, &perr);
     fclose(out);
     return r;
 }
@@ -88,13 +88,13 @@ START_TEST(listen_several)
     /* An empty or bad item, or more than 8, is refused, naming the option. */
     char *empty[] = {"sbxd", "--listen", ":8888,", NULL};
     ck_assert_int_eq(parse(empty, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--listen"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--listen"));
     char *bad[] = {"sbxd", "--listen", ":8888,nowhere", NULL};
     ck_assert_int_eq(parse(bad, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "'nowhere'"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "'nowhere'"));
     char *many[] = {"sbxd", "--listen", ":1,:2,:3,:4,:5,:6,:7,:8,:9", NULL};
     ck_assert_int_eq(parse(many, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "at most 8"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "at most 8"));
 }
 END_TEST
 
@@ -170,7 +170,7 @@ START_TEST(archive_limits)
     ck_assert_uint_eq(cfg.max_archive_entries, 7);
     char *zero[] = {"sbxd", "--max-archive-entries", "0", NULL};
     ck_assert_int_eq(parse(zero, none), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--max-archive-entries"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--max-archive-entries"));
 }
 END_TEST
 
@@ -184,7 +184,7 @@ START_TEST(legacy_timeout_seconds)
     ck_assert_uint_eq(cfg.max_timeout_ms, 7200000);
     char *argv2[] = {"sbxd", "--max-timeout-ms", "1000", NULL};
     ck_assert_int_eq(parse(argv2, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--timeout-ms"));
     /* As the python runtime reads it: fractions count; a value that is no number of seconds
      * above 0 leaves the default and is named for a warning, never stopping sbxd. */
     char *half[] = {"SANDBOX_EXEC_TIMEOUT_SECONDS=0.5", NULL};
@@ -214,7 +214,7 @@ START_TEST(max_timeout_below_the_default)
     ck_assert_uint_eq(cfg.max_timeout_ms, 30000);
     char *both[] = {"sbxd", "--max-timeout-ms", "30000", "--timeout-ms", "45000", NULL};
     ck_assert_int_eq(parse(both, none), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--timeout-ms"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--timeout-ms"));
 }
 END_TEST
 
@@ -254,12 +254,12 @@ START_TEST(bad_values_name_the_option)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *argv[] = {"sbxd", (char *)cases[i].arg, NULL};
         ck_assert_int_eq(parse(argv, envp), CONFIG_EXIT_2);
-        ck_assert_msg(strstr(errbuf, cases[i].needle), "%s -> %s", cases[i].arg, errbuf);
-        ck_assert_ptr_null(strchr(errbuf, '\n'));
+        ck_assert_msg(strstr(perr.msg, cases[i].needle), "%s -> %s", cases[i].arg, perr.msg);
+        ck_assert_ptr_null(strchr(perr.msg, '\n'));
     }
     char *missing[] = {"sbxd", "--workspace", NULL};
     ck_assert_int_eq(parse(missing, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "needs a value"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "needs a value"));
 }
 END_TEST
 
@@ -268,8 +268,8 @@ START_TEST(bad_env_names_the_variable)
     char *argv[] = {"sbxd", NULL};
     char *envp[] = {"SBXD_MAX_BODY_BYTES=lots", NULL};
     ck_assert_int_eq(parse(argv, envp), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--max-body-bytes"));
-    ck_assert_ptr_nonnull(strstr(errbuf, "SBXD_MAX_BODY_BYTES"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--max-body-bytes"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "SBXD_MAX_BODY_BYTES"));
 }
 END_TEST
 
@@ -351,7 +351,7 @@ START_TEST(web_lists)
     memcpy(huge, "--allow-host=", 13);
     char *too_long[] = {"sbxd", huge, NULL};
     ck_assert_int_eq(parse(too_long, none), CONFIG_EXIT_2);
-    ck_assert_ptr_nonnull(strstr(errbuf, "--allow-host"));
+    ck_assert_ptr_nonnull(strstr(perr.msg, "--allow-host"));
 }
 END_TEST
 
