@@ -9,6 +9,7 @@
 #include "sbxd/exec_metrics.h"
 #include "sbxd/sandbox.h"
 #include "sbxd/timeutil.h"
+#include "sbxd/usage.h"
 
 void sandbox_init(struct sandbox *sb, const struct sbxd_config *cfg, int rootfd,
                   const char *workspace, const struct harden_plan *harden, struct isolation *iso,
@@ -30,6 +31,7 @@ void sandbox_init(struct sandbox *sb, const struct sbxd_config *cfg, int rootfd,
     pthread_mutex_init(&sb->reset_lock, NULL);
     pthread_rwlock_init(&sb->work_lock, NULL);
     exec_metrics_register();
+    usage_init(&iso->cg, rootfd, sb->workspace, &sb->exec);
 }
 
 void sandbox_free(struct sandbox *sb)

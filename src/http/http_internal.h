@@ -315,6 +315,7 @@ enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, stru
 enum MHD_Result route_run_code(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_usage(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,

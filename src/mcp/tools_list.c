@@ -227,6 +227,27 @@ static const struct tool_doc {
      "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\"},\"signal\""
      ":{\"type\":\"string\"}},\"required\":[\"id\",\"signal\"]}",
      "{\"readOnlyHint\":false,\"destructiveHint\":true,\"openWorldHint\":true}"},
+    {"sandbox_usage", "Sandbox resource usage",
+     "How full the sandbox is: CPUs available and the percentage used over the last interval, "
+     "memory used and its limit (from the sandbox's cgroup where it has one, else the "
+     "machine's), disk used and total of the workspace and /tmp, and the commands, background "
+     "processes and contexts running. Check it before a heavy build or when commands fail "
+     "for want of memory or space.",
+     CMD_NONE, "", NULL,
+     "{\"type\":\"object\",\"properties\":{\"cpu_count\":{\"type\":\"integer\"},"
+     "\"cpu_limit\":{\"type\":[\"number\",\"null\"]},\"cpu_used_pct\":{\"type\":\"number\"},"
+     "\"cpu_interval_ms\":{\"type\":\"integer\"},\"cpu_source\":{\"type\":\"string\"},"
+     "\"mem_used\":{\"type\":\"integer\"},\"mem_total\":{\"type\":\"integer\"},"
+     "\"memory_source\":{\"type\":\"string\"},\"disk_used\":{\"type\":\"integer\"},"
+     "\"disk_total\":{\"type\":\"integer\"},\"disks\":{\"type\":\"array\",\"items\":{"
+     "\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"path\":{"
+     "\"type\":\"string\"},\"used\":{\"type\":[\"integer\",\"null\"]},\"total\":{\"type"
+     "\":[\"integer\",\"null\"]},\"free\":{\"type\":[\"integer\",\"null\"]}}}},"
+     "\"commands_running\":{\"type\":\"integer\"},\"processes_running\":{\"type\":\"in"
+     "teger\"},\"contexts\":{\"type\":\"integer\"},\"ts\":{\"type\":\"integer\"}},\"requi"
+     "red\":[\"cpu_count\",\"cpu_used_pct\",\"mem_used\",\"mem_total\",\"disk_used\",\"dis"
+     "k_total\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
 };
 
 /* Whether the tool's schema lists field f of a request. */
