@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { call, closeClient, daemonFor, hostProcs, waitFor, wrapWords } from './lib.mjs';
+import { call, closeClient, daemonFor, hostProcs, textOf, waitFor, wrapWords } from './lib.mjs';
 
 function ok(r, what) {
   assert.ok(!r.isError, `${what}: ${JSON.stringify(r)}`);
@@ -116,6 +116,22 @@ describe('process tools', () => {
     const st = ok(await call(c, 'start_process', { command: 'sleep 30', timeout_ms: 300 }), 'start');
     const end = await untilEnded(c, st.id, 5000);
     assert.equal(end.status, 'timeout');
+  });
+
+  it('sandbox_usage: E2B\'s metrics\' names, a running background process counted', async () => {
+    const first = ok(await call(c, 'sandbox_usage', {}), 'sandbox_usage');
+    const st = ok(await call(c, 'start_process', { command: 'sleep 30' }), 'start');
+    const r = await call(c, 'sandbox_usage', {});
+    const u = ok(r, 'sandbox_usage');
+    for (const k of ['cpu_count', 'cpu_used_pct', 'mem_used', 'mem_total', 'disk_used', 'disk_total']) {
+      assert.equal(typeof u[k], 'number', `${k} in ${JSON.stringify(u)}`);
+    }
+    assert.ok(u.cpu_count >= 1 && u.mem_used > 0 && u.disk_total >= u.disk_used, JSON.stringify(u));
+    assert.equal(u.processes_running, first.processes_running + 1, JSON.stringify(u));
+    assert.match(textOf(r), /background process/);
+    const bad = await call(c, 'sandbox_usage', { what: 1 });
+    assert.equal(bad.isError, true, JSON.stringify(bad));
+    ok(await call(c, 'kill_process', { id: st.id }), 'kill');
   });
 
   it('an unknown process id: tool errors', async () => {
