@@ -482,3 +482,58 @@ int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **a
         return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
     return r;
 }
+
+/* ------------------------------------------------------------------ usage */
+
+static double jnum_or(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+int cmd_usage(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    bool json = false;
+    int c;
+    opt_reset();
+    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
+        if (c == 'h')
+            return cmd_print_help(cmd);
+        if (c != 'j')
+            return SBX_USAGE;
+        json = true;
+    }
+    if (optind < argc)
+        return usage_error(cmd->name, "usage takes no arguments");
+    struct response resp;
+    int r = call_json(s, cmd->name, "GET", "/usage", NULL, &resp);
+    if (r == SBX_OK && json) {
+        fwrite(resp.body.p, 1, resp.body.len, stdout);
+        putchar('\n');
+    } else if (r == SBX_OK) {
+        const cJSON *o = resp.json;
+        const double mib = 1024.0 * 1024.0;
+        printf("cpu        %.1f%% of %.0f CPUs over %.0f ms (%s)\n", jnum_or(o, "cpu_used_pct"),
+               jnum_or(o, "cpu_count"), jnum_or(o, "cpu_interval_ms"),
+               jstr_or(o, "cpu_source", "?"));
+        printf("memory     %.0f MiB of %.0f MiB (%s)\n", jnum_or(o, "mem_used") / mib,
+               jnum_or(o, "mem_total") / mib, jstr_or(o, "memory_source", "?"));
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(o, "disks"))
+        {
+            printf("disk       %.0f MiB of %.0f MiB used, %.0f MiB free: ",
+                   jnum_or(d, "used") / mib, jnum_or(d, "total") / mib, jnum_or(d, "free") / mib);
+            put_escaped(stdout, jstr_or(d, "path", "?"));
+            putchar('\n');
+        }
+        printf("running    %.0f commands, %.0f background processes, %.0f contexts\n",
+               jnum_or(o, "commands_running"), jnum_or(o, "processes_running"),
+               jnum_or(o, "contexts"));
+    }
+    response_free(&resp);
+    if (fflush(stdout) != 0)
+        return fail(cmd->name, "cannot write to stdout: %s", strerror(errno));
+    return r;
+}

@@ -258,6 +258,20 @@ static const struct sbx_cmd commands[] = {
      "  sbx health\n"
      "  until sbx health >/dev/null 2>&1; do sleep 0.2; done\n",
      cmd_health},
+    {"usage", "[--json]", "Show the sandbox's CPU, memory and disk use",
+     "A summary of GET /usage: CPU used (a percentage of the CPUs available, over the time\n"
+     "since the previous reading), memory used and its limit (from sbxd's cgroup where it has\n"
+     "one, else the machine's), disk used and total of the workspace and /tmp, and the\n"
+     "commands, background processes and contexts running.\n"
+     "\n"
+     "Options:\n"
+     "  --json      print sbxd's JSON answer as it is\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx usage\n"
+     "  sbx usage --json | jq .mem_used\n",
+     cmd_usage},
     {"reset", "[--from ARCHIVE] [--json]", "Clean the sandbox for the next task",
      "POST /reset: every command, background process and context is ended (kernels and\n"
      "shells start empty next time), the workspace is emptied (or given sbxd's\n"

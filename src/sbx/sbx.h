@@ -7,7 +7,7 @@
  *   util.c       option parsing helpers, writing bytes, escaping, signals, base64
  *   cmd_exec.c   exec, run
  *   cmd_files.c  put, get, ls, rm, mkdir
- *   cmd_proc.c   ps, logs, kill, health, reset
+ *   cmd_proc.c   ps, logs, kill, health, reset, usage
  *   cmd_code.c   code, contexts
  *
  * Commands return the process's exit status (SBX_OK, SBX_FAIL, SBX_USAGE, or a command's own
@@ -64,6 +64,7 @@ int cmd_logs(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **ar
 int cmd_kill(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_health(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_usage(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_code(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_contexts(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 

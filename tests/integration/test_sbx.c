@@ -1314,6 +1314,25 @@ START_TEST(health_summarises_healthz)
 }
 END_TEST
 
+START_TEST(usage_summarises_usage)
+{
+    struct run r;
+    SBX(&r, "usage");
+    ck_assert_msg(r.code == 0 && r.err_len == 0, "%d: %s", r.code, r.err);
+    const char *want[] = {"cpu        ", "% of ",   "memory     ", " MiB of ",
+                          "disk       ", g_sbxd.ws, "/tmp\n",      "background processes"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        ck_assert_msg(strstr(r.out, want[i]), "no '%s' in:\n%s", want[i], r.out);
+    run_free(&r);
+    SBX(&r, "usage", "--json");
+    ck_assert_int_eq(r.code, 0);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsNumber(cJSON_GetObjectItem(o, "mem_used")), "%s", r.out);
+    cJSON_Delete(o);
+    run_free(&r);
+}
+END_TEST
+
 /* A loopback port nothing listens on: bound, then closed. */
 static int closed_port(void)
 {
@@ -1487,8 +1506,8 @@ START_TEST(help_names_every_command_and_option)
     SBX(&r, "--help");
     ck_assert_int_eq(r.code, 0);
     ck_assert_uint_eq(r.err_len, 0);
-    const char *cmds[] = {"exec", "run",  "put",  "get",    "ls",   "rm",       "mkdir",
-                          "ps",   "logs", "kill", "health", "code", "contexts", "reset"};
+    const char *cmds[] = {"exec", "run",  "put",    "get",  "ls",       "rm",    "mkdir", "ps",
+                          "logs", "kill", "health", "code", "contexts", "reset", "usage"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1577,6 +1596,7 @@ Suite *sbx_suite(void)
     tcase_add_test(procs, code_in_python_prints_results_and_saves_images);
     TCase *cli = tcase_create("cli");
     tcase_add_test(cli, health_summarises_healthz);
+    tcase_add_test(cli, usage_summarises_usage);
     tcase_add_test(cli, reset_cleans_and_summarises);
     tcase_add_test(cli, an_unreachable_sbxd_is_one_clear_line);
     tcase_add_test(cli, the_url_comes_from_sbx_url_or_url);
