@@ -1122,6 +1122,8 @@ typedef struct {
 
 static const reqspec REQ_EXEC = {"POST", "/execute", "{\"command\":\"echo hi\"}", "hi"};
 static const reqspec REQ_HEALTH = {"GET", "/healthz", NULL, NULL};
+/* The sandbox's usage (cgroup or /proc files, two statvfs): polled, so it must stay cheap. */
+static const reqspec REQ_USAGE = {"GET", "/usage", NULL, "\"cpu_count\""};
 /* The same command as a tool of the MCP endpoint, on a session initialized before. */
 static const reqspec REQ_MCP_INIT = {
     "POST", "/mcp",
@@ -3350,6 +3352,7 @@ static const struct {
     {"contexts", PH_CONTEXTS},
     {"workspace", PH_WORKSPACE},
     {"mcp", PH_MCP},
+    {"health", PH_HEALTH}, /* /healthz under load, GET /usage */
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -3406,6 +3409,7 @@ static void usage(FILE *f)
           "                               on the same kernel in turns, RSS with 4 idle\n"
           "                   workspace   a PUT to its event on a watch stream, GET ?stat=true\n"
           "                   mcp         MCP tools/call run_command against /execute, in turns\n"
+          "                   health      /healthz with 8 clients, GET /usage with 1\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3432,7 +3436,7 @@ int main(int argc, char **argv)
             only = v;
             if (!phases) {
                 warnx_("--only wants groups among grpc, throughput, stream, uploads, "
-                       "uploads-full, contexts, workspace, mcp; got %s",
+                       "uploads-full, contexts, workspace, mcp, health; got %s",
                        v);
                 return 2;
             }
@@ -3722,7 +3726,7 @@ int main(int argc, char **argv)
 
     /* In rounds, each against a floor of its own measured just before it (the machine's pace
      * drifts over a run); the round with the median ratio is the one reported. */
-    load_result ex16 = {0}, hz = {0};
+    load_result ex16 = {0}, hz = {0}, usage = {0};
     double ex16_floor = 0, ex16_ratio = 0, ex16_cmd = 0, ex16_rate = 0;
     const int load_rounds = quick ? 1 : LOAD_ROUNDS;
     if ((phases & PH_LOAD) && !crashed && !g_interrupted) {
@@ -3765,6 +3769,14 @@ int main(int argc, char **argv)
                 health_secs);
         run_load(&local, &REQ_HEALTH, health_clients, health_secs, &hz);
         NOTE_ERRORS("/healthz", hz.t);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+    if ((phases & PH_HEALTH) && !crashed && !g_interrupted) {
+        double secs = health_secs < 2 ? health_secs : 2;
+        fprintf(stderr, "sbxd-bench: GET /usage, 1 client, %.3g s ...\n", secs);
+        run_load(&local, &REQ_USAGE, 1, secs, &usage);
+        NOTE_ERRORS("/usage", usage.t);
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
@@ -4047,6 +4059,8 @@ int main(int argc, char **argv)
     if (phases & PH_HEALTH) {
         add_row("/healthz req/s, 8 clients", ">= 20000", yesno(hz.rps >= 20000), "%.0f", hz.rps);
         add_row("  p50 / p99 under that load", "", "", "%.3f / %.3f ms", hz.p50, hz.p99);
+        add_row("GET /usage, 1 client: p50", "<= 1 ms", yesno(usage.p50 <= 1), "%.3f ms",
+                usage.p50);
     }
     {
         if (lag.n) {
