@@ -346,7 +346,7 @@ static void print_usage(FILE *out)
             "\nEndpoints: GET /healthz, GET /, POST /execute, "
             "GET/HEAD/PUT/DELETE /files/PATH,\n"
             "POST/GET /processes, GET/DELETE /processes/ID, GET /processes/ID/output,\n"
-            "POST /processes/ID/{stdin,signal,resize}, POST /reset,\n"
+            "POST /processes/ID/{stdin,signal,resize}, POST /reset, GET /usage,\n"
             "GET/HEAD/PUT/DELETE /v1/files/PATH, GET /v1/health, GET /v1/metadata, GET /metrics;\n"
             "legacy: POST /upload, GET /download/PATH, GET /list/PATH, GET /exists/PATH.\n"
             "Every --listen address serves all of them alike.\n"
