@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -25,12 +26,17 @@
 
 #define CG2_MOUNT "/sys/fs/cgroup"
 
+/* Where CPU use is read from: the cgroup's cpu.stat; /proc/stat (the machine's); else, as
+ * under gVisor, whose /proc/stat is all zeros, sbxd's rusage and its reaped children's. */
+enum cpu_src { CPU_NONE, CPU_CGROUP, CPU_PROC, CPU_RUSAGE };
+static const char *const CPU_SRC_NAMES[] = {"none", "cgroup", "proc", "rusage"};
+
 /* CPU time used and what it is a share of, at one moment. */
 struct cpu_sample {
-    int64_t t_ns;    /* monotonic */
-    uint64_t busy;   /* cgroup: usage_usec; /proc/stat: ticks not idle */
-    uint64_t total;  /* /proc/stat: every tick (0 for the cgroup) */
-    bool cgroup, ok; /* which source; whether it was read */
+    int64_t t_ns;     /* monotonic */
+    uint64_t busy;    /* cgroup, rusage: microseconds; /proc/stat: ticks not idle */
+    uint64_t total;   /* /proc/stat: every tick (0 for the others) */
+    enum cpu_src src; /* CPU_NONE: nothing could be read */
 };
 
 static struct {
@@ -103,7 +109,7 @@ static void cpu_sample_take(struct cpu_sample *s)
     *s = (struct cpu_sample){.t_ns = time_mono_ns()};
     if (U.cgfd >= 0 && read_small(U.cgfd, "cpu.stat", buf, sizeof(buf)) > 0 &&
         keyed_u64(buf, "usage_usec ", &s->busy)) {
-        s->cgroup = s->ok = true;
+        s->src = CPU_CGROUP;
         return;
     }
     /* The first line of /proc/stat: user nice system idle iowait irq softirq steal. */
@@ -113,7 +119,20 @@ static void cpu_sample_take(struct cpu_sample *s)
                &v[4], &v[5], &v[6], &v[7]) >= 4) {
         s->busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
         s->total = s->busy + v[3] + v[4];
-        s->ok = true;
+        if (s->total) {
+            s->src = CPU_PROC;
+            return;
+        }
+    }
+    /* A command's time counts here once it has ended and was reaped. */
+    struct rusage self, kids;
+    if (getrusage(RUSAGE_SELF, &self) == 0 && getrusage(RUSAGE_CHILDREN, &kids) == 0) {
+        const struct timeval *tv[] = {&self.ru_utime, &self.ru_stime, &kids.ru_utime,
+                                      &kids.ru_stime};
+        s->busy = s->total = 0;
+        for (int i = 0; i < 4; i++)
+            s->busy += (uint64_t)tv[i]->tv_sec * 1000000 + (uint64_t)tv[i]->tv_usec;
+        s->src = CPU_RUSAGE;
     }
 }
 
@@ -164,13 +183,13 @@ static void cpu_used(struct usage *u)
         U.last = now;
     }
     pthread_mutex_unlock(&U.lock);
-    u->cpu_source = now.cgroup ? "cgroup" : "proc";
+    u->cpu_source = CPU_SRC_NAMES[now.src];
     int64_t dt = now.t_ns - from.t_ns;
     u->cpu_interval_ms = dt > 0 ? (uint64_t)(dt / 1000000) : 0;
     double pct = 0;
-    if (now.ok && from.ok && now.cgroup == from.cgroup && dt > 0 && now.busy >= from.busy) {
+    if (now.src != CPU_NONE && now.src == from.src && dt > 0 && now.busy >= from.busy) {
         double cpus = u->cpu_limit > 0 ? u->cpu_limit : u->cpu_count;
-        if (now.cgroup)
+        if (now.src != CPU_PROC)
             pct = (double)(now.busy - from.busy) * 1e5 / ((double)dt / 1e3 * cpus);
         else if (now.total > from.total)
             pct = (double)(now.busy - from.busy) * 100.0 / (double)(now.total - from.total);

@@ -5,7 +5,8 @@
  *
  * Read from sbxd's cgroup v2 (the one every command's leaf is under: memory.current,
  * memory.max, cpu.max, cpu.stat) where it has one, else from /proc (meminfo, stat) and the
- * affinity mask; the answer says which. A few small files read and two statvfs: no fork and
+ * affinity mask, and for CPU where /proc/stat counts nothing (gVisor) from sbxd's rusage and
+ * its reaped children's; the answer says which. A few small files read and two statvfs: no fork and
  * no directory walk, cheap enough to poll.
  *
  * CPU used is a percentage of the CPUs available over an interval: from the sample taken
@@ -37,7 +38,7 @@ struct usage {
     double cpu_limit;         /* the cgroup's quota in CPUs (cpu.max), 0 when none */
     double cpu_used_pct;      /* of cpu_limit (or cpu_count) over the interval, 0 to 100 */
     uint64_t cpu_interval_ms; /* the interval cpu_used_pct is over */
-    const char *cpu_source;   /* "cgroup" (cpu.stat), "proc" (/proc/stat) */
+    const char *cpu_source;   /* "cgroup" (cpu.stat), "proc" (/proc/stat), "rusage" (sbxd's) */
     uint64_t mem_used, mem_total;
     const char *memory_source;  /* "cgroup", "cgroup+meminfo" (no memory.max), "meminfo" */
     struct usage_disk disks[2]; /* the workspace, then /tmp */
