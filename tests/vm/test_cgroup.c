@@ -128,6 +128,26 @@ START_TEST(cpu_quota_limits_cpu_time)
 }
 END_TEST
 
+/* GET /usage reads sbxd's cgroup: its memory.current, and its cpu.stat, which counts a busy
+ * command's time while it runs. */
+START_TEST(usage_reads_the_cgroup)
+{
+    struct http_resp r;
+    http_request(&g_sbxd, "GET", "/usage", NULL, NULL, 0, 0, &r);
+    ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+    ck_assert_msg(strncmp(jstr(r.json, "memory_source"), "cgroup", 6) == 0, "%s", r.body);
+    ck_assert_str_eq(jstr(r.json, "cpu_source"), "cgroup");
+    ck_assert_msg(jnum(r.json, "mem_used") > 0, "%s", r.body);
+    double cpus = jnum(r.json, "cpu_count");
+    http_resp_free(&r);
+    cJSON_Delete(run("{\"command\":\"while :; do :; done\",\"timeout_ms\":1000}"));
+    http_request(&g_sbxd, "GET", "/usage", NULL, NULL, 0, 0, &r);
+    ck_assert_msg(jnum(r.json, "cpu_interval_ms") >= 900, "%s", r.body);
+    ck_assert_msg(jnum(r.json, "cpu_used_pct") >= 0.6 * 100 / cpus, "%s", r.body);
+    http_resp_free(&r);
+}
+END_TEST
+
 START_TEST(memory_peak_is_the_commands_own)
 {
     cJSON *r = run("{\"command\":\"dd if=/dev/zero of=/dev/null bs=40M count=1\"}");
@@ -275,6 +295,7 @@ Suite *cgroup_suite(void)
     tcase_add_test(tc, context_memory_bomb_ends_died_and_the_daemon_lives);
     tcase_add_test(tc, fork_bomb_is_held_by_pids_max);
     tcase_add_test(tc, cpu_quota_limits_cpu_time);
+    tcase_add_test(tc, usage_reads_the_cgroup);
     tcase_add_test(tc, memory_peak_is_the_commands_own);
     tcase_add_test(tc, cgroup_kill_takes_setsid_escapees);
     tcase_add_test(tc, process_signal_reaches_the_whole_leaf);
