@@ -36,7 +36,8 @@ struct search {
     struct search_line *ctx; /* 2 * context: the before and after of one match */
     char path[PATH_MAX + NAME_MAX + 2];
     size_t lens[SBXD_SEARCH_MAX_DEPTH + 2]; /* the path's length before each depth's name */
-    bool stopped;                           /* the sink ended it, or max_matches */
+    uint64_t carry; /* bytes of the buffer's first line in the buffers before (a long line) */
+    bool stopped;   /* the sink ended it, or max_matches */
     int sink_failed;
 };
 
@@ -169,7 +170,7 @@ static int scan_lines(struct search *s, size_t len, bool more, uint64_t *no)
         }
         const char *nl = memchr(b + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - b) : len;
-        note_line(s, *no, b + pos, end - pos, !nl && more, at - pos + 1);
+        note_line(s, *no, b + pos, end - pos, !nl && more, at - pos + 1 + (pos ? 0 : s->carry));
         if (nl || !more)
             (*no)++;
         pos = end + 1;
@@ -183,6 +184,7 @@ static void search_file(struct search *s, int fd)
     size_t have = 0;
     uint64_t no = 1;
     bool first = true;
+    s->carry = 0;
     for (unsigned i = 0; i < s->nring; i++)
         s->ring[i].no = 0; /* no line of the file before */
     for (s->st->files_scanned++; !s->stopped;) {
@@ -210,6 +212,7 @@ static void search_file(struct search *s, int fd)
             s->st->skipped_limit++;
             return;
         }
+        s->carry = piece ? s->carry + whole : 0;
         memmove(s->buf, s->buf + whole, have - whole);
         have -= whole;
         if (eof)

@@ -21,6 +21,7 @@ Suite *attacks_suite(void);
 Suite *reset_suite(void);
 Suite *mcp_suite(void);
 Suite *web_suite(void);
+Suite *search_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */
