@@ -292,7 +292,11 @@ int search_run(int dirfd, const char *base, const struct search_opts *o,
 {
     memset(stats, 0, sizeof(*stats));
     struct search s = {.o = o, .sink = sink, .st = stats, .nring = 2 * o->context + 1};
+    if (strcmp(base, ".") == 0)
+        base = "";
     size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] == '/')
+        bl--;
     if (bl + 2 > sizeof(s.path)) {
         close(dirfd);
         return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "the path is too long");

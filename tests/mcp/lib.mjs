@@ -32,6 +32,7 @@ export const PROTOCOL_VERSIONS = ['2025-11-25', '2025-06-18', '2025-03-26', '202
 export const TOOL_NAMES = [
   'run_command', 'run_code', 'read_file', 'write_file', 'list_files', 'delete_file',
   'move_file', 'stat_file', 'start_process', 'process_output', 'send_input', 'kill_process',
+  'search_files', 'find_files',
 ];
 
 export function sbxdBin() {
