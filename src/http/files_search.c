@@ -88,6 +88,8 @@ static int on_match(void *ctx, const struct search_match *m)
     struct jsonw *w = &s->out;
     event_open(s, "match");
     jw_obj_begin(w);
+    jw_key(w, "type");
+    jw_str(w, "match");
     jw_key(w, "path");
     jw_str(w, m->path);
     jw_key(w, "line");

@@ -101,6 +101,7 @@ START_TEST(grep_streams_matches_with_context_then_a_summary)
     ck_assert_ptr_nonnull(m);
     ck_assert_int_eq((int)jnum(m, "line"), 3);
     ck_assert_int_eq((int)jnum(m, "column"), 5);
+    ck_assert_str_eq(jstr(m, "type"), "match");
     ck_assert_str_eq(jstr(m, "text"), "x = f(a.b) $HOME");
     ck_assert_str_eq(nth(m, "before", 0), "one");
     ck_assert_str_eq(nth(m, "before", 1), "two");
