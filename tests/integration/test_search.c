@@ -143,7 +143,8 @@ START_TEST(grep_streams_matches_with_context_then_a_summary)
                                        "Accept: text/event-stream", NULL, NULL, 0, 10000, &r),
                      0);
     ck_assert_int_eq(r.status, 200);
-    ck_assert_ptr_nonnull(strstr(r.body, "event: match\ndata: {\"path\":\"sr/pkg/a.py\""));
+    ck_assert_ptr_nonnull(
+        strstr(r.body, "event: match\ndata: {\"type\":\"match\",\"path\":\"sr/pkg/a.py\""));
     ck_assert_ptr_nonnull(strstr(r.body, "event: summary\ndata: {\"type\":\"summary\""));
     http_resp_free(&r);
 }
