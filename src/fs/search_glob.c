@@ -68,8 +68,26 @@ struct search_pattern *search_pattern_new(const char *pattern, bool regex, bool 
     /* UTF with MATCH_INVALID_UTF: a file is searched as UTF-8 where it is, and a byte that is
      * not never makes the match fail as a whole. MULTILINE (a regex's): a whole buffer of lines is
      * matched at once, ^ and $ at each line. */
-    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
-    opts |= regex ? PCRE2_MULTILINE : PCRE2_LITERAL;
+    uint32_t opts = regex ? PCRE2_MULTILINE : PCRE2_LITERAL;
+    /* A case-sensitive literal is found with memmem (glibc's two-way search with SIMD: on a
+     * tree of C sources several times faster than PCRE2's literal scan, which stops at each
+     * occurrence of the first byte). */
+    if (!regex && !ignore_case) {
+        p->literal_len = strlen(pattern);
+        if (!(p->literal = strdup(pattern))) {
+            free(p);
+            sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+            return NULL;
+        }
+        return p;
+    }
+    /* UTF mode only where it changes what matches (a pattern with a non-ASCII character, or
+     * case folded): an ASCII pattern matches the same bytes without it, and faster. */
+    bool ascii = true;
+    for (const unsigned char *c = (const unsigned char *)pattern; *c; c++)
+        ascii &= *c < 0x80;
+    if (!ascii || ignore_case)
+        opts |= PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
     if (ignore_case)
         opts |= PCRE2_CASELESS;
     int code;
@@ -107,12 +125,19 @@ void search_pattern_free(struct search_pattern *p)
     pcre2_jit_stack_free(p->jstack);
     pcre2_match_context_free(p->mctx);
     pcre2_code_free(p->code);
+    free(p->literal);
     free(p);
 }
 
 int search_pattern_find(struct search_pattern *p, const char *buf, size_t len, size_t from,
                         size_t *at)
 {
+    if (p->literal) {
+        const char *m = memmem(buf + from, len - from, p->literal, p->literal_len);
+        if (m)
+            *at = (size_t)(m - buf);
+        return m != NULL;
+    }
     int rc = pcre2_match(p->code, (PCRE2_SPTR)buf, len, from, 0, p->md, p->mctx);
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;

@@ -11,6 +11,8 @@
 #include <stddef.h>
 
 struct search_pattern {
+    char *literal; /* a case-sensitive literal: found with memmem, PCRE2 not needed */
+    size_t literal_len;
     pcre2_code *code;
     bool jit;
     pcre2_match_context *mctx;
