@@ -6,7 +6,7 @@ SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Debian packages the build, the tests and the benchmark need.
 SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
     libcap-ng-dev check libcurl4-openssl-dev clang-format patch libnghttp2-dev libprotobuf-c-dev
-    protobuf-c-compiler libprotobuf-dev libzmq3-dev libsodium-dev libarchive-dev)
+    protobuf-c-compiler libprotobuf-dev libzmq3-dev libsodium-dev libarchive-dev libpcre2-dev)
 # What tools/test needs on top: the conformance tier (tests/conformance) is Python with
 # Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them)
 # and the grpc tier's grpcio, protobuf and stubs (its sandboxd cases speak gRPC);

@@ -36,6 +36,20 @@
 
 #define SBXD_SWEEP_MAX_DEPTH 64
 
+/* Search (search.h): entries visited and levels entered (as a copy's), the bytes of a line
+ * shown (a longer one is cut, and says so), the context lines around a match, the read
+ * buffer (a line longer than it is searched a buffer at a time), the matches of one search
+ * by default and at most, and the PCRE2 match limit that ends a pathological pattern (the
+ * file is skipped and counted, the search goes on). */
+#define SBXD_SEARCH_MAX_ENTRIES     SBXD_COPY_MAX_ENTRIES
+#define SBXD_SEARCH_MAX_DEPTH       SBXD_COPY_MAX_DEPTH
+#define SBXD_SEARCH_LINE_MAX        2048
+#define SBXD_SEARCH_MAX_CONTEXT     20
+#define SBXD_SEARCH_BUF             (256 * 1024)
+#define SBXD_SEARCH_MATCHES_DEFAULT 1000
+#define SBXD_SEARCH_MATCHES_MAX     1000000
+#define SBXD_SEARCH_MATCH_LIMIT     10000000
+
 /* Archive extraction (fs/archive.c) keeps one record per directory it made, to set the
  * directories' modes and times at the end: the memory those records (paths included) may
  * hold is so much per entry --max-archive-entries allows (16 MB at its default), and at

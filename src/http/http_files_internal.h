@@ -114,6 +114,10 @@ bool files_query_bool(struct MHD_Connection *c, const char *key, bool *v);
  * come (files_watch.c). */
 enum MHD_Result files_watch_get(struct server *srv, struct MHD_Connection *c, const char *path);
 
+/* GET ?grep=PATTERN (content search) or ?glob=GLOBS (name search) of the directory path,
+ * streamed (files_search.c). */
+enum MHD_Result files_search_get(struct server *srv, struct MHD_Connection *c, const char *path);
+
 /* ---- archives (files_archive.c) ---- */
 
 /* ?archive= as a format: 0, or -1 for a value that is not tar or zip. */

@@ -260,6 +260,10 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
                            "watch must be true or false");
     if (watch)
         return files_watch_get(srv, c, path);
+    if (rc->route->face == FACE_FILES &&
+        (MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "grep") ||
+         MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "glob")))
+        return files_search_get(srv, c, path);
     char av[16];
     bool abad;
     if (query_arg(c, "archive", av, sizeof(av), &abad)) {

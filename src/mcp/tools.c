@@ -399,7 +399,8 @@ static const struct {
     {"move_file", tool_move_file},         {"stat_file", tool_stat_file},
     {"start_process", tool_start_process}, {"process_output", tool_process_output},
     {"send_input", tool_send_input},       {"kill_process", tool_kill_process},
-    {"sandbox_usage", tool_sandbox_usage},
+    {"sandbox_usage", tool_sandbox_usage}, {"search_files", tool_search_files},
+    {"find_files", tool_find_files},
 };
 #define NTOOLS (sizeof(TOOLS) / sizeof(TOOLS[0]))
 

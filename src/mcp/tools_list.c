@@ -185,6 +185,99 @@ static const struct tool_doc {
      ":\"string\"},\"nlink\":{\"type\":\"integer\"},\"etag\":{\"type\":\"string\"}},\"requ"
      "ired\":[\"path\",\"type\",\"size\",\"mode\"]}",
      "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"search_files", "Search file contents",
+     "Search the files under a workspace directory for a pattern, as grep -rn does but "
+     "without a shell: a literal string by default (quotes, $ and backslashes are "
+     "themselves), a PCRE2 regular expression with regex true. Filter files with glob "
+     "(comma-separated, e.g. *.py,src/**/*.c), exclude and type (py, c, js, go, rs, md...). "
+     ".git and binary files are passed over, symlinks are not followed. Each match: path, "
+     "line, column, text and context lines before/after. At most max_results (default 100; "
+     "truncated says so).",
+     CMD_NONE,
+     "\"pattern\":{\"type\":\"string\",\"description\":\"What to look for.\"}," PATH_PROP(
+         "path",
+         "Directory relative to the workspace (default: its root).") ","
+                                                                     "\"regex\":{\"type\":"
+                                                                     "\"boolean\",\"description\":"
+                                                                     "\"pattern is a PCRE2 regular "
+                                                                     "expression (default false: a "
+                                                                     "literal).\"},"
+                                                                     "\"ignore_case\":{\"type\":"
+                                                                     "\"boolean\"},"
+                                                                     "\"glob\":{\"type\":"
+                                                                     "\"string\",\"description\":"
+                                                                     "\"Files to search, "
+                                                                     "comma-separated globs "
+                                                                     "(one without / matches the "
+                                                                     "file name).\"},"
+                                                                     "\"exclude\":{\"type\":"
+                                                                     "\"string\",\"description\":"
+                                                                     "\"Files and directories to "
+                                                                     "pass over, "
+                                                                     "comma-separated globs.\"},"
+                                                                     "\"type\":{\"type\":"
+                                                                     "\"string\",\"description\":"
+                                                                     "\"A file type: c, cpp, css, "
+                                                                     "go, html, "
+                                                                     "java, js, json, md, py, rb, "
+                                                                     "rs, sh, ts, txt, yaml.\"},"
+                                                                     "\"context\":{\"type\":"
+                                                                     "\"integer\",\"minimum\":0,"
+                                                                     "\"maximum\":5,"
+                                                                     "\"description\":\"Lines "
+                                                                     "before and after each "
+                                                                     "match.\"},"
+                                                                     "\"max_results\":{\"type\":"
+                                                                     "\"integer\",\"minimum\":1,"
+                                                                     "\"maximum\":1000},"
+                                                                     "\"binary\":{\"type\":"
+                                                                     "\"boolean\",\"description\":"
+                                                                     "\"Search binary files "
+                                                                     "too.\"},"
+                                                                     "\"include_git\":{\"type\":"
+                                                                     "\"boolean\",\"description\":"
+                                                                     "\"Search .git too.\"}",
+     "\"pattern\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"matches\":{\"type\":"
+     "\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},"
+     "\"line\":{\"type\":\"integer\"},\"column\":{\"type\":\"integer\"},\"text\":{\"type\":"
+     "\"string\"},\"before\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"after\":{"
+     "\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"path\",\"line\","
+     "\"column\",\"text\"]}},\"files_scanned\":{\"type\":\"integer\"},\"bytes_read\":{\"type\":"
+     "\"integer\"},\"skipped_unreadable\":{\"type\":\"integer\"},\"truncated\":{\"type\":"
+     "\"boolean\"}},\"required\":[\"path\",\"matches\",\"files_scanned\",\"truncated\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"find_files", "Find files by name",
+     "Find the entries under a workspace directory whose path matches a glob: **/*.py (any "
+     "depth), src/*.c, *.md (a glob without / matches the name at any depth). Each: path, "
+     "type, size. .git is passed over, symlinks are listed, not followed. At most "
+     "max_results (default 100; truncated says so).",
+     CMD_NONE,
+     "\"pattern\":{\"type\":\"string\",\"description\":\"Globs, comma-separated.\"}," PATH_PROP(
+         "path",
+         "Directory relative to the workspace (default: its root).") ","
+                                                                     "\"exclude\":{\"type\":"
+                                                                     "\"string\",\"description\":"
+                                                                     "\"Globs to pass over "
+                                                                     "(comma-separated).\"},"
+                                                                     "\"type\":{\"type\":"
+                                                                     "\"string\",\"description\":"
+                                                                     "\"A file type (py, c, js...) "
+                                                                     "its globs "
+                                                                     "add to pattern.\"},"
+                                                                     "\"max_results\":{\"type\":"
+                                                                     "\"integer\",\"minimum\":1,"
+                                                                     "\"maximum\":1000},"
+                                                                     "\"include_git\":{\"type\":"
+                                                                     "\"boolean\"}",
+     "\"pattern\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"entries\":{\"type\":"
+     "\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},"
+     "\"type\":{\"type\":\"string\"},\"size\":{\"type\":\"integer\"}},\"required\":[\"path\","
+     "\"type\",\"size\"]}},\"files_scanned\":{\"type\":\"integer\"},\"bytes_read\":{\"type\":"
+     "\"integer\"},\"skipped_unreadable\":{\"type\":\"integer\"},\"truncated\":{\"type\":"
+     "\"boolean\"}},\"required\":[\"path\",\"entries\",\"truncated\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
     {"start_process", "Start a background process",
      "Start a long-running command (a server, a build, a watcher) and return at once with its "
      "id. Read its output with process_output, write to its stdin with send_input, end it "

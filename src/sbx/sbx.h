@@ -59,6 +59,8 @@ int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
 int cmd_ls(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_rm(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_mkdir(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_grep(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_find(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_ps(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_logs(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_kill(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);

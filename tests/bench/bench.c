@@ -1734,6 +1734,142 @@ out:
     conn_free(&c);
 }
 
+/* Search: GET /files/DIR?grep= (literal and regex) and ?glob= on a generated tree of
+ * SEARCH_DIRS x SEARCH_FILES files, against grep -rn, rg -n (when installed) and find
+ * through /execute; in turns, best of SEARCH_ROUNDS after one untimed round (page cache
+ * warm), the matches counted by each. */
+#define SEARCH_DIRS   100
+#define SEARCH_FILES  200
+#define SEARCH_ROUNDS 3
+
+typedef struct {
+    bool ok, have_rg;
+    double lit_ms, lit_grep_ms, lit_rg_ms, re_ms, re_grep_ms, re_rg_ms, glob_ms, find_ms;
+    long lit_n, lit_grep_n, lit_rg_n, re_n, re_grep_n, re_rg_n, glob_n, find_n;
+    long rss_growth_kb;
+    uint64_t bytes;
+} search_result;
+
+/* The number after "key": in body, or -1. */
+static long body_num(const char *body, const char *key)
+{
+    const char *p = body ? strstr(body, key) : NULL;
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+/* Lines in a /execute answer's stdout (its "\n" escapes). */
+static long stdout_lines(const char *body)
+{
+    long n = 0;
+    for (const char *p = body; p && (p = strstr(p, "\\n")); p += 2)
+        n++;
+    return n;
+}
+
+/* One timed request: its ms (1e30 on failure), the count picked from its body into *n. */
+static double search_once(conn *c, const char *method, const char *path, const char *json,
+                          bool exec, const char *key, long *n, char *err, size_t errlen)
+{
+    int status = 0;
+    double t0 = now_ms();
+    if (http_do(c, method, path, json, &status) != 0 || status != 200 || !c->body) {
+        setmsg(err, errlen, "%s %s: %d %.200s", method, path, status, c->body ? c->body : c->err);
+        return 1e30;
+    }
+    double ms = now_ms() - t0;
+    *n = exec ? stdout_lines(c->body) : body_num(c->body, key);
+    return ms;
+}
+
+static void best(double *slot, double ms)
+{
+    if (ms < *slot)
+        *slot = ms;
+}
+
+static void measure_search(const target *tg, pid_t pid, bool quick, search_result *out, char *err,
+                           size_t errlen)
+{
+    conn c;
+    conn_init(&c, tg, 300);
+    char cmd[1024];
+    int files = quick ? SEARCH_FILES / 10 : SEARCH_FILES;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p bench-search && cd bench-search && awk 'BEGIN { for (d = 0; d < %d; d++) "
+             "{ system(\\\"mkdir -p d\\\" d); for (f = 0; f < %d; f++) { fn = \\\"d\\\" d "
+             "\\\"/f\\\" f \\\".c\\\"; for (l = 0; l < 120; l++) print \\\"static int value_\\\" l "
+             "\\\" = \\\" (d * f + l) \\\"; /* a line of text to search through */\\\" > fn; if "
+             "(f %% 20 == 0) print \\\"needle_\\\" d > fn; close(fn) } } }' && (command -v rg "
+             ">/dev/null && touch .rg || true)",
+             SEARCH_DIRS, files);
+    if (!bench_sh(&c, cmd, err, errlen))
+        goto out;
+    int status = 0;
+    out->have_rg = http_do(&c, "GET", "/files/bench-search/.rg?stat=true", NULL, &status) == 0 &&
+                   status == 200;
+    double *slots[] = {&out->lit_ms,     &out->lit_grep_ms, &out->lit_rg_ms, &out->re_ms,
+                       &out->re_grep_ms, &out->re_rg_ms,    &out->glob_ms,   &out->find_ms};
+    for (size_t i = 0; i < sizeof slots / sizeof *slots; i++)
+        *slots[i] = 1e30;
+    long rss0 = vmrss_kb(pid), rss_max = rss0;
+    for (int round = 0; round <= SEARCH_ROUNDS && !g_interrupted; round++) {
+        double ms;
+        ms = search_once(&c, "GET", "/files/bench-search?grep=needle_&max_matches=1000000", NULL,
+                         false, "\"matches\":", &out->lit_n, err, errlen);
+        if (ms >= 1e30)
+            goto out;
+        if (round)
+            best(&out->lit_ms, ms);
+        long r = vmrss_kb(pid);
+        if (r > rss_max)
+            rss_max = r;
+        out->bytes = (uint64_t)body_num(c.body, "\"bytes_read\":");
+        ms = search_once(&c, "POST", "/execute", "{\"command\":\"grep -rn needle_ bench-search\"}",
+                         true, NULL, &out->lit_grep_n, err, errlen);
+        if (round)
+            best(&out->lit_grep_ms, ms);
+        if (out->have_rg) {
+            ms = search_once(&c, "POST", "/execute",
+                             "{\"command\":\"rg -n --no-heading needle_ bench-search\"}", true,
+                             NULL, &out->lit_rg_n, err, errlen);
+            if (round)
+                best(&out->lit_rg_ms, ms);
+        }
+        ms = search_once(&c, "GET",
+                         "/files/bench-search?grep=needle_%5B0-9%5D%2B%24&regex=true"
+                         "&max_matches=1000000",
+                         NULL, false, "\"matches\":", &out->re_n, err, errlen);
+        if (round)
+            best(&out->re_ms, ms);
+        ms = search_once(&c, "POST", "/execute",
+                         "{\"command\":\"grep -rnE 'needle_[0-9]+$' bench-search\"}", true, NULL,
+                         &out->re_grep_n, err, errlen);
+        if (round)
+            best(&out->re_grep_ms, ms);
+        if (out->have_rg) {
+            ms = search_once(&c, "POST", "/execute",
+                             "{\"command\":\"rg -n --no-heading 'needle_[0-9]+$' bench-search\"}",
+                             true, NULL, &out->re_rg_n, err, errlen);
+            if (round)
+                best(&out->re_rg_ms, ms);
+        }
+        ms = search_once(&c, "GET", "/files/bench-search?glob=**/f1*.c&max_matches=1000000", NULL,
+                         false, "\"entries\":", &out->glob_n, err, errlen);
+        if (round)
+            best(&out->glob_ms, ms);
+        ms =
+            search_once(&c, "POST", "/execute", "{\"command\":\"find bench-search -name 'f1*.c'\"}",
+                        true, NULL, &out->find_n, err, errlen);
+        if (round)
+            best(&out->find_ms, ms);
+    }
+    out->rss_growth_kb = rss_max - rss0;
+    out->ok = !g_interrupted;
+out:
+    bench_sh(&c, "rm -rf bench-search", err, out->ok ? errlen : 0);
+    conn_free(&c);
+}
+
 /* Contexts (persistent shells): POST /contexts and its DELETE, `x=$((x+1))` in one, and
  * sbxd's RSS with CTX_IDLE idle ones (their shells are processes of their own, not counted). */
 static void measure_contexts(const target *tg, pid_t pid, int creates, int warm, int iters,
@@ -3335,9 +3471,10 @@ enum {
     PH_UPLOADS = 1 << 10,
     PH_CONTEXTS = 1 << 11,
     PH_WORKSPACE = 1 << 12,
-    PH_MCP = 1 << 13,  /* MCP's tools/call against /execute */
-    PH_FULL = 1 << 14, /* /upload against PUT in a workspace holding ~0.8 GB */
-    PH_ALL = (1 << 15) - 1,
+    PH_MCP = 1 << 13,    /* MCP's tools/call against /execute */
+    PH_FULL = 1 << 14,   /* /upload against PUT in a workspace holding ~0.8 GB */
+    PH_SEARCH = 1 << 15, /* grep= and glob= against grep, rg and find in /execute */
+    PH_ALL = (1 << 16) - 1,
 };
 
 static const struct {
@@ -3353,6 +3490,7 @@ static const struct {
     {"workspace", PH_WORKSPACE},
     {"mcp", PH_MCP},
     {"health", PH_HEALTH}, /* /healthz under load, GET /usage */
+    {"search", PH_SEARCH},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -3410,6 +3548,8 @@ static void usage(FILE *f)
           "                   workspace   a PUT to its event on a watch stream, GET ?stat=true\n"
           "                   mcp         MCP tools/call run_command against /execute, in turns\n"
           "                   health      /healthz with 8 clients, GET /usage with 1\n"
+          "                   search      GET ?grep= (literal, regex) and ?glob= against grep\n"
+          "                               -rn, rg -n and find through /execute, in turns\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3436,7 +3576,7 @@ int main(int argc, char **argv)
             only = v;
             if (!phases) {
                 warnx_("--only wants groups among grpc, throughput, stream, uploads, "
-                       "uploads-full, contexts, workspace, mcp, health; got %s",
+                       "uploads-full, contexts, workspace, mcp, health, search; got %s",
                        v);
                 return 2;
             }
@@ -3924,6 +4064,19 @@ int main(int argc, char **argv)
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
+    search_result srch = {0};
+    if ((phases & PH_SEARCH) && !crashed && !g_interrupted) {
+        char serr[256] = "";
+        fprintf(stderr, "sbxd-bench: search: a tree of %d files, grep= and glob= ...\n",
+                SEARCH_DIRS * (quick ? SEARCH_FILES / 10 : SEARCH_FILES));
+        measure_search(&local, pid, quick, &srch, serr, sizeof serr);
+        if (!srch.ok) {
+            warnx_("search: %s", serr);
+            total_errors++;
+        }
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
     reset_result rst = {0};
     if ((phases & PH_WORKSPACE) && !crashed && !g_interrupted) {
         fprintf(stderr, "sbxd-bench: workspace: POST /reset of %d files, x%d ...\n", RESET_FILES,
@@ -4144,6 +4297,30 @@ int main(int argc, char **argv)
         add_row("watch: PUT -> its event, p50 / p99", "", "", "%.3f / %.3f ms", pct(&wsr.watch, 50),
                 pct(&wsr.watch, 99));
         add_row("GET ?stat=true, p50", "", "", "%.3f ms", pct(&wsr.stat, 50));
+    }
+    if (srch.ok) {
+        add_row("search: GET ?grep= literal", "<= grep -rn", yesno(srch.lit_ms <= srch.lit_grep_ms),
+                "%.1f ms, %ld matches, %.0f MB", srch.lit_ms, srch.lit_n, (double)srch.bytes / 1e6);
+        add_row("  ... grep -rn in /execute", "", "", "%.1f ms, %ld lines", srch.lit_grep_ms,
+                srch.lit_grep_n);
+        if (srch.have_rg)
+            add_row("  ... rg -n in /execute", "sbxd <= 1.5x",
+                    yesno(srch.lit_ms <= 1.5 * srch.lit_rg_ms), "%.1f ms, %ld lines",
+                    srch.lit_rg_ms, srch.lit_rg_n);
+        add_row("search: GET ?grep= regex", "<= grep -rnE", yesno(srch.re_ms <= srch.re_grep_ms),
+                "%.1f ms, %ld matches", srch.re_ms, srch.re_n);
+        add_row("  ... grep -rnE in /execute", "", "", "%.1f ms, %ld lines", srch.re_grep_ms,
+                srch.re_grep_n);
+        if (srch.have_rg)
+            add_row("  ... rg -n (regex) in /execute", "sbxd <= 1.5x",
+                    yesno(srch.re_ms <= 1.5 * srch.re_rg_ms), "%.1f ms, %ld lines", srch.re_rg_ms,
+                    srch.re_rg_n);
+        add_row("search: GET ?glob=**/f1*.c", "<= find -name", yesno(srch.glob_ms <= srch.find_ms),
+                "%.1f ms, %ld entries", srch.glob_ms, srch.glob_n);
+        add_row("  ... find -name in /execute", "", "", "%.1f ms, %ld lines", srch.find_ms,
+                srch.find_n);
+        add_row("search: sbxd RSS growth", "<= 8 MiB", yesno(srch.rss_growth_kb <= 8192), "%ld KiB",
+                srch.rss_growth_kb);
     }
     if (trees.ok) {
         double mb = (double)trees.tar_bytes / 1e6;

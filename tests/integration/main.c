@@ -17,6 +17,7 @@ int main(void)
     srunner_add_suite(sr, isolation_suite());
     srunner_add_suite(sr, files_suite());
     srunner_add_suite(sr, entries_suite());
+    srunner_add_suite(sr, search_suite());
     srunner_add_suite(sr, archive_suite());
     srunner_add_suite(sr, stream_suite());
     srunner_add_suite(sr, processes_suite());

@@ -22,6 +22,7 @@ Suite *reset_suite(void);
 Suite *mcp_suite(void);
 Suite *web_suite(void);
 Suite *usage_suite(void);
+Suite *search_suite(void);
 
 #ifdef SBXD_SANITIZED
 #define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */

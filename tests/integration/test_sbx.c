@@ -1500,14 +1500,46 @@ START_TEST(reset_cleans_and_summarises)
 }
 END_TEST
 
+START_TEST(grep_and_find_print_as_grep_and_find_do)
+{
+    struct run r;
+    SBX(&r, "run",
+        "rm -rf sgf && mkdir -p sgf/d && printf 'a\\nx = \"$HOME\" # q\\nb\\n' > sgf/d/one.py "
+        "&& printf 'nothing\\n' > sgf/two.txt");
+    ck_assert_int_eq(r.code, 0);
+    run_free(&r);
+    /* The pattern goes as it is: quotes and $ need no shell quoting through sbxd. */
+    SBX(&r, "grep", "-C", "1", "\"$HOME\" #", "sgf");
+    ck_assert_msg(r.code == 0, "%d %s", r.code, r.err);
+    ASSERT_OUT(&r, "sgf/d/one.py-1-a\nsgf/d/one.py:2:x = \"$HOME\" # q\nsgf/d/one.py-3-b\n");
+    run_free(&r);
+    SBX(&r, "grep", "-E", "-i", "^NOTH", "sgf");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "sgf/two.txt:1:nothing\n");
+    run_free(&r);
+    SBX(&r, "grep", "absent", "sgf");
+    ck_assert_int_eq(r.code, 1); /* as grep: nothing found */
+    run_free(&r);
+    SBX(&r, "grep", "-E", "(a", "sgf");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "missing closing parenthesis");
+    run_free(&r);
+    SBX(&r, "find", "**/*.py", "sgf");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "sgf/d/one.py\n");
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(help_names_every_command_and_option)
 {
     struct run r;
     SBX(&r, "--help");
     ck_assert_int_eq(r.code, 0);
     ck_assert_uint_eq(r.err_len, 0);
-    const char *cmds[] = {"exec", "run",  "put",    "get",  "ls",       "rm",    "mkdir", "ps",
-                          "logs", "kill", "health", "code", "contexts", "reset", "usage"};
+    const char *cmds[] = {"exec",     "run",   "put",   "get",  "ls",     "rm",
+                          "mkdir",    "ps",    "logs",  "kill", "health", "code",
+                          "contexts", "reset", "usage", "grep", "find"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1537,6 +1569,8 @@ START_TEST(help_names_every_command_and_option)
         {"code", {"--language", "--context", "--timeout", NULL}},
         {"contexts", {"rm ID", NULL}},
         {"reset", {"--json", "--workspace-baseline", NULL}},
+        {"grep", {"--regex", "--ignore-case", "--glob", "--type", "--context", "--max"}},
+        {"find", {"--exclude", "--long", "GLOB", NULL}},
     };
     for (size_t i = 0; i < sizeof(per) / sizeof(per[0]); i++) {
         SBX(&r, per[i].cmd, "--help");
@@ -1603,6 +1637,7 @@ Suite *sbx_suite(void)
     tcase_add_test(cli, usage_errors_exit_125);
     tcase_add_test(cli, a_commands_exit_1_is_not_sbxs_125);
     tcase_add_test(cli, help_names_every_command_and_option);
+    tcase_add_test(cli, grep_and_find_print_as_grep_and_find_do);
     TCase *all[] = {exec, files, procs, cli};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         tcase_add_unchecked_fixture(all[i], cleanup_setup, cleanup_teardown);

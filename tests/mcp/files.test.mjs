@@ -253,4 +253,26 @@ describe('file tools', () => {
     assert.ok(fs.existsSync(ws('hello.txt')));
     assert.ok(!fs.existsSync(ws('in.txt')));
   });
+  it('search_files: literal by default, context, type, .git passed over; find_files by glob', async () => {
+    fs.mkdirSync(ws('srch', 'pkg'), { recursive: true });
+    fs.mkdirSync(ws('srch', '.git'), { recursive: true });
+    fs.writeFileSync(ws('srch', 'pkg', 'a.py'), 'one\nx = f(a.b) $HOME\nthree\n');
+    fs.writeFileSync(ws('srch', 'pkg', 'b.c'), 'f(a.b) $HOME\n');
+    fs.writeFileSync(ws('srch', '.git', 'c.py'), 'f(a.b) $HOME\n');
+    let s = assertOk(await call(c, 'search_files',
+      { pattern: 'f(a.b) $HOME', path: 'srch', context: 1, type: 'py' }), 'search');
+    assert.equal(s.matches.length, 1);
+    assert.deepEqual(s.matches[0], {
+      path: 'srch/pkg/a.py', line: 2, column: 5, text: 'x = f(a.b) $HOME', before: ['one'],
+      after: ['three'],
+    });
+    assert.equal(s.truncated, false);
+    s = assertOk(await call(c, 'search_files',
+      { pattern: '^F\\(', path: 'srch', regex: true, ignore_case: true }), 'regex');
+    assert.deepEqual(s.matches.map((m) => m.path), ['srch/pkg/b.c']);
+    s = assertOk(await call(c, 'find_files', { pattern: '**/*.py', path: 'srch' }), 'find');
+    assert.deepEqual(s.entries, [{ path: 'srch/pkg/a.py', type: 'file', size: 27 }]);
+    assertError(await call(c, 'search_files', { pattern: '(a', regex: true }), 'a bad regex');
+    assertError(await call(c, 'find_files', { pattern: '*', path: '../..' }), 'a path out');
+  });
 });

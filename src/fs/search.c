@@ -1,0 +1,335 @@
+/*
+ * Content and name search of a tree (search.h): walk.h's walk, each regular file read a
+ * buffer at a time and matched a buffer at a time (one PCRE2 call finds the next matching
+ * line among many), the lines around a match kept in a small ring.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sbxd/fs_limits.h"
+#include "sbxd/search.h"
+#include "sbxd/walk.h"
+#include "search_internal.h"
+
+/* A line kept for context: its head (SBXD_SEARCH_LINE_MAX bytes). */
+struct kept {
+    uint64_t no; /* 0: none */
+    bool matched;
+    uint64_t column;
+    struct search_line line;
+    char text[SBXD_SEARCH_LINE_MAX];
+};
+
+struct search {
+    const struct search_opts *o;
+    const struct search_sink *sink;
+    struct search_stats *st;
+    char *buf;         /* SBXD_SEARCH_BUF + 1 */
+    struct kept *ring; /* 2 * context + 1 lines */
+    unsigned nring;
+    struct search_line *ctx; /* 2 * context: the before and after of one match */
+    char path[PATH_MAX + NAME_MAX + 2];
+    size_t lens[SBXD_SEARCH_MAX_DEPTH + 2]; /* the path's length before each depth's name */
+    uint64_t carry; /* bytes of the buffer's first line in the buffers before (a long line) */
+    bool stopped;   /* the sink ended it, or max_matches */
+    int sink_failed;
+};
+
+/* The kept line no, or NULL. */
+static struct kept *kept_line(struct search *s, uint64_t no)
+{
+    if (no == 0)
+        return NULL;
+    struct kept *k = &s->ring[no % s->nring];
+    return k->no == no ? k : NULL;
+}
+
+/* Hand the kept match k to the sink, with the lines before it and up to last after it. */
+static void emit(struct search *s, const struct kept *k, uint64_t last)
+{
+    if (s->stopped)
+        return;
+    unsigned n = s->o->context, nb = 0, na = 0;
+    for (uint64_t no = k->no > n ? k->no - n : 1; no < k->no; no++) {
+        struct kept *b = kept_line(s, no);
+        if (b)
+            s->ctx[nb++] = b->line;
+    }
+    for (uint64_t no = k->no + 1; no <= last && no <= k->no + n; no++) {
+        struct kept *a = kept_line(s, no);
+        if (a)
+            s->ctx[n + na++] = a->line;
+    }
+    struct search_match m = {s->path, k->line, k->column, s->ctx, s->ctx + n, nb, na};
+    s->st->matches++;
+    s->st->lines_cut += k->line.cut;
+    if (s->sink->match(s->sink->ctx, &m) < 0) {
+        s->stopped = true;
+        s->sink_failed = 1;
+    } else if (s->st->matches >= s->o->max_matches) {
+        s->st->truncated = true;
+        s->stopped = true;
+    }
+}
+
+/* Line no, text[0, len) (a piece of it when more follows), seen; matched at column (1-based
+ * byte) or not (0). A line already kept (a long line's later piece) only gains its match. */
+static void note_line(struct search *s, uint64_t no, const char *text, size_t len, bool more,
+                      uint64_t column)
+{
+    struct kept *k = &s->ring[no % s->nring];
+    if (k->no == no) {
+        if (column && !k->matched) {
+            k->matched = true;
+            k->column = column;
+            if (s->o->context == 0)
+                emit(s, k, no);
+        }
+        return;
+    }
+    if (len && text[len - 1] == '\r' && !more)
+        len--;
+    k->no = no;
+    k->matched = column != 0;
+    k->column = column;
+    k->line.no = no;
+    k->line.cut = more || len > sizeof(k->text);
+    k->line.len = len > sizeof(k->text) ? sizeof(k->text) : len;
+    memcpy(k->text, text, k->line.len);
+    k->line.text = k->text;
+    unsigned n = s->o->context;
+    struct kept *due = n == 0 ? k : kept_line(s, no - (no > n ? n : no));
+    if (due && due->matched && due->no + n == no)
+        emit(s, due, no);
+}
+
+/* The end of the file whose last line is last: the matches still waiting for lines after. */
+static void flush_file(struct search *s, uint64_t last)
+{
+    unsigned n = s->o->context;
+    for (uint64_t no = last > n ? last - n + 1 : 1; n > 0 && no <= last; no++) {
+        struct kept *k = kept_line(s, no);
+        if (k && k->matched)
+            emit(s, k, last);
+    }
+}
+
+/* Count the newlines of b[0, n). */
+static uint64_t count_lines(const char *b, size_t n)
+{
+    uint64_t c = 0;
+    for (const char *p = b, *end = b + n; (p = memchr(p, '\n', (size_t)(end - p))); p++)
+        c++;
+    return c;
+}
+
+/* The lines of buf[0, len), the first one numbered *no (*no is left at the number of the
+ * line after). more: the last line goes on in the next buffer (a line longer than the
+ * buffer). -1 when PCRE2 gave up. */
+static int scan_lines(struct search *s, size_t len, bool more, uint64_t *no)
+{
+    const char *b = s->buf;
+    size_t pos = 0;
+    while (pos < len && !s->stopped) {
+        size_t at;
+        int f = search_pattern_find(s->o->pattern, b, len, pos, &at);
+        if (f < 0)
+            return -1;
+        size_t upto = f ? at : len;
+        /* The lines before the match: kept only for context. */
+        while (pos < upto) {
+            const char *nl = memchr(b + pos, '\n', upto - pos);
+            if (!nl)
+                break;
+            if (s->o->context)
+                note_line(s, *no, b + pos, (size_t)(nl - (b + pos)), false, 0);
+            (*no)++;
+            pos = (size_t)(nl - b) + 1;
+            if (!s->o->context) { /* nothing to keep: count the rest at once */
+                uint64_t c = count_lines(b + pos, upto - pos);
+                *no += c;
+                if (c) {
+                    const char *lastnl = memrchr(b + pos, '\n', upto - pos);
+                    pos = (size_t)(lastnl - b) + 1;
+                }
+                break;
+            }
+        }
+        if (!f) {
+            if (pos < len)
+                note_line(s, *no, b + pos, len - pos, more, 0);
+            if (!more && pos < len)
+                (*no)++;
+            return 0;
+        }
+        const char *nl = memchr(b + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - b) : len;
+        note_line(s, *no, b + pos, end - pos, !nl && more, at - pos + 1 + (pos ? 0 : s->carry));
+        if (nl || !more)
+            (*no)++;
+        pos = end + 1;
+    }
+    return 0;
+}
+
+/* Search the open regular file fd of size bytes (as fstat said: once that much is read, the
+ * file is taken as ended, which saves a read per file; 0: read to the end). */
+static void search_file(struct search *s, int fd, uint64_t size)
+{
+    size_t have = 0;
+    uint64_t done = 0;
+    uint64_t no = 1;
+    bool first = true;
+    s->carry = 0;
+    for (unsigned i = 0; i < s->nring; i++)
+        s->ring[i].no = 0; /* no line of the file before */
+    for (s->st->files_scanned++; !s->stopped;) {
+        ssize_t r = read(fd, s->buf + have, SBXD_SEARCH_BUF - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            s->st->skipped_unreadable++;
+            break;
+        }
+        s->st->bytes_read += (uint64_t)r;
+        if (first && !s->o->include_binary && memchr(s->buf, 0, (size_t)r)) {
+            s->st->skipped_binary++; /* a NUL in the first block: binary, as ripgrep says */
+            return;
+        }
+        first = false;
+        have += (size_t)r;
+        done += (uint64_t)r;
+        bool eof = r == 0 || (size > 0 && done >= size);
+        const char *lastnl = eof ? NULL : memrchr(s->buf, '\n', have);
+        size_t whole = eof ? have : lastnl ? (size_t)(lastnl - s->buf) + 1 : 0;
+        bool piece = !eof && whole == 0 && have == SBXD_SEARCH_BUF;
+        if (piece)
+            whole = have; /* a line longer than the buffer: searched a buffer at a time */
+        if (whole > 0 && scan_lines(s, whole, piece, &no) < 0) {
+            s->st->skipped_limit++;
+            return;
+        }
+        s->carry = piece ? s->carry + whole : 0;
+        memmove(s->buf, s->buf + whole, have - whole);
+        have -= whole;
+        if (eof)
+            break;
+    }
+    flush_file(s, no - 1);
+}
+
+static int entry_path(struct search *s, const struct walk_entry *e, size_t *len)
+{
+    size_t pre = s->lens[e->depth], nl = strlen(e->name);
+    if (pre + nl + 2 > sizeof(s->path))
+        return -1;
+    memcpy(s->path + pre, e->name, nl + 1);
+    *len = pre + nl;
+    return 0;
+}
+
+static int visit(struct walk_entry *e, void *ctx)
+{
+    struct search *s = ctx;
+    size_t len;
+    if (s->stopped)
+        return WALK_STOP;
+    if (entry_path(s, e, &len) < 0)
+        return WALK_NEXT;
+    const char *rel = s->path + s->lens[0];
+    bool dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN && walk_stat(e) == 0)
+        dir = S_ISDIR(e->st.st_mode);
+    /* .git holds a repository's objects: searched only when asked, as ripgrep does. */
+    if (dir && !s->o->include_git && strcmp(e->name, ".git") == 0)
+        return WALK_NEXT;
+    if (s->o->exclude && search_globs_match(s->o->exclude, rel, e->name))
+        return WALK_NEXT;
+    bool take = !s->o->include || search_globs_match(s->o->include, rel, e->name);
+    if (!s->o->pattern && take) {
+        if (e->d_type != DT_UNKNOWN && walk_stat(e) < 0)
+            return WALK_NEXT;
+        s->st->matches++;
+        if (s->sink->entry(s->sink->ctx, s->path, &e->st) < 0) {
+            s->sink_failed = 1;
+            return WALK_STOP;
+        }
+        if (s->st->matches >= s->o->max_matches) {
+            s->st->truncated = true;
+            return WALK_STOP;
+        }
+    }
+    if (dir) {
+        /* Entered through an fd opened with O_NOFOLLOW (walk_open): a symlink is never
+         * followed, so no link, planted or swapped in, leads the search out of the tree. */
+        if (walk_open(e, O_RDONLY | O_DIRECTORY) < 0) {
+            s->st->skipped_unreadable++;
+            return WALK_NEXT;
+        }
+        s->path[len] = '/';
+        s->lens[e->depth + 1] = len + 1;
+        return WALK_ENTER;
+    }
+    if (!s->o->pattern || !take || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
+        return WALK_NEXT;
+    /* Opened as the command user (the caller's fsuid): what it cannot read is skipped. */
+    if (walk_open(e, O_RDONLY) < 0) {
+        if (errno == EACCES || errno == EPERM)
+            s->st->skipped_unreadable++;
+        return WALK_NEXT;
+    }
+    if (!S_ISREG(e->st.st_mode))
+        return WALK_NEXT;
+    search_file(s, e->fd, (uint64_t)e->st.st_size);
+    return s->stopped ? WALK_STOP : WALK_NEXT;
+}
+
+int search_run(int dirfd, const char *base, const struct search_opts *o,
+               const struct search_sink *sink, struct search_stats *stats, struct sbxd_err *err)
+{
+    memset(stats, 0, sizeof(*stats));
+    struct search s = {.o = o, .sink = sink, .st = stats, .nring = 2 * o->context + 1};
+    if (strcmp(base, ".") == 0)
+        base = "";
+    size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] == '/')
+        bl--;
+    if (bl + 2 > sizeof(s.path)) {
+        close(dirfd);
+        return sbxd_fail(err, SBXD_E_INVALID, ENAMETOOLONG, "the path is too long");
+    }
+    memcpy(s.path, base, bl);
+    if (bl)
+        s.path[bl++] = '/';
+    s.lens[0] = bl;
+    s.buf = o->pattern ? malloc(SBXD_SEARCH_BUF + 1) : NULL;
+    s.ring = o->pattern ? calloc(s.nring, sizeof(*s.ring)) : NULL;
+    s.ctx = calloc(2 * o->context + 1, sizeof(*s.ctx));
+    if ((o->pattern && (!s.buf || !s.ring)) || !s.ctx) {
+        close(dirfd);
+        free(s.buf);
+        free(s.ring);
+        free(s.ctx);
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    /* The path shown is relative to the root: the directory searched, then the entry. */
+    s.lens[0] = bl;
+    struct walk w = {.max_entries = SBXD_SEARCH_MAX_ENTRIES,
+                     .max_depth = SBXD_SEARCH_MAX_DEPTH,
+                     .pre = visit,
+                     .ctx = &s};
+    walk_tree(dirfd, &w);
+    stats->walk_cut = w.cut;
+    free(s.buf);
+    free(s.ring);
+    free(s.ctx);
+    if (s.sink_failed)
+        return sbxd_fail(err, SBXD_E_UNAVAILABLE, EPIPE, "the reader went away");
+    return 0;
+}
