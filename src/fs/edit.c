@@ -203,7 +203,7 @@ static int spans_to_lines(const struct ebuf *b, struct fs_edit_result *res)
         uint64_t first = line_at(b, b->sp[i].s, &pos, &line);
         size_t last_byte = b->sp[i].e > b->sp[i].s ? b->sp[i].e - 1 : b->sp[i].s;
         uint64_t last = line_at(b, last_byte, &pos, &line);
-        if (res->nspans && first <= res->spans[res->nspans - 1].last) {
+        if (res->nspans && first <= res->spans[res->nspans - 1].last + 1) {
             if (last > res->spans[res->nspans - 1].last)
                 res->spans[res->nspans - 1].last = last;
             continue;
