@@ -393,13 +393,13 @@ static const struct {
     const char *name;
     int (*fn)(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 } TOOLS[] = {
-    {"run_command", tool_run_command},       {"run_code", tool_run_code},
-    {"read_file", tool_read_file},           {"write_file", tool_write_file},
-    {"edit_file", tool_edit_file},           {"list_files", tool_list_files},
-    {"delete_file", tool_delete_file},       {"move_file", tool_move_file},
-    {"stat_file", tool_stat_file},           {"start_process", tool_start_process},
-    {"process_output", tool_process_output}, {"send_input", tool_send_input},
-    {"kill_process", tool_kill_process},
+    {"run_command", tool_run_command},     {"run_code", tool_run_code},
+    {"read_file", tool_read_file},         {"write_file", tool_write_file},
+    {"list_files", tool_list_files},       {"delete_file", tool_delete_file},
+    {"move_file", tool_move_file},         {"stat_file", tool_stat_file},
+    {"start_process", tool_start_process}, {"process_output", tool_process_output},
+    {"send_input", tool_send_input},       {"kill_process", tool_kill_process},
+    {"edit_file", tool_edit_file},
 };
 #define NTOOLS (sizeof(TOOLS) / sizeof(TOOLS[0]))
 
