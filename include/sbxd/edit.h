@@ -92,6 +92,13 @@ int fs_edit_file(int rootfd, const char *path, const struct fs_edit *edits, size
                  const char *if_match, const struct fs_user *u, struct fs_edit_result *res,
                  struct sbxd_err *err);
 
+/* The same edits applied to text of len bytes in memory (no file): the result in *out
+ * (malloc'd, *out_len bytes) and res (its st left zero); path only names the file in errors.
+ * The same errors as fs_edit_file's for the text. */
+int fs_edit_apply(const char *text, size_t len, const struct fs_edit *edits, size_t n,
+                  const char *path, char **out, size_t *out_len, struct fs_edit_result *res,
+                  struct sbxd_err *err);
+
 void fs_edit_result_free(struct fs_edit_result *res);
 
 /* An edit request's JSON into edits (malloc'd, pointing into req's strings): one edit,

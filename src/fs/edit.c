@@ -328,12 +328,39 @@ out:
     return rc;
 }
 
+int fs_edit_apply(const char *text, size_t len, const struct fs_edit *edits, size_t n,
+                  const char *path, char **out, size_t *out_len, struct fs_edit_result *res,
+                  struct sbxd_err *err)
+{
+    memset(res, 0, sizeof(*res));
+    *out = NULL;
+    *out_len = 0;
+    if (n == 0)
+        return sbxd_fail(err, SBXD_E_INVALID, EINVAL, "no edit was given");
+    struct ebuf b = {.data = malloc(len + 1), .len = len};
+    if (!b.data)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    memcpy(b.data, text, len);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = apply_one(&b, &edits[i], i, n, path, &res->replaced, err);
+    if (rc == 0) {
+        spans_to_lines(&b, res);
+        *out = b.data;
+        *out_len = b.len;
+    } else {
+        free(b.data);
+    }
+    free(b.sp);
+    return rc;
+}
+
 int fs_edit_file(int rootfd, const char *path, const struct fs_edit *edits, size_t n,
                  const char *if_match, const struct fs_user *u, struct fs_edit_result *res,
                  struct sbxd_err *err)
 {
     memset(res, 0, sizeof(*res));
-    struct ebuf b = {0};
+    struct ebuf b = {0}, edited = {0};
     struct stat st;
     if (n == 0)
         return sbxd_fail(err, SBXD_E_INVALID, EINVAL, "no edit was given");
@@ -345,14 +372,14 @@ int fs_edit_file(int rootfd, const char *path, const struct fs_edit *edits, size
     if (rc == 0 && if_match && !fs_etag_matches(if_match, &st))
         rc = sbxd_fail(err, SBXD_E_PRECONDITION, 0,
                        "'%.200s' has changed: If-Match names another version", path);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = apply_one(&b, &edits[i], i, n, path, &res->replaced, err);
     if (rc == 0)
-        rc = write_over(rootfd, path, &st, &b, u, &res->st, err);
+        rc = fs_edit_apply(b.data, b.len, edits, n, path, &edited.data, &edited.len, res, err);
     if (rc == 0)
-        spans_to_lines(&b, res);
+        rc = write_over(rootfd, path, &st, &edited, u, &res->st, err);
+    if (rc < 0)
+        fs_edit_result_free(res);
     free(b.data);
-    free(b.sp);
+    free(edited.data);
     return rc;
 }
 
