@@ -9,7 +9,6 @@
  * overlaps, refused when missing, or found twice without replace_all), and changed lines
  * that are sorted, apart, and within the result's lines.
  */
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
