@@ -113,7 +113,7 @@ static int resolve_range(struct fs_lines *l, const struct fs_line_range *r, stru
     int64_t end = r->end < 0 ? (int64_t)total + r->end + 1 : r->end;
     if (first < 1)
         first = 1;
-    if (r->end < 0 && end < first)
+    if (end != 0 && end < first) /* "-1:1" in a file of 5 lines, or "-2:-3" */
         return sbxd_fail(err, SBXD_E_RANGE, ERANGE,
                          "lines %" PRId64 ":%" PRId64 " select nothing in a file of %" PRIu64
                          " lines",

@@ -120,6 +120,9 @@ START_TEST(lines_reads_a_range_with_numbers_and_the_etag)
     ck_assert_str_eq(r.body, "     2\ttwo\n     3\tthree\n");
     http_resp_free(&r);
     /* Past the end: 416 with the line count; malformed: 400. */
+    r = get("/files/ln/a.txt?lines=-1:2");
+    assert_error(&r, 416, "RANGE_NOT_SATISFIABLE");
+    http_resp_free(&r);
     r = get("/files/ln/a.txt?lines=6:");
     assert_error(&r, 416, "RANGE_NOT_SATISFIABLE");
     ck_assert_ptr_nonnull(strstr(jstr(r.json, "message"), "5 lines"));
