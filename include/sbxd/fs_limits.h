@@ -14,6 +14,14 @@
 #define SBXD_WATCH_LINGER_S    30
 #define SBXD_WATCH_MAX_DEPTH   64
 
+/* Exact edits (edit.h): the largest file an edit reads and writes (it is edited in memory,
+ * with the result beside it), the bytes a line-range read looks at for a NUL to call a file
+ * binary, the changed line ranges an edit's answer lists, and the edits one request makes. */
+#define SBXD_EDIT_MAX_BYTES (16 * 1024 * 1024)
+#define SBXD_LINES_SNIFF    8192
+#define SBXD_EDIT_MAX_SPANS 1024
+#define SBXD_EDIT_MAX_EDITS 256
+
 /* Symlinks followed while resolving one path (as the kernel's MAXSYMLINKS). */
 #define SBXD_MAX_SYMLINKS 40
 

@@ -93,7 +93,7 @@ enum MHD_Result route_files_body(struct server *srv, struct MHD_Connection *c, s
     (void)c;
     struct files_put *p = rc->state;
     if (!p)
-        return MHD_YES; /* not an upload: a body nobody reads */
+        return files_edit_body(srv, c, rc, data, n); /* not an upload: an edit's, or dropped */
     p->received += n;
     if (p->error.kind != SBXD_E_NONE) {
         /* Failed already: the rest is read and dropped (MHD cannot answer mid-body), up to a

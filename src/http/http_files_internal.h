@@ -117,6 +117,22 @@ enum MHD_Result files_watch_get(struct server *srv, struct MHD_Connection *c, co
 /* GET ?grep=PATTERN (content search) or ?glob=GLOBS (name search) of the directory path,
  * streamed (files_search.c). */
 enum MHD_Result files_search_get(struct server *srv, struct MHD_Connection *c, const char *path);
+/* ---- line ranges and exact edits (files_edit.c) ---- */
+
+/* Whether the query names key, with a value or none ("?edit"). */
+bool files_query_has(struct MHD_Connection *c, const char *key);
+/* GET ?lines=SPEC[&numbers=true]: lines of the file path, streamed, with its ETag. */
+enum MHD_Result files_lines_get(struct server *srv, struct MHD_Connection *c, const char *path,
+                                const char *spec);
+/* POST ?edit: checks of the head (a JSON body within --max-body-bytes); MHD_YES for any other
+ * POST. */
+enum MHD_Result files_edit_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+/* A piece of a POST ?edit's body, kept in rc->body; another POST's body is dropped. */
+enum MHD_Result files_edit_body(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                const char *data, size_t n);
+/* POST ?edit: the edits of the body applied to path; the new ETag and the lines changed. */
+enum MHD_Result files_edit_post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                                const char *path);
 
 /* ---- archives (files_archive.c) ---- */
 

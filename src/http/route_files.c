@@ -273,6 +273,9 @@ static enum MHD_Result files_get(struct server *srv, struct MHD_Connection *c, s
                                "archive must be tar or zip");
         return files_archive_get(srv, c, path, fmt);
     }
+    const char *lines = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "lines");
+    if (lines)
+        return files_lines_get(srv, c, path, lines);
     struct fs_user u;
     files_user(srv, &u);
     struct stat st;
@@ -380,6 +383,8 @@ static enum MHD_Result files_post(struct server *srv, struct MHD_Connection *c, 
     autofree char *path = http_files_path(srv, rc->route, rc->url, &err);
     if (!path)
         return reply_err(c, &err);
+    if (files_query_has(c, "edit"))
+        return files_edit_post(srv, c, rc, path);
     autofree char *to = malloc(PATH_MAX);
     if (!to)
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");
@@ -507,6 +512,8 @@ static enum MHD_Result put_failed(struct MHD_Connection *c, const struct req_ctx
 enum MHD_Result route_files_begin(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                                   const char *url, const char *method)
 {
+    if (strcmp(method, "POST") == 0)
+        return files_edit_begin(srv, c, rc); /* ?edit has a JSON body */
     if (strcmp(method, "PUT") != 0)
         return MHD_YES; /* the rest has no body: all at the end */
     struct sbxd_err err = {0};

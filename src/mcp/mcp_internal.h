@@ -179,6 +179,7 @@ int tool_kill_process(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w
 int tool_run_code(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_read_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_write_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
+int tool_edit_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_list_files(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_delete_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_move_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);

@@ -400,7 +400,7 @@ static const struct {
     {"start_process", tool_start_process}, {"process_output", tool_process_output},
     {"send_input", tool_send_input},       {"kill_process", tool_kill_process},
     {"sandbox_usage", tool_sandbox_usage}, {"search_files", tool_search_files},
-    {"find_files", tool_find_files},
+    {"find_files", tool_find_files},       {"edit_file", tool_edit_file},
 };
 #define NTOOLS (sizeof(TOOLS) / sizeof(TOOLS[0]))
 

@@ -13,6 +13,7 @@
 
 #include "mcp_internal.h"
 #include "sbxd/base64.h"
+#include "sbxd/edit.h"
 #include "sbxd/timeutil.h"
 #include "sbxd/utf8.h"
 
@@ -117,12 +118,139 @@ uint8_t *mcp_read_span(const struct mcp_host *h, const char *path, uint64_t off,
     return buf;
 }
 
+/* What a read of lines found, for its answer. */
+struct lines_read {
+    char *buf;
+    size_t n;
+    uint64_t size, first, last;
+    bool eof, cut;
+};
+
+/* Lines first .. first + limit - 1 of path into lr, at most cap bytes (whole lines, unless
+ * one line alone is longer). -1 with err. */
+static int lines_into(const struct mcp_host *h, const char *path, uint64_t first, uint64_t limit,
+                      bool numbers, size_t cap, struct lines_read *lr, struct sbxd_err *err)
+{
+    struct fs_user u = h->user;
+    struct stat st;
+    fs_user_enter(&u);
+    int fd = fs_open_read(h->rootfd, path, &st, err);
+    fs_user_leave(&u);
+    if (fd < 0)
+        return -1;
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return sbxd_fail(err, SBXD_E_INVALID, 0, "'%s' is a directory: list_files lists it", path);
+    }
+    lr->size = (uint64_t)st.st_size;
+    struct fs_line_range r = {(int64_t)first, (int64_t)(first + limit - 1)};
+    struct fs_lines *l = fs_lines_open(fd, &r, numbers, err);
+    if (!l)
+        return -1;
+    lr->buf = malloc(cap + 1);
+    ssize_t got = 0;
+    while (lr->buf && lr->n < cap &&
+           (got = fs_lines_read(l, lr->buf + lr->n, cap - lr->n, err)) > 0)
+        lr->n += (size_t)got;
+    lr->first = fs_lines_first(l);
+    lr->last = fs_lines_last(l);
+    lr->eof = fs_lines_eof(l);
+    /* Over the cap: cut after the last whole line, the next read starting at the next one. */
+    char probe;
+    lr->cut = lr->buf && got >= 0 && lr->n == cap && fs_lines_read(l, &probe, 1, err) > 0;
+    fs_lines_close(l);
+    if (!lr->buf)
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    if (got < 0)
+        return -1;
+    if (lr->cut) {
+        char *nl = memrchr(lr->buf, '\n', lr->n);
+        if (nl) {
+            size_t keep = (size_t)(nl - lr->buf) + 1;
+            bool partial = keep < lr->n;
+            lr->n = keep;
+            if (partial && lr->last > lr->first)
+                lr->last--;
+        }
+        lr->eof = false;
+    }
+    return 0;
+}
+
+/* read_file with limit: lines offset .. offset + limit - 1 (offset from 1), as text. */
+static int read_lines(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
+{
+    const struct mcp_host *h = x->h;
+    uint64_t first, limit;
+    bool numbers;
+    if (cJSON_GetObjectItemCaseSensitive(args, "length"))
+        return tool_error(w, "give 'length' (bytes) or 'limit' (lines), not both");
+    if (!arg_uint(args, "offset", 1, INT64_MAX >> 2, &first, w) ||
+        !arg_uint(args, "limit", 2000, INT64_MAX >> 2, &limit, w) ||
+        !arg_bool(args, "numbers", false, &numbers, w))
+        return 0;
+    if (first == 0 || limit == 0)
+        return tool_error(w, "with 'limit', 'offset' is the first line (from 1) and 'limit' the "
+                             "number of lines (at least 1)");
+    char *path = arg_path(x, args, "path", true, w);
+    if (!path)
+        return 0;
+    struct sbxd_err err = {0};
+    struct lines_read lr = {0};
+    if (lines_into(h, path, first, limit, numbers, (size_t)h->cfg->max_output_bytes, &lr, &err) <
+            0 ||
+        utf8_valid((const uint8_t *)lr.buf, lr.n) != lr.n) {
+        if (err.kind == SBXD_E_NONE)
+            snprintf(err.msg, sizeof(err.msg), "it is not UTF-8 text: read it without limit");
+        tool_error(w, "cannot read lines of '%s': %s", path, err.msg);
+        free(lr.buf);
+        free(path);
+        return 0;
+    }
+    result_begin(w);
+    text_block(w, lr.buf, lr.n);
+    if (lr.cut) {
+        char more[200];
+        int m = snprintf(more, sizeof(more),
+                         "[cut at %llu bytes: call read_file with offset %llu to read on]",
+                         (unsigned long long)lr.n, (unsigned long long)lr.last + 1);
+        text_block(w, more, (size_t)m);
+    }
+    result_structured(w);
+    jw_key(w, "path");
+    jw_str(w, path);
+    jw_key(w, "size");
+    jw_uint(w, lr.size);
+    jw_key(w, "offset");
+    jw_uint(w, lr.first);
+    jw_key(w, "length");
+    jw_uint(w, lr.n);
+    jw_key(w, "encoding");
+    jw_str(w, "utf8");
+    jw_key(w, "eof");
+    jw_bool(w, lr.eof);
+    jw_key(w, "first_line");
+    jw_uint(w, lr.first);
+    jw_key(w, "last_line");
+    jw_uint(w, lr.last);
+    result_end(w, false);
+    free(lr.buf);
+    free(path);
+    return 0;
+}
+
 int tool_read_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 {
-    static const char *const keys[] = {"path", "offset", "length", NULL};
+    static const char *const keys[] = {"path", "offset", "length", "limit", "numbers", NULL};
     const struct mcp_host *h = x->h;
     uint64_t off, len, cap = h->cfg->max_output_bytes;
-    if (!only_keys(args, keys, w) || !arg_uint(args, "offset", 0, UINT64_MAX >> 12, &off, w) ||
+    if (!only_keys(args, keys, w))
+        return 0;
+    if (cJSON_GetObjectItemCaseSensitive(args, "limit"))
+        return read_lines(x, args, w);
+    if (cJSON_GetObjectItemCaseSensitive(args, "numbers"))
+        return tool_error(w, "'numbers' goes with 'limit': lines are read by offset and limit");
+    if (!arg_uint(args, "offset", 0, UINT64_MAX >> 12, &off, w) ||
         !arg_uint(args, "length", cap, UINT64_MAX >> 12, &len, w))
         return 0;
     char *path = arg_path(x, args, "path", true, w);
@@ -498,6 +626,87 @@ int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
         result_end(w, false);
     }
     free(in);
+    free(path);
+    return 0;
+}
+
+/* The changed lines, "2-3, 7" (as much as fits in out). */
+static void lines_text(const struct fs_edit_result *res, char *out, size_t len)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < res->nspans && n + 48 < len; i++) {
+        const struct fs_line_span *s = &res->spans[i];
+        n += (size_t)snprintf(out + n, len - n, s->first == s->last ? "%s%llu" : "%s%llu-%llu",
+                              i ? ", " : "", (unsigned long long)s->first,
+                              (unsigned long long)s->last);
+    }
+}
+
+static void edit_answer(struct jsonw *w, const char *path, const struct fs_edit_result *res)
+{
+    char etag[80], lines[400], msg[600];
+    fs_etag(&res->st, etag, sizeof(etag));
+    lines_text(res, lines, sizeof(lines));
+    int mn = snprintf(msg, sizeof(msg), "replaced %llu occurrence%s in %s; lines changed: %s%s",
+                      (unsigned long long)res->replaced, res->replaced == 1 ? "" : "s", path, lines,
+                      res->spans_cut ? " (and more)" : "");
+    result_begin(w);
+    text_block(w, msg, (size_t)(mn < (int)sizeof(msg) ? mn : (int)sizeof(msg) - 1));
+    result_structured(w);
+    jw_key(w, "path");
+    jw_str(w, path);
+    jw_key(w, "etag");
+    jw_str(w, etag);
+    jw_key(w, "size");
+    jw_uint(w, (uint64_t)res->st.st_size);
+    jw_key(w, "replacements");
+    jw_uint(w, res->replaced);
+    jw_key(w, "lines");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < res->nspans; i++) {
+        jw_obj_begin(w);
+        jw_key(w, "start");
+        jw_uint(w, res->spans[i].first);
+        jw_key(w, "end");
+        jw_uint(w, res->spans[i].last);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "lines_cut");
+    jw_bool(w, res->spans_cut);
+    result_end(w, false);
+}
+
+int tool_edit_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
+{
+    static const char *const extra[] = {"path", "if_match", NULL};
+    const struct mcp_host *h = x->h;
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(args, "if_match");
+    if (im && !cJSON_IsString(im))
+        return tool_error(w, "'if_match' must be a string: an ETag read_file or stat_file gave");
+    struct sbxd_err err = {0};
+    struct fs_edit *edits = NULL;
+    size_t n = 0;
+    if (fs_edit_parse(args, extra, &edits, &n, &err) < 0)
+        return tool_error(w, "%s", err.msg);
+    char *path = arg_path(x, args, "path", true, w);
+    if (!path) {
+        free(edits);
+        return 0;
+    }
+    struct fs_user u = h->user;
+    struct fs_edit_result res;
+    fs_user_enter(&u);
+    int r = fs_edit_file(h->rootfd, path, edits, n, im ? im->valuestring : NULL, &u, &res, &err);
+    fs_user_leave(&u);
+    free(edits);
+    if (r < 0)
+        tool_error(w, "cannot edit '%s': %s", path, err.msg);
+    else
+        edit_answer(w, path, &res);
+    if (r == 0)
+        fs_edit_result_free(&res);
     free(path);
     return 0;
 }

@@ -80,7 +80,9 @@ static const struct tool_doc {
     {"read_file", "Read a file",
      "Read a file of the workspace. UTF-8 text comes back as text, anything else as a base64 "
      "blob. At most 1 MiB (--max-output-bytes) per call: for a larger file, read on with "
-     "offset (structuredContent says size, length and eof).",
+     "offset (structuredContent says size, length and eof). With limit, it reads lines: "
+     "offset is then the first line (from 1) and limit how many, numbers: true prefixes each "
+     "with its number as cat -n does; a part of a large log costs only that part.",
      CMD_NONE,
      PATH_PROP("path",
                "Path relative to the workspace.") ","
@@ -89,14 +91,59 @@ static const struct tool_doc {
                                                   "(default 0).\"},"
                                                   "\"length\":{\"type\":\"integer\",\"minimum\":0,"
                                                   "\"description\":\"Bytes to read at most "
-                                                  "(default: to the end, within the cap).\"}",
+                                                  "(default: to the end, within the cap).\"},"
+                                                  "\"limit\":{\"type\":\"integer\",\"minimum\":1,"
+                                                  "\"description\":\"Lines to read: offset is "
+                                                  "then a line number (from 1).\"},"
+                                                  "\"numbers\":{\"type\":\"boolean\","
+                                                  "\"description\":\"With limit: each line "
+                                                  "prefixed with its number and a tab.\"}",
      "\"path\"",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"size\""
      ":{\"type\":\"integer\"},\"offset\":{\"type\":\"integer\"},\"length\":{\"type"
      "\":\"integer\"},\"encoding\":{\"type\":\"string\",\"enum\":[\"utf8\",\"base6"
-     "4\"]},\"eof\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"size\",\"offs"
+     "4\"]},\"eof\":{\"type\":\"boolean\"},\"first_line\":{\"type\":\"integer\"},"
+     "\"last_line\":{\"type\":\"integer\"}},\"required\":[\"path\",\"size\",\"offs"
      "et\",\"length\",\"encoding\",\"eof\"]}",
      "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"edit_file", "Edit a file",
+     "Replace exact text in a text file of the workspace: old must occur exactly once (give "
+     "enough of the text around it), or set replace_all. Several edits at once go in edits, "
+     "each applied to the result of those before, all or none. The write is atomic and keeps "
+     "the file's mode; if_match (the etag stat_file gave) refuses the edit when "
+     "the file changed since. Answers the new etag and the lines changed. Binary files and "
+     "files over 16 MiB are refused.",
+     CMD_NONE,
+     PATH_PROP("path",
+               "Path relative to the workspace.") ","
+                                                  "\"old\":{\"type\":\"string\",\"description\":"
+                                                  "\"The exact text to replace (not "
+                                                  "empty).\"},"
+                                                  "\"new\":{\"type\":\"string\",\"description\":"
+                                                  "\"Its replacement.\"},"
+                                                  "\"replace_all\":{\"type\":\"boolean\","
+                                                  "\"description\":\"Replace every occurrence "
+                                                  "(default false: old must occur once).\"},"
+                                                  "\"edits\":{\"type\":\"array\",\"minItems\":1,"
+                                                  "\"items\":{\"type\":\"object\","
+                                                  "\"properties\":{\"old\":{\"type\":\"string\"},"
+                                                  "\"new\":{\"type\":\"string\"},"
+                                                  "\"replace_all\":{\"type\":\"boolean\"}},"
+                                                  "\"required\":[\"old\",\"new\"]},"
+                                                  "\"description\":\"Several edits instead of "
+                                                  "old/new, applied in order, all or none.\"},"
+                                                  "\"if_match\":{\"type\":\"string\","
+                                                  "\"description\":\"Only if the file is still "
+                                                  "this version (an etag).\"}",
+     "\"path\"",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"etag\":{"
+     "\"type\":\"string\"},\"size\":{\"type\":\"integer\"},\"replacements\":{\"type\":"
+     "\"integer\"},\"lines\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+     "\"properties\":{\"start\":{\"type\":\"integer\"},\"end\":{\"type\":\"integer\"}}"
+     "}},\"lines_cut\":{\"type\":\"boolean\"}},\"required\":[\"path\",\"etag\",\"size"
+     "\",\"replacements\",\"lines\",\"lines_cut\"]}",
+     "{\"readOnlyHint\":false,\"destructiveHint\":true,\"idempotentHint\":false,"
+     "\"openWorldHint\":false}"},
     {"write_file", "Write a file",
      "Create or replace a file of the workspace with the given content (missing parent "
      "directories are made). The write is atomic: readers see the old content or the new, "

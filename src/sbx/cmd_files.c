@@ -458,11 +458,14 @@ static int tmp_commit(const char *cmd, struct tmpout *t, const char *dest_path)
     return SBX_OK;
 }
 
-/* GET /files/REMOTE into fd; SBX_OK or an exit status. */
+/* GET /files/REMOTE (?lines= when lines) into fd; SBX_OK or an exit status. */
 static int get_into(const struct sbx *s, const char *cmd, const char *remote, int fd,
-                    const char *what, bool progress)
+                    const char *what, bool progress, const char *lines)
 {
-    char *path = files_path(remote, "");
+    char q[96] = "";
+    if (lines)
+        snprintf(q, sizeof(q), "?lines=%s%s", lines + 1, lines[0] == 'n' ? "&numbers=true" : "");
+    char *path = files_path(remote, q);
     if (!path)
         return fail(cmd, "out of memory");
     struct get_sink g = {.fd = fd, .what = what};
@@ -470,7 +473,7 @@ static int get_into(const struct sbx *s, const char *cmd, const char *remote, in
                           .path = path,
                           .sink = get_write,
                           .sink_ud = &g,
-                          .sink_type = "application/octet-stream",
+                          .sink_type = lines ? "text/plain" : "application/octet-stream",
                           .progress = progress,
                           .progress_label = remote};
     struct response resp;
@@ -491,17 +494,36 @@ static int get_into(const struct sbx *s, const char *cmd, const char *remote, in
 int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
     static const struct option longs[] = {{"recursive", no_argument, NULL, 'r'},
+                                          {"lines", required_argument, NULL, 'l'},
+                                          {"numbers", no_argument, NULL, 'n'},
                                           {NULL, 0, NULL, 0}};
     int c;
-    bool tree = false;
+    bool tree = false, numbers = false;
+    char lines[80] = ""; /* 'n' or ' ' (numbers or not), then START:END as given */
     opt_reset();
-    while ((c = opt_next(cmd->name, argc, argv, "r", longs)) != -1) {
+    while ((c = opt_next(cmd->name, argc, argv, "rl:n", longs)) != -1) {
         if (c == 'h')
             return cmd_print_help(cmd);
-        if (c != 'r')
+        if (c == 'l' &&
+            (strlen(optarg) > 40 || !*optarg || strspn(optarg, "0123456789:-") != strlen(optarg)))
+            return usage_error(cmd->name, "--lines takes START:END (line numbers), not '%s'",
+                               optarg);
+        if (c == 'l')
+            snprintf(lines, sizeof(lines), " %s", optarg);
+        else if (c == 'n')
+            numbers = true;
+        else if (c == 'r')
+            tree = true;
+        else
             return SBX_USAGE;
-        tree = true;
     }
+    if (numbers && !lines[0])
+        return usage_error(cmd->name, "--numbers goes with --lines");
+    if (lines[0] && tree)
+        return usage_error(cmd->name, "--lines reads a file, not a tree (-r)");
+    if (numbers)
+        lines[0] = 'n';
+    const char *lq = lines[0] ? lines : NULL;
     int n = argc - optind;
     if (n < 1 || n > 2)
         return usage_error(cmd->name, n < 1 ? "what to download? sbx get REMOTE [LOCAL]"
@@ -517,9 +539,10 @@ int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
             return usage_error(cmd->name, "'%s' names no directory; give LOCAL", remote);
         return get_tree(s, cmd, remote, local ? local : base);
     }
-    if (local && strcmp(local, "-") == 0)
-        /* No bar over a terminal that shows the file itself. */
-        return get_into(s, cmd->name, remote, STDOUT_FILENO, "stdout", !isatty(STDOUT_FILENO));
+    if ((local && strcmp(local, "-") == 0) || (lq && !local))
+        /* No bar over a terminal that shows the file itself. Lines go to stdout unless a
+         * LOCAL is named. */
+        return get_into(s, cmd->name, remote, STDOUT_FILENO, "stdout", !isatty(STDOUT_FILENO), lq);
 
     /* LOCAL omitted: the remote's name here; LOCAL a directory: that name in it. */
     char base[NAME_MAX + 1];
@@ -544,7 +567,7 @@ int cmd_get(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **arg
     struct tmpout t;
     int r = tmp_open(cmd->name, &t, dest);
     if (r == SBX_OK)
-        r = get_into(s, cmd->name, remote, t.fd, dest, true);
+        r = get_into(s, cmd->name, remote, t.fd, dest, true, lq);
     if (r == SBX_OK)
         r = tmp_commit(cmd->name, &t, dest);
     tmp_discard(&t);

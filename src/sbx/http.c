@@ -195,8 +195,8 @@ static const char *auth_header(void)
 /* The headers of the request into *out (NULL: none); -1 when out of memory. */
 static int request_headers(const struct request *req, struct curl_slist **out)
 {
-    char accept[256];
-    const char *lines[4];
+    char accept[256], if_match[448];
+    const char *lines[5];
     size_t n = 0;
     if (*auth_header())
         lines[n++] = auth_header();
@@ -206,6 +206,10 @@ static int request_headers(const struct request *req, struct curl_slist **out)
     }
     if (req->json)
         lines[n++] = "Content-Type: application/json";
+    if (req->if_match) {
+        snprintf(if_match, sizeof(if_match), "If-Match: %s", req->if_match);
+        lines[n++] = if_match;
+    }
     if (req->upload) /* a file's bytes, never taken for a multipart form */
         lines[n++] = "Content-Type: application/octet-stream";
     *out = NULL;

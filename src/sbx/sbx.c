@@ -97,7 +97,7 @@ static const struct sbx_cmd commands[] = {
      "  tar c src | sbx put - src.tar\n"
      "  sbx put -r ./project repo\n",
      cmd_put},
-    {"get", "REMOTE [LOCAL] | -r DIR [LOCAL]",
+    {"get", "[--lines RANGE [-n]] REMOTE [LOCAL] | -r DIR [LOCAL]",
      "Download a file, or a whole directory, from the "
      "workspace",
      "Writes REMOTE to LOCAL: by default REMOTE's name in the current directory; into it when\n"
@@ -110,16 +110,45 @@ static const struct sbx_cmd commands[] = {
      "into LOCAL (default: DIR's name here; made when missing) as it arrives: a download that\n"
      "fails part-way may leave part of the tree.\n"
      "\n"
+     "With --lines, only lines START:END of the text file REMOTE come (1-based, inclusive;\n"
+     "START: to the end, :END from the start, a negative number counts from the end), to\n"
+     "stdout unless LOCAL is given, read by sbxd without sending the rest.\n"
+     "\n"
      "Options:\n"
-     "  -r, --recursive  download the directory DIR and everything in it\n"
-     "  -h, --help       show this help\n"
+     "  -r, --recursive    download the directory DIR and everything in it\n"
+     "  -l, --lines RANGE  only lines RANGE (START:END) of a text file\n"
+     "  -n, --numbers      with --lines: each line prefixed with its number, as cat -n\n"
+     "  -h, --help         show this help\n"
      "\n" EXIT_STATUS_HELP "\n"
      "Examples:\n"
      "  sbx get -r repo ./repo-copy\n"
      "  sbx get out/report.pdf\n"
      "  sbx get logs/build.log /tmp/\n"
-     "  sbx get results.json - | jq .\n",
+     "  sbx get results.json - | jq .\n"
+     "  sbx get --lines -20: logs/build.log\n",
      cmd_get},
+    {"edit", "[--all] [--if-match ETAG] PATH OLD NEW | PATH -",
+     "Replace exact text in a workspace file",
+     "Replaces OLD with NEW in the workspace file PATH, exactly (no pattern, no shell quoting\n"
+     "beyond the arguments'): OLD must occur once, or every occurrence is replaced with --all.\n"
+     "With '-' instead of OLD NEW, the request comes as JSON on stdin: {\"old\", \"new\",\n"
+     "\"replace_all\"}, or {\"edits\": [...]} to make several edits, all or none. The file is\n"
+     "rewritten atomically and keeps its mode; a binary file or one over 16 MiB is refused.\n"
+     "Prints how many replacements were made and the lines of the new file they are on.\n"
+     "\n"
+     "Options:\n"
+     "  -a, --all            replace every occurrence of OLD\n"
+     "  -m, --if-match ETAG  only if the file is still the version ETAG names (HTTP 412\n"
+     "                       otherwise); the ETag of a 'sbx get' is sbxd's ETag header\n"
+     "  -j, --json           print sbxd's answer (etag, replacements, lines) as JSON\n"
+     "  -h, --help           show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx edit app.py 'DEBUG = True' 'DEBUG = False'\n"
+     "  sbx edit --all src/util.c old_name new_name\n"
+     "  echo '{\"edits\":[{\"old\":\"a\",\"new\":\"b\"},{\"old\":\"c\",\"new\":\"d\"}]}' | sbx "
+     "edit f.txt -\n",
+     cmd_edit},
     {"ls", "[PATH]", "List a directory of the workspace, or show a file",
      "One line per entry, sorted by name: permissions (octal), size in bytes, modification\n"
      "time (UTC), name, with '/' after a directory and '@' after a symbolic link. A file\n"

@@ -61,6 +61,7 @@ int cmd_rm(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv
 int cmd_mkdir(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_grep(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_find(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_edit(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_ps(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_logs(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_kill(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
@@ -132,11 +133,12 @@ void buf_free(struct buf *b);
 typedef int (*body_sink)(const char *p, size_t n, void *ud, char *err, size_t errlen);
 
 struct request {
-    const char *method; /* GET, PUT, POST, DELETE, HEAD */
-    const char *path;   /* already encoded, starting with '/' (url_path builds one) */
-    const char *accept; /* an Accept header, or NULL */
-    const char *json;   /* a JSON body (Content-Type: application/json), or NULL */
-    bool upload;        /* PUT streamed from upload_fd (else a PUT has no body) */
+    const char *method;   /* GET, PUT, POST, DELETE, HEAD */
+    const char *path;     /* already encoded, starting with '/' (url_path builds one) */
+    const char *accept;   /* an Accept header, or NULL */
+    const char *json;     /* a JSON body (Content-Type: application/json), or NULL */
+    const char *if_match; /* an If-Match header's value, or NULL */
+    bool upload;          /* PUT streamed from upload_fd (else a PUT has no body) */
     int upload_fd;
     int64_t upload_size; /* its size, or -1 when unknown (sent chunked) */
     body_sink sink;      /* where a 2xx body goes; NULL: into resp.body */

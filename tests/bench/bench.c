@@ -2129,6 +2129,56 @@ static void measure_mcp_vs_rest(const target *tg, int rounds, int warm, int iter
     conn_free(&m);
 }
 
+/* Exact edits of one 1 MiB file: POST /files/{path}?edit, one request each, against the same
+ * edit made by `sed -i` through /execute, in turns (each toggles a marker, so every request
+ * finds its text once). Latencies in ms into res; -1 with err at the first failure. */
+typedef struct {
+    samples edit, sed;
+} edit_result;
+
+static int measure_edits(const target *tg, int n, edit_result *res, char *err, size_t errlen)
+{
+    static const char *const EDIT = "{\"old\":\"MARK-A\",\"new\":\"MARK-B\"}";
+    static const char *const SED = "{\"command\":\"sed -i s/MARK-B/MARK-A/ bench-edit.txt\"}";
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    int status = 0, rc = -1;
+    if (http_do(&c, "POST", "/execute",
+                "{\"command\":\"{ head -c 524288 /dev/zero | tr '\\\\0' x; echo MARK-A; "
+                "head -c 524288 /dev/zero | tr '\\\\0' y; } > bench-edit.txt\"}",
+                &status) != 0 ||
+        status != 200) {
+        setmsg(err, errlen, "making the file: %s (HTTP %d)", c.err, status);
+        goto out;
+    }
+    for (int i = 0; i < n && !g_interrupted; i++) {
+        /* The edit turns A into B, sed B back into A: each finds the marker the other left. */
+        double t0 = now_ms();
+        if (http_do(&c, "POST", "/files/bench-edit.txt?edit", EDIT, &status) != 0 ||
+            status != 200) {
+            setmsg(err, errlen, "edit %d: %s (HTTP %d) %.100s", i, c.err, status,
+                   c.body ? c.body : "");
+            goto out;
+        }
+        samples_push(&res->edit, now_ms() - t0);
+        t0 = now_ms();
+        if (http_do(&c, "POST", "/execute", SED, &status) != 0 || status != 200 || !c.body ||
+            !strstr(c.body, "\"exit_code\":0")) {
+            setmsg(err, errlen, "sed %d: %s (HTTP %d) %.100s", i, c.err, status,
+                   c.body ? c.body : "");
+            goto out;
+        }
+        samples_push(&res->sed, now_ms() - t0);
+    }
+    http_do(&c, "DELETE", "/files/bench-edit.txt", NULL, &status);
+    samples_sort(&res->edit);
+    samples_sort(&res->sed);
+    rc = 0;
+out:
+    conn_free(&c);
+    return rc;
+}
+
 /* sbxd's RSS while n gRPC connections are open and idle (for a second), each having had one
  * Health/Check answered; *base_kb its RSS just before they opened. -1 with err when one
  * could not be made. */
@@ -3474,6 +3524,7 @@ enum {
     PH_MCP = 1 << 13,    /* MCP's tools/call against /execute */
     PH_FULL = 1 << 14,   /* /upload against PUT in a workspace holding ~0.8 GB */
     PH_SEARCH = 1 << 15, /* grep= and glob= against grep, rg and find in /execute */
+    PH_EDIT = 1 << 16,   /* POST ?edit of a 1 MiB file against sed -i through /execute */
     PH_ALL = (1 << 16) - 1,
 };
 
@@ -3491,6 +3542,7 @@ static const struct {
     {"mcp", PH_MCP},
     {"health", PH_HEALTH}, /* /healthz under load, GET /usage */
     {"search", PH_SEARCH},
+    {"edit", PH_EDIT},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -3550,6 +3602,8 @@ static void usage(FILE *f)
           "                   health      /healthz with 8 clients, GET /usage with 1\n"
           "                   search      GET ?grep= (literal, regex) and ?glob= against grep\n"
           "                               -rn, rg -n and find through /execute, in turns\n"
+          "                   edit        1,000 exact edits of a 1 MiB file (POST ?edit) against\n"
+          "                               the same by sed -i through /execute, in turns\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3576,7 +3630,7 @@ int main(int argc, char **argv)
             only = v;
             if (!phases) {
                 warnx_("--only wants groups among grpc, throughput, stream, uploads, "
-                       "uploads-full, contexts, workspace, mcp, health, search; got %s",
+                       "uploads-full, contexts, workspace, mcp, health, search, edit; got %s",
                        v);
                 return 2;
             }
@@ -3832,6 +3886,21 @@ int main(int argc, char **argv)
         measure_mcp_vs_rest(&local, grpc_rounds, grpc_warm, grpc_iters, &mvr, &rt, &mt);
         NOTE_ERRORS("/execute 1 client, against MCP", rt);
         NOTE_ERRORS("MCP tools/call 1 client", mt);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+
+    /* Exact edits against sed -i through /execute, in turns. */
+    edit_result edr = {0};
+    bool edit_ok = false;
+    if ((phases & PH_EDIT) && !crashed && !g_interrupted) {
+        int n = quick ? 100 : 1000;
+        fprintf(stderr,
+                "sbxd-bench: %d edits of a 1 MiB file, POST ?edit and sed -i in turns ...\n", n);
+        char eerr[300] = "";
+        edit_ok = measure_edits(&local, n, &edr, eerr, sizeof eerr) == 0;
+        if (!edit_ok)
+            warnx_("edits: %s", eerr);
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
@@ -4175,6 +4244,13 @@ int main(int argc, char **argv)
         double mr = gvr_ratio(&mvr);
         snprintf(label, sizeof label, "  MCP p50 / /execute p50 (median of %d rounds)", mvr.rounds);
         add_row(label, "<= 1.2", yesno(mr <= 1.2), "%.2f", mr);
+    }
+    if (edit_ok && edr.edit.n) {
+        /* The edit fsyncs the file before its rename (crash-safe); sed -i does not. */
+        add_row("POST ?edit, 1 MiB file: p50 / p99", "", "", "%.3f / %.3f ms", pct(&edr.edit, 50),
+                pct(&edr.edit, 99));
+        add_row("  sed -i via /execute: p50 / p99", "", "", "%.3f / %.3f ms", pct(&edr.sed, 50),
+                pct(&edr.sed, 99));
     }
     if (phases & PH_LOAD) {
         snprintf(label, sizeof label, "/execute req/s, 16 clients (median of %d rounds)",

@@ -16,6 +16,7 @@ int main(void)
     srunner_add_suite(sr, lifecycle_suite());
     srunner_add_suite(sr, isolation_suite());
     srunner_add_suite(sr, files_suite());
+    srunner_add_suite(sr, edit_suite());
     srunner_add_suite(sr, entries_suite());
     srunner_add_suite(sr, search_suite());
     srunner_add_suite(sr, archive_suite());

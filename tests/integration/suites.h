@@ -8,6 +8,7 @@ Suite *errors_suite(void);
 Suite *lifecycle_suite(void);
 Suite *isolation_suite(void);
 Suite *files_suite(void);
+Suite *edit_suite(void);
 Suite *entries_suite(void);
 Suite *archive_suite(void);
 Suite *stream_suite(void);

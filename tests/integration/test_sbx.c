@@ -900,6 +900,76 @@ START_TEST(rm_and_mkdir)
 }
 END_TEST
 
+START_TEST(edit_and_get_lines)
+{
+    struct run r;
+    const char *text = "x = \"$HOME\"\ny = 1\ny = 1\n";
+    int fd = bytes_fd(text, strlen(text));
+    SBX_IN(&r, fd, "put", "-", "sbx-it/ed/q.py");
+    close(fd);
+    ck_assert_int_eq(r.code, 0);
+    run_free(&r);
+    /* Quotes and $ pass as they are: no shell, no sed. */
+    SBX(&r, "edit", "sbx-it/ed/q.py", "x = \"$HOME\"", "x = 'it''s'");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "sbx-it/ed/q.py: 1 replacement, line 1\n");
+    run_free(&r);
+    /* Twice there: sbxd's 409, nothing changed; with --all, both. */
+    SBX(&r, "edit", "sbx-it/ed/q.py", "y = 1", "y = 2");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "2 times");
+    run_free(&r);
+    SBX(&r, "edit", "--all", "sbx-it/ed/q.py", "y = 1", "y = 2");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "sbx-it/ed/q.py: 2 replacements, lines 2-3\n");
+    run_free(&r);
+    SBX(&r, "get", "--lines", "2:", "-n", "sbx-it/ed/q.py");
+    ck_assert_int_eq(r.code, 0);
+    ASSERT_OUT(&r, "     2\ty = 2\n     3\ty = 2\n");
+    run_free(&r);
+    SBX(&r, "get", "--lines", "1", "sbx-it/ed/q.py");
+    ASSERT_OUT(&r, "x = 'it''s'\n");
+    run_free(&r);
+    SBX(&r, "get", "--lines", "9:", "sbx-it/ed/q.py");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "(HTTP 416)");
+    run_free(&r);
+    /* Several edits as JSON on stdin, all or none; --json prints sbxd's answer. */
+    const char *bad =
+        "{\"edits\":[{\"old\":\"y = 2\\ny\",\"new\":\"z\"},{\"old\":\"q\",\"new\":\"r\"}]}";
+    fd = bytes_fd(bad, strlen(bad));
+    SBX_IN(&r, fd, "edit", "sbx-it/ed/q.py", "-");
+    close(fd);
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "(HTTP 404)");
+    run_free(&r);
+    const char *good = "{\"edits\":[{\"old\":\"y = 2\\ny\",\"new\":\"z\"}]}";
+    fd = bytes_fd(good, strlen(good));
+    SBX_IN(&r, fd, "edit", "--json", "sbx-it/ed/q.py", "-");
+    close(fd);
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_msg(strstr(r.out, "\"etag\"") && strstr(r.out, "\"replacements\":1"), "%s", r.out);
+    run_free(&r);
+    SBX(&r, "get", "sbx-it/ed/q.py", "-");
+    ASSERT_OUT(&r, "x = 'it''s'\nz = 2\n");
+    run_free(&r);
+    /* A stale ETag: 412. Out of the workspace: 403. */
+    SBX(&r, "edit", "--if-match", "\"1-2-3\"", "sbx-it/ed/q.py", "z", "w");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "(HTTP 412)");
+    run_free(&r);
+    SBX(&r, "edit", "../etc/passwd", "root", "toor");
+    ck_assert_int_eq(r.code, 125);
+    assert_one_line_error(&r, "(HTTP 403)");
+    run_free(&r);
+    SBX(&r, "edit", "sbx-it/ed/q.py", "only-old");
+    ck_assert_int_eq(r.code, 125);
+    run_free(&r);
+    SBX(&r, "rm", "-r", "sbx-it/ed");
+    run_free(&r);
+}
+END_TEST
+
 START_TEST(progress_bar_only_on_a_terminal)
 {
     char dir[64], src[128];
@@ -1539,7 +1609,7 @@ START_TEST(help_names_every_command_and_option)
     ck_assert_uint_eq(r.err_len, 0);
     const char *cmds[] = {"exec",     "run",   "put",   "get",  "ls",     "rm",
                           "mkdir",    "ps",    "logs",  "kill", "health", "code",
-                          "contexts", "reset", "usage", "grep", "find"};
+                          "contexts", "reset", "usage", "grep", "find",   "edit"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1558,7 +1628,8 @@ START_TEST(help_names_every_command_and_option)
         {"exec", {"--timeout", "--env", "--cwd", "--stream", "--stdin", "--no-network"}},
         {"run", {"--timeout", "--env", "--cwd", "--stream", NULL}},
         {"put", {"--mode", "LOCAL", "REMOTE", NULL}},
-        {"get", {"REMOTE", "LOCAL", NULL}},
+        {"get", {"REMOTE", "LOCAL", "--lines", "--numbers", NULL}},
+        {"edit", {"--all", "--if-match", "--json", "OLD", NULL}},
         {"ls", {"PATH", NULL}},
         {"rm", {"--recursive", "--force", NULL}},
         {"mkdir", {"PATH", NULL}},
@@ -1622,6 +1693,7 @@ Suite *sbx_suite(void)
     tcase_add_test(files, put_r_and_get_r_move_whole_trees);
     tcase_add_test(files, ls_lists_a_directory_and_shows_a_file);
     tcase_add_test(files, rm_and_mkdir);
+    tcase_add_test(files, edit_and_get_lines);
     tcase_add_test(files, progress_bar_only_on_a_terminal);
     TCase *procs = tcase_create("processes");
     tcase_add_test(procs, ps_logs_and_kill_a_background_process);

@@ -276,3 +276,90 @@ describe('file tools', () => {
     assertError(await call(c, 'find_files', { pattern: '*', path: '../..' }), 'a path out');
   });
 });
+
+describe('read_file by lines, edit_file', () => {
+  const d = daemonFor({ before, after });
+  let c;
+  const ws = (...p) => path.join(d.ws, ...p);
+  before(async () => {
+    c = await d.client();
+  });
+  after(async () => {
+    await closeClient(c);
+  });
+
+  it('tools/list: edit_file with its schemas and hints; read_file takes limit', async () => {
+    const { tools } = await c.listTools();
+    const e = tools.find((t) => t.name === 'edit_file');
+    assert.ok(e, 'edit_file is listed');
+    assert.equal(e.outputSchema.type, 'object');
+    assert.ok(e.outputSchema.required.includes('etag'));
+    assert.equal(e.annotations.readOnlyHint, false);
+    assert.equal(e.annotations.destructiveHint, true);
+    assert.ok(e.inputSchema.properties.edits && e.inputSchema.properties.replace_all);
+    const r = tools.find((t) => t.name === 'read_file');
+    assert.ok(r.inputSchema.properties.limit, 'read_file has limit');
+  });
+
+  it('read_file with offset and limit: those lines, numbered on request', async () => {
+    fs.writeFileSync(ws('log.txt'), Array.from({ length: 50 }, (_, i) => `line ${i + 1}`).join('\n') + '\n');
+    const r = await call(c, 'read_file', { path: 'log.txt', offset: 10, limit: 3 });
+    const s = assertOk(r, 'read lines');
+    assert.equal(r.content[0].text, 'line 10\nline 11\nline 12\n');
+    assert.equal(s.first_line, 10);
+    assert.equal(s.last_line, 12);
+    assert.equal(s.eof, false);
+    const n = await call(c, 'read_file', { path: 'log.txt', offset: 49, limit: 10, numbers: true });
+    assert.equal(n.content[0].text, '    49\tline 49\n    50\tline 50\n');
+    assert.equal(n.structuredContent.eof, true);
+    assertError(await call(c, 'read_file', { path: 'log.txt', offset: 51, limit: 1 }), 'past the end');
+    assertError(await call(c, 'read_file', { path: 'log.txt', limit: 0 }), 'limit 0');
+    assertError(await call(c, 'read_file', { path: 'log.txt', limit: 2, length: 4 }), 'limit and length');
+    fs.writeFileSync(ws('nul.bin'), Buffer.from([0x61, 0, 0x0a]));
+    assertError(await call(c, 'read_file', { path: 'nul.bin', limit: 2 }), 'binary by lines');
+  });
+
+  it('edit_file: once, replace_all, several at once, with the new etag and lines', async () => {
+    // Written as the command user (a file of root's, made from here, is not the user's to edit).
+    assertOk(await call(c, 'write_file', { path: 'e.py', content: 'a = 1\nb = 2\nb = 2\n', mode: '0640' }), 'write');
+    const s = assertOk(await call(c, 'edit_file', { path: 'e.py', old: 'a = 1', new: 'a = 10' }), 'edit');
+    assert.equal(s.replacements, 1);
+    assert.deepEqual(s.lines, [{ start: 1, end: 1 }]);
+    assert.equal(fs.readFileSync(ws('e.py'), 'utf8'), 'a = 10\nb = 2\nb = 2\n');
+    assert.equal(fs.statSync(ws('e.py')).mode & 0o777, 0o640);
+    const st = assertOk(await call(c, 'stat_file', { path: 'e.py' }), 'stat');
+    assert.equal(st.etag, s.etag);
+
+    const many = assertOk(await call(c, 'edit_file', {
+      path: 'e.py', edits: [{ old: 'b = 2', new: 'b = 3', replace_all: true }, { old: 'a = 10\n', new: '' }],
+    }), 'edits');
+    assert.equal(many.replacements, 3);
+    assert.equal(fs.readFileSync(ws('e.py'), 'utf8'), 'b = 3\nb = 3\n');
+    // The old_string/new_string spelling of coding agents' tools.
+    assertOk(await call(c, 'edit_file', { path: 'e.py', old_string: 'b = 3\nb', new_string: 'c = 3\nb' }), 'long keys');
+    assert.equal(fs.readFileSync(ws('e.py'), 'utf8'), 'c = 3\nb = 3\n');
+  });
+
+  it('edit_file refusals: ambiguous, missing, stale if_match, out of the workspace; nothing changes', async () => {
+    assertOk(await call(c, 'write_file', { path: 'r.txt', content: 'x\nx\n' }), 'write');
+    const amb = await call(c, 'edit_file', { path: 'r.txt', old: 'x', new: 'y' });
+    assertError(amb, 'ambiguous');
+    assert.match(textOf(amb), /2 times/);
+    const miss = await call(c, 'edit_file', { path: 'r.txt', old: 'zz', new: 'y' });
+    assertError(miss, 'missing');
+    assert.match(textOf(miss), /not found/);
+    assertError(await call(c, 'edit_file', { path: 'r.txt', edits: [{ old: 'x\nx', new: 'y' }, { old: 'q', new: 'r' }] }),
+      'all or nothing');
+    assertError(await call(c, 'edit_file', { path: 'r.txt', old: '', new: 'y' }), 'empty old');
+    assertError(await call(c, 'edit_file', { path: 'r.txt', old: 'x\nx', new: 'y', if_match: '"0-0-0"' }), 'stale');
+    assert.equal(fs.readFileSync(ws('r.txt'), 'utf8'), 'x\nx\n');
+    const outside = path.join(path.dirname(d.ws), 'edit-outside.txt');
+    fs.writeFileSync(outside, 'secret\n');
+    fs.symlinkSync(outside, ws('out-link'));
+    for (const p of ['../edit-outside.txt', 'out-link', outside]) {
+      assertError(await call(c, 'edit_file', { path: p, old: 'secret', new: 'public' }), `edit ${p}`);
+    }
+    assert.equal(fs.readFileSync(outside, 'utf8'), 'secret\n');
+    assert.deepEqual(fs.readdirSync(d.ws).filter((n) => n.startsWith('.sbxd-upload-')), []);
+  });
+});
