@@ -3525,7 +3525,7 @@ enum {
     PH_FULL = 1 << 14,   /* /upload against PUT in a workspace holding ~0.8 GB */
     PH_SEARCH = 1 << 15, /* grep= and glob= against grep, rg and find in /execute */
     PH_EDIT = 1 << 16,   /* POST ?edit of a 1 MiB file against sed -i through /execute */
-    PH_ALL = (1 << 16) - 1,
+    PH_ALL = (1 << 17) - 1,
 };
 
 static const struct {
