@@ -46,7 +46,7 @@ describe('run_code', () => {
     assert.ok(Array.isArray(e.traceback) ? e.traceback.join('\n').length : String(e.traceback).length);
     assert.ok(!/\x1b\[/.test(JSON.stringify(e.traceback)), 'no terminal colours in the traceback');
     const after = await run('x + 1');
-    assert.equal(after.structuredContent.text, '22');
+    assert.equal(after.structuredContent?.text, '22', JSON.stringify(after));
   });
 
   it('runs as the command user in the workspace', { skip: process.getuid() !== 0 && 'not root' }, async () => {
