@@ -358,7 +358,11 @@ int kernel_run_begin(struct ctx_run *r, const char *code, size_t len, struct sbx
     cJSON_AddItemToObject(o, "user_expressions", cJSON_CreateObject());
     /* No stdin: input() fails at once (StdinNotImplementedError) rather than waiting. */
     cJSON_AddBoolToObject(o, "allow_stdin", false);
-    cJSON_AddBoolToObject(o, "stop_on_error", true);
+    /* Executions in a context run one at a time, so there is never a queue to abort on an
+     * error; with stop_on_error the kernel aborted a request that reached it before it had
+     * finished handling the last one's error, and the code after an error sometimes did not
+     * run at all ("Aborted"). */
+    cJSON_AddBoolToObject(o, "stop_on_error", false);
     char *content = src ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!content)
