@@ -423,7 +423,7 @@ START_TEST(reset_of_10000_files_is_fast)
     cJSON *rep = reset_ok(&d, NULL);
     double ms = now_ms() - t0;
     /* The workspace's count: "files" also counts what the command uid owns in /tmp and the
-     * other shared directories, which a warm kernel starting as that uid may have written. */
+     * other shared directories, where other work of that uid may have left a file. */
     ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(rep, "workspace"), "files"), 10000);
     ck_assert_int_ge((int)jnum(rep, "files"), 10000);
     /* Under gVisor each unlink is a round trip to its gofer (~1 ms: an rm -f of these files
