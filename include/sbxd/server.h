@@ -39,7 +39,7 @@ void server_set_draining(struct server *srv);
 /* Requests that are running commands right now. */
 unsigned server_running(const struct server *srv);
 
-/* Background-process output streams being sent right now. */
+/* Background-process output and watch streams being sent right now. */
 unsigned server_streams(const struct server *srv);
 
 /* Close the listener and every connection, wait for their threads, free. */
