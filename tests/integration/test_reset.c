@@ -681,8 +681,9 @@ static void kill_uid(uid_t uid)
 }
 
 /*
- * A fork-runner: each of its processes forks and exits at once, in a session of its own, so a
- * look at /proc finds none of them alive, and it writes into the workspace. After a reset,
+ * A fork-runner: each of its processes forks and exits at once, in a session of its own and
+ * deaf to SIGHUP (so the stop of its uid does not end it by itself), so a look at /proc finds
+ * none of them alive, and it writes into the workspace. After a reset,
  * nothing of it runs any more and the workspace stays empty, whatever the backend (under
  * pgid nothing follows it but its uid); the reset counts what it killed.
  */
