@@ -38,7 +38,7 @@ struct server {
     uint16_t port;                   /* the first listener's: ports[0] */
     uint16_t ports[SBXD_LISTEN_MAX]; /* each --listen address's, in order */
     unsigned nports;
-    unsigned streams;   /* atomic: process output streams being sent (a drain waits for them) */
+    unsigned streams;   /* atomic: process output and watch streams being sent (a drain waits) */
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
     size_t token_len;   /* of cfg->token; 0: no token is required */

@@ -23,10 +23,10 @@
  *                     CLONE_THREAD but not CLONE_SIGHAND, which the kernel refuses (EINVAL)
  *                     before it looks at privileges, so EPERM is the seccomp filter's answer
  *                     and nothing is ever created
- *   forkrun FILE S    a fork-runner: a child that leaves the session (setsid) forks, the
- *                     parent exits, the child forks again..., in a tight loop, each one
- *                     appending to FILE every few ms; for at most S seconds (the first
- *                     process sleeps that long, once the runner left its session)
+ *   forkrun FILE S    a fork-runner: a child that leaves the session (setsid) and ignores
+ *                     SIGHUP forks, the parent exits, the child forks again..., in a tight
+ *                     loop, each one appending to FILE every few ms; for at most S seconds
+ *                     (the first process sleeps that long, once the runner left its session)
  *   tty PATH          another command's terminal (its /dev/pts/N), opened read-write,
  *                     read-only and write-only as a hostile command would, to forge its
  *                     output or take its input; through each that opens, a forged line is
@@ -315,6 +315,12 @@ static int forkrun(const char *file, int seconds)
     }
     close(ready[0]);
     setsid();
+    /* As `setsid nohup` would: the reset's freeze then does not end it by itself. Its group
+     * is orphaned (its leader's parent is outside the session), so when a member exits while
+     * another is stopped, the kernel sends the group SIGHUP and SIGCONT: a runner that dies of
+     * that SIGHUP is killed before any look finds it (the reset then counts no stray), and
+     * one that ignores it runs on, continued, and must be found. */
+    signal(SIGHUP, SIG_IGN);
     (void)!write(ready[1], "r", 1);
     close(ready[1]);
     int64_t end = mono_ms() + (int64_t)seconds * 1000, last = 0;

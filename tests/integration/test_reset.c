@@ -423,7 +423,7 @@ START_TEST(reset_of_10000_files_is_fast)
     cJSON *rep = reset_ok(&d, NULL);
     double ms = now_ms() - t0;
     /* The workspace's count: "files" also counts what the command uid owns in /tmp and the
-     * other shared directories, which a warm kernel starting as that uid may have written. */
+     * other shared directories, where other work of that uid may have left a file. */
     ck_assert_int_eq((int)jnum(cJSON_GetObjectItem(rep, "workspace"), "files"), 10000);
     ck_assert_int_ge((int)jnum(rep, "files"), 10000);
     /* Under gVisor each unlink is a round trip to its gofer (~1 ms: an rm -f of these files
@@ -681,8 +681,9 @@ static void kill_uid(uid_t uid)
 }
 
 /*
- * A fork-runner: each of its processes forks and exits at once, in a session of its own, so a
- * look at /proc finds none of them alive, and it writes into the workspace. After a reset,
+ * A fork-runner: each of its processes forks and exits at once, in a session of its own and
+ * deaf to SIGHUP (so the stop of its uid does not end it by itself), so a look at /proc finds
+ * none of them alive, and it writes into the workspace. After a reset,
  * nothing of it runs any more and the workspace stays empty, whatever the backend (under
  * pgid nothing follows it but its uid); the reset counts what it killed.
  */

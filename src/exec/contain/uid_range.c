@@ -418,6 +418,8 @@ static bool kill_stray(pid_t pid, const struct fs_uid_span *spans, unsigned n)
 
 /* Uids signalled as a whole in one pass of uid_procs_kill. */
 #define KILL_UIDS_MAX 64
+/* The kill helpers one reset remembers (the latest ones). */
+#define KILL_HELPERS_MAX 128
 
 struct strays {
     const struct fs_uid_span *spans;
@@ -430,13 +432,13 @@ struct strays {
     /* The helpers this reset made, last first out: one that has signalled is on its way out
      * but may still show in /proc with the uid it signalled as (effective), and is neither a
      * stray nor a sign that something else runs as the helper's uid. */
-    pid_t helpers[128];
+    pid_t helpers[KILL_HELPERS_MAX];
     unsigned nhelpers;
 };
 
 static bool is_our_helper(const struct strays *s, pid_t pid)
 {
-    unsigned n = s->nhelpers < 128 ? s->nhelpers : 128;
+    unsigned n = s->nhelpers < KILL_HELPERS_MAX ? s->nhelpers : KILL_HELPERS_MAX;
     for (unsigned i = 0; i < n; i++)
         if (s->helpers[i] == pid)
             return true;
@@ -508,7 +510,7 @@ static bool uids_signal(struct strays *s, int sig)
         bool became;
         pid_t pid = uid_helper_clone(s->uids[i], sig, false, NULL, &became);
         if (pid > 0)
-            s->helpers[s->nhelpers++ % 128] = pid;
+            s->helpers[s->nhelpers++ % KILL_HELPERS_MAX] = pid;
         if (pid < 0 || !became)
             return false;
     }
