@@ -57,6 +57,33 @@ static int pcre_fail(struct sbxd_err *err, int code, const char *what, const cha
                      (char *)msg, offset);
 }
 
+/*
+ * The literal text every match of the regex begins with, into out (at most max - 1 bytes):
+ * the pattern's leading run of ASCII characters that are no metacharacter, less its last one
+ * when a quantifier that allows none of it follows. Nothing (0) when the pattern has a '|'
+ * anywhere (an alternative need not begin so) or the run is shorter than 3 bytes, where
+ * PCRE2's own search for the first byte does as well. Only a prefilter: PCRE2 still decides
+ * each match.
+ */
+static size_t regex_prefix(const char *re, char *out, size_t max)
+{
+    if (strchr(re, '|'))
+        return 0;
+    size_t n = 0;
+    while (re[n] && n + 1 < max && (unsigned char)re[n] >= 0x20 && (unsigned char)re[n] < 0x7f &&
+           !strchr("\\^$.|?*+()[]{}", re[n]))
+        n++;
+    if (n + 1 >= max && re[n])
+        n--; /* (cut by the room: the next may be a quantifier of the last) */
+    else if (re[n] == '?' || re[n] == '*' || re[n] == '{')
+        n = n ? n - 1 : 0;
+    if (n < 3)
+        return 0;
+    memcpy(out, re, n);
+    out[n] = '\0';
+    return n;
+}
+
 struct search_pattern *search_pattern_new(const char *pattern, bool regex, bool ignore_case,
                                           struct sbxd_err *err)
 {
@@ -99,6 +126,17 @@ struct search_pattern *search_pattern_new(const char *pattern, bool regex, bool 
         return NULL;
     }
     p->jit = pcre2_jit_compile(p->code, PCRE2_JIT_COMPLETE) == 0;
+    /* A regex that begins with a literal (needle_[0-9]+): memmem finds the candidates, as
+     * grep's own search for a required string does, and only those go to PCRE2; the match
+     * functions of the JIT take no anchoring at match time, so the pattern is compiled
+     * anchored as well. */
+    if (regex && !ignore_case &&
+        (p->prefix_len = regex_prefix(pattern, p->prefix, sizeof(p->prefix)))) {
+        p->anchored = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                                    opts | PCRE2_ANCHORED, &code, &off, NULL);
+        if (!p->anchored || pcre2_jit_compile(p->anchored, PCRE2_JIT_COMPLETE) != 0)
+            p->prefix_len = 0; /* (PCRE2 alone then) */
+    }
     /* The match limit ends a pattern that backtracks exponentially ("(a+)+$" on a long run
      * of a's): a search of a hostile tree, or a careless pattern, takes a bounded time per
      * buffer instead of holding a thread for hours. The JIT stack is bounded as well. */
@@ -125,6 +163,7 @@ void search_pattern_free(struct search_pattern *p)
     pcre2_jit_stack_free(p->jstack);
     pcre2_match_context_free(p->mctx);
     pcre2_code_free(p->code);
+    pcre2_code_free(p->anchored);
     free(p->literal);
     free(p);
 }
@@ -137,6 +176,20 @@ int search_pattern_find(struct search_pattern *p, const char *buf, size_t len, s
         if (m)
             *at = (size_t)(m - buf);
         return m != NULL;
+    }
+    while (p->prefix_len) {
+        const char *m = memmem(buf + from, len - from, p->prefix, p->prefix_len);
+        if (!m)
+            return 0;
+        size_t cand = (size_t)(m - buf);
+        int rc = pcre2_match(p->anchored, (PCRE2_SPTR)buf, len, cand, 0, p->md, p->mctx);
+        if (rc >= 0) {
+            *at = cand;
+            return 1;
+        }
+        if (rc != PCRE2_ERROR_NOMATCH)
+            return -1;
+        from = cand + 1;
     }
     int rc = pcre2_match(p->code, (PCRE2_SPTR)buf, len, from, 0, p->md, p->mctx);
     if (rc == PCRE2_ERROR_NOMATCH)

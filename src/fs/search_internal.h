@@ -14,6 +14,11 @@ struct search_pattern {
     char *literal; /* a case-sensitive literal: found with memmem, PCRE2 not needed */
     size_t literal_len;
     pcre2_code *code;
+    /* A regex every match of which begins with prefix: candidates found with memmem, each
+     * tried with anchored (the same pattern compiled anchored, and JIT-compiled too). */
+    char prefix[64];
+    size_t prefix_len;
+    pcre2_code *anchored;
     bool jit;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;

@@ -246,6 +246,69 @@ START_TEST(search_bounds_a_huge_line_and_a_pathological_pattern)
 }
 END_TEST
 
+/* %-escape s for a query value into out. */
+static void qesc(const char *s, char *out, size_t len)
+{
+    size_t n = 0;
+    for (; *s && n + 4 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')
+            out[n++] = (char)c;
+        else
+            n += (size_t)snprintf(out + n, len - n, "%%%02X", c);
+    }
+    out[n] = '\0';
+}
+
+/*
+ * A regex that begins with a literal is searched by that literal first (memmem), each place
+ * it occurs then tried by PCRE2 anchored there: it finds exactly what PCRE2 alone finds (the
+ * same pattern in a group, which has no such beginning), the places where the literal occurs
+ * without a match, overlapping ones, a quantifier on its last letter and an alternative too.
+ */
+START_TEST(a_regex_that_begins_with_a_literal_finds_what_pcre2_alone_finds)
+{
+    sh("rm -rf sp && mkdir sp && printf '"
+       "needle_ needle_12\\nneeneedle_7\\nneedle_x needle_3\\nneedle_5 \\nabce abcde\\nabcd\\n"
+       "fooobar foobar\\nxyzz\\nxyz\\nat the end\\nthe end is near\\nneedle_\\n"
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\\n' > sp/t && cp sp/t sp/u");
+    static const char *const patterns[] = {
+        "needle_[0-9]+$", "needle_[0-9]",  "abcd?e",      "fooo*bar",   "xyz{2}",
+        "the end$",       "the end( is)?", "ab|needle_1", "needle_\\b",
+    };
+    for (size_t i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++) {
+        char plain[256], grouped[256], q1[600], q2[600];
+        snprintf(plain, sizeof(plain), "%s", patterns[i]);
+        snprintf(grouped, sizeof(grouped), "(?:%s)", patterns[i]);
+        qesc(plain, q1, sizeof(q1));
+        qesc(grouped, q2, sizeof(q2));
+        struct found a, b;
+        search(&a, "/files/sp?grep=%s&regex=true", q1);
+        search(&b, "/files/sp?grep=%s&regex=true", q2);
+        ck_assert_msg(a.n == b.n && a.n > 0, "%s: %d matches, %d without the literal first",
+                      patterns[i], a.n, b.n);
+        for (int k = 0; k < a.n; k++)
+            ck_assert_msg(strcmp(jstr(a.ev[k], "path"), jstr(b.ev[k], "path")) == 0 &&
+                              jnum(a.ev[k], "line") == jnum(b.ev[k], "line") &&
+                              jnum(a.ev[k], "column") == jnum(b.ev[k], "column"),
+                          "%s: match %d: %s:%.0f:%.0f, without the literal first %s:%.0f:%.0f",
+                          patterns[i], k, jstr(a.ev[k], "path"), jnum(a.ev[k], "line"),
+                          jnum(a.ev[k], "column"), jstr(b.ev[k], "path"), jnum(b.ev[k], "line"),
+                          jnum(b.ev[k], "column"));
+        found_free(&a);
+        found_free(&b);
+    }
+    /* A pathological pattern behind a literal is bounded as well. */
+    struct found f;
+    double t0 = now_ms();
+    search(&f, "/files/sp?grep=aaa(a%%2B)%%2B%%24&regex=true");
+    ck_assert_double_lt(now_ms() - t0, 5000 * SLOW);
+    ck_assert_int_eq(f.n, 0);
+    ck_assert_int_eq((int)jnum(f.summary, "skipped_match_limit"), 2);
+    found_free(&f);
+}
+END_TEST
+
 START_TEST(search_stops_at_max_matches)
 {
     sh("rm -rf sm && mkdir sm && seq 1 1500 | sed 's/^/hit /' > sm/many");
@@ -299,6 +362,7 @@ Suite *search_suite(void)
     tcase_add_test(tc, search_skips_what_the_command_user_cannot_read);
     tcase_add_test(tc, search_bounds_a_huge_line_and_a_pathological_pattern);
     tcase_add_test(tc, search_stops_at_max_matches);
+    tcase_add_test(tc, a_regex_that_begins_with_a_literal_finds_what_pcre2_alone_finds);
     tcase_add_test(tc, search_refuses_bad_requests);
     suite_add_tcase(s, tc);
     return s;
