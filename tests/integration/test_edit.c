@@ -1,6 +1,7 @@
 /* GET /files/{path}?lines= and POST /files/{path}?edit: a coding agent's read of part of a
  * file and its exact edit, over real HTTP, with the forbidden cases tried. */
 #include <check.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +402,85 @@ START_TEST(edit_stays_in_the_workspace_and_within_the_users_rights)
 }
 END_TEST
 
+/*
+ * A hostile command swaps links under the tools while they run: rc/d is a directory, then a
+ * symlink to a directory outside the workspace holding a secret; rc/t a file, then a symlink
+ * to a file outside that the command user owns and could write itself. Searches and edits
+ * meanwhile never read the secret nor write the outside file, whatever moment they hit.
+ */
+START_TEST(a_command_swapping_links_leads_neither_search_nor_edit_out)
+{
+    char out[] = "/tmp/sbxd-race-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(out));
+    cJSON *id = execute(&g_sbxd, "{\"command\":\"id -u\"}");
+    uid_t uid = (uid_t)atoi(jstr(id, "stdout"));
+    cJSON_Delete(id);
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s/secret", out);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("RACE-SECRET here\n", f);
+    fclose(f);
+    snprintf(p, sizeof(p), "%s/target", out);
+    f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("old-text\n", f);
+    fclose(f);
+    ck_assert_int_eq(chown(p, uid, uid), 0);
+    chmod(out, 0755);
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"command\":\"mkdir -p rc; for i in $(seq 100000); do rm -rf rc/d rc/t; "
+             "mkdir rc/d; echo nothing > rc/d/f; echo old-text > rc/t; rm -rf rc/d rc/t; "
+             "ln -s %s rc/d; ln -s %s/target rc/t; done\"}",
+             out, out);
+    struct http_resp r;
+    http_request(&g_sbxd, "POST", "/processes", "application/json", body, strlen(body), 10000, &r);
+    ck_assert_msg(r.status == 201, "%s", r.body);
+    cJSON *pj = cJSON_Parse(r.body);
+    char kill_url[128];
+    snprintf(kill_url, sizeof(kill_url), "/processes/%s", jstr(pj, "id"));
+    cJSON_Delete(pj);
+    http_resp_free(&r);
+    int searches = 0, edits = 0, edited = 0, leaks = 0;
+    double t0 = now_ms();
+    while (now_ms() - t0 < 2000 * SLOW) {
+        r = get("/files/rc?grep=RACE-SECRET&max_matches=10");
+        searches += r.status == 200;
+        leaks += r.body && strstr(r.body, "\"type\":\"match\"") != NULL;
+        http_resp_free(&r);
+        r = get("/files/rc/d?grep=RACE-SECRET");
+        leaks += r.body && strstr(r.body, "\"type\":\"match\"") != NULL;
+        http_resp_free(&r);
+        r = get("/files/rc?glob=**/secret");
+        leaks += r.body && strstr(r.body, "secret\"") != NULL;
+        http_resp_free(&r);
+        r = edit("rc/t", "{\"old\":\"old-text\",\"new\":\"pwned\"}", NULL);
+        edits++;
+        edited += r.status == 200;
+        http_resp_free(&r);
+    }
+    http_request(&g_sbxd, "DELETE", kill_url, NULL, NULL, 0, 10000, &r);
+    http_resp_free(&r);
+    f = fopen(p, "r");
+    char text[64] = "";
+    ck_assert_ptr_nonnull(f);
+    if (!fgets(text, sizeof(text), f))
+        text[0] = '\0';
+    fclose(f);
+    char rm[PATH_MAX + 16];
+    snprintf(rm, sizeof(rm), "rm -rf '%s'", out);
+    ck_assert_int_eq(system(rm), 0);
+    fprintf(stderr, "link swaps: %d searches, %d edits (%d applied inside)\n", searches, edits,
+            edited);
+    ck_assert_msg(leaks == 0, "the outside secret was found %d times", leaks);
+    ck_assert_msg(strcmp(text, "old-text\n") == 0, "the file outside was edited: %s", text);
+    ck_assert_int_gt(searches, 0);
+    run_ok("rm -rf rc");
+    ck_assert_int_eq(temp_files(), 0);
+}
+END_TEST
+
 struct reader {
     volatile int stop;
     int torn, reads;
@@ -461,6 +541,7 @@ Suite *edit_suite(void)
     tcase_add_test(tc, edit_honours_if_match);
     tcase_add_test(tc, edit_stays_in_the_workspace_and_within_the_users_rights);
     tcase_add_test(tc, edits_are_atomic_for_readers);
+    tcase_add_test(tc, a_command_swapping_links_leads_neither_search_nor_edit_out);
     suite_add_tcase(s, tc);
     return s;
 }

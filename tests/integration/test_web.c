@@ -190,9 +190,14 @@ START_TEST(cross_site_pages_change_nothing)
          "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
          "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},"
          "\"clientInfo\":{\"name\":\"page\",\"version\":\"1\"}}}"},
+        {"POST", "/files/canary.txt?edit", "text/plain", "{\"old\":\"still\",\"new\":\"pwned\"}"},
         /* Reads: opaque to a page across sites, but never served to one. */
         {"GET", "/files/canary.txt", NULL, NULL},
         {"GET", "/healthz", NULL, NULL},
+        {"GET", "/files/?grep=still", NULL, NULL},
+        {"GET", "/files/?glob=*", NULL, NULL},
+        {"GET", "/files/canary.txt?lines=1:", NULL, NULL},
+        {"GET", "/usage", NULL, NULL},
     };
     for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
         ask(&d, pages[i].method, pages[i].path, "", BROWSER CROSS_SITE, pages[i].ctype,
@@ -221,6 +226,8 @@ START_TEST(cross_site_pages_change_nothing)
         {"/upload", mp_ct, mp},
         {move, NULL, NULL},
         {sig, "text/plain", "{\"signal\":\"SIGKILL\"}"},
+        {"/files/canary.txt?edit", "text/plain", "{\"old\":\"still\",\"new\":\"pwned\"}"},
+        {"/files/canary.txt?edit", NULL, "{\"old\":\"still\",\"new\":\"pwned\"}"},
     };
     for (size_t i = 0; i < sizeof(simple) / sizeof(simple[0]); i++) {
         ask(&d, "POST", simple[i].path, "", local, simple[i].ctype, simple[i].body, &a);
@@ -242,6 +249,16 @@ START_TEST(cross_site_pages_change_nothing)
             note(&t, "  %s exists in the workspace\n", pwned[i]);
     if (!in_ws(&d, "canary.txt"))
         note(&t, "  canary.txt is gone (reset or DELETE)\n");
+    char canary[PATH_MAX], text[64] = "";
+    snprintf(canary, sizeof(canary), "%s/canary.txt", d.ws);
+    FILE *cf = fopen(canary, "r");
+    if (cf) {
+        if (!fgets(text, sizeof(text), cf))
+            text[0] = '\0';
+        fclose(cf);
+        if (strcmp(text, "still here\n") != 0)
+            note(&t, "  canary.txt was edited: %s\n", text);
+    }
     ask(&d, "GET", "/processes", "", NULL, NULL, NULL, &a);
     cJSON *list = cJSON_Parse(body_of(&a));
     cJSON *procs = cJSON_GetObjectItemCaseSensitive(list, "processes");
