@@ -1738,8 +1738,9 @@ out:
  * SEARCH_DIRS x SEARCH_FILES files, against grep -rn, rg -n (when installed) and find
  * through /execute; in turns, best of SEARCH_ROUNDS after one untimed round (page cache
  * warm), the matches counted by each. */
-#define SEARCH_DIRS   100
+#define SEARCH_DIRS   250
 #define SEARCH_FILES  200
+#define SEARCH_LINES  165 /* of about 62 bytes: 50,000 files of 10 KB, 510 MB */
 #define SEARCH_ROUNDS 3
 
 typedef struct {
@@ -1797,11 +1798,12 @@ static void measure_search(const target *tg, pid_t pid, bool quick, search_resul
     snprintf(cmd, sizeof cmd,
              "mkdir -p bench-search && cd bench-search && awk 'BEGIN { for (d = 0; d < %d; d++) "
              "{ system(\\\"mkdir -p d\\\" d); for (f = 0; f < %d; f++) { fn = \\\"d\\\" d "
-             "\\\"/f\\\" f \\\".c\\\"; for (l = 0; l < 120; l++) print \\\"static int value_\\\" l "
+             "\\\"/f\\\" f (f %% 10 ? \\\".c\\\" : \\\".h\\\"); for (l = 0; l < %d; l++) "
+             "print \\\"static int value_\\\" l "
              "\\\" = \\\" (d * f + l) \\\"; /* a line of text to search through */\\\" > fn; if "
              "(f %% 20 == 0) print \\\"needle_\\\" d > fn; close(fn) } } }' && (command -v rg "
              ">/dev/null && touch .rg || true)",
-             SEARCH_DIRS, files);
+             SEARCH_DIRS, files, SEARCH_LINES);
     if (!bench_sh(&c, cmd, err, errlen))
         goto out;
     int status = 0;
@@ -1853,13 +1855,12 @@ static void measure_search(const target *tg, pid_t pid, bool quick, search_resul
             if (round)
                 best(&out->re_rg_ms, ms);
         }
-        ms = search_once(&c, "GET", "/files/bench-search?glob=**/f1*.c&max_matches=1000000", NULL,
+        ms = search_once(&c, "GET", "/files/bench-search?glob=**/*.h&max_matches=1000000", NULL,
                          false, "\"entries\":", &out->glob_n, err, errlen);
         if (round)
             best(&out->glob_ms, ms);
-        ms =
-            search_once(&c, "POST", "/execute", "{\"command\":\"find bench-search -name 'f1*.c'\"}",
-                        true, NULL, &out->find_n, err, errlen);
+        ms = search_once(&c, "POST", "/execute", "{\"command\":\"find bench-search -name '*.h'\"}",
+                         true, NULL, &out->find_n, err, errlen);
         if (round)
             best(&out->find_ms, ms);
     }
@@ -4391,7 +4392,7 @@ int main(int argc, char **argv)
             add_row("  ... rg -n (regex) in /execute", "sbxd <= 1.5x",
                     yesno(srch.re_ms <= 1.5 * srch.re_rg_ms), "%.1f ms, %ld lines", srch.re_rg_ms,
                     srch.re_rg_n);
-        add_row("search: GET ?glob=**/f1*.c", "<= find -name", yesno(srch.glob_ms <= srch.find_ms),
+        add_row("search: GET ?glob=**/*.h", "<= find -name", yesno(srch.glob_ms <= srch.find_ms),
                 "%.1f ms, %ld entries", srch.glob_ms, srch.glob_n);
         add_row("  ... find -name in /execute", "", "", "%.1f ms, %ld lines", srch.find_ms,
                 srch.find_n);
