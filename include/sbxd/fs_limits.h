@@ -57,6 +57,8 @@
 #define SBXD_SEARCH_MATCHES_DEFAULT 1000
 #define SBXD_SEARCH_MATCHES_MAX     1000000
 #define SBXD_SEARCH_MATCH_LIMIT     10000000
+/* Threads that read and match the files of one content search, at most (fewer CPUs: fewer). */
+#define SBXD_SEARCH_THREADS 4
 
 /* Archive extraction (fs/archive.c) keeps one record per directory it made, to set the
  * directories' modes and times at the end: the memory those records (paths included) may

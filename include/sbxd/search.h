@@ -8,7 +8,8 @@
  * it with the command user's rights (fs_user_enter), so a file that user cannot read is
  * skipped and counted. Memory is fixed whatever the tree or a line: one read buffer
  * (SBXD_SEARCH_BUF; a longer line is searched a buffer at a time) and the context lines, each
- * cut at SBXD_SEARCH_LINE_MAX bytes.
+ * cut at SBXD_SEARCH_LINE_MAX bytes, per searching thread (up to SBXD_SEARCH_THREADS, as many
+ * as the CPUs; the sink is called by one at a time, files in no fixed order).
  */
 #ifndef SBXD_SEARCH_H
 #define SBXD_SEARCH_H

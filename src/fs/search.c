@@ -2,17 +2,25 @@
  * Content and name search of a tree (search.h): walk.h's walk, each regular file read a
  * buffer at a time and matched a buffer at a time (one PCRE2 call finds the next matching
  * line among many), the lines around a match kept in a small ring.
+ *
+ * A content search on a machine of several CPUs reads and matches files on worker threads
+ * (as many as the CPUs sbxd may run on, at most SBXD_SEARCH_THREADS), each with its own
+ * buffer, ring and PCRE2 match data; the walk hands them each file open (never a path) through
+ * a short queue, and the matches reach the sink one at a time, under the pool's lock.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sbxd/fs_limits.h"
+#include "sbxd/limits.h"
 #include "sbxd/search.h"
 #include "sbxd/walk.h"
 #include "search_internal.h"
@@ -26,10 +34,36 @@ struct kept {
     char text[SBXD_SEARCH_LINE_MAX];
 };
 
+/* A file the walk opened, for a worker to search. */
+struct fjob {
+    int fd;
+    uint64_t size;
+    char *path;
+};
+
+#define SEARCH_QUEUE 32
+
+/* What the threads of one search share. */
+struct pool {
+    pthread_mutex_t lock; /* everything below, and each call of the sink */
+    pthread_cond_t more, room;
+    struct fjob q[SEARCH_QUEUE];
+    unsigned head, n;
+    bool done;    /* the walk is over: the workers end once the queue is empty */
+    bool stopped; /* the sink ended it, or max_matches (also read without the lock: a hint) */
+    int sink_failed;
+    uint64_t matches;
+    bool truncated;
+};
+
 struct search {
     const struct search_opts *o;
     const struct search_sink *sink;
     struct search_stats *st;
+    struct search_stats own; /* a worker's counts (st points here), added up at the end */
+    struct search_matcher *m;
+    struct pool *pool; /* NULL: one thread does it all */
+    pthread_t th;
     char *buf;         /* SBXD_SEARCH_BUF + 1 */
     struct kept *ring; /* 2 * context + 1 lines */
     unsigned nring;
@@ -67,15 +101,35 @@ static void emit(struct search *s, const struct kept *k, uint64_t last)
             s->ctx[n + na++] = a->line;
     }
     struct search_match m = {s->path, k->line, k->column, s->ctx, s->ctx + n, nb, na};
-    s->st->matches++;
-    s->st->lines_cut += k->line.cut;
-    if (s->sink->match(s->sink->ctx, &m) < 0) {
-        s->stopped = true;
-        s->sink_failed = 1;
-    } else if (s->st->matches >= s->o->max_matches) {
-        s->st->truncated = true;
-        s->stopped = true;
+    struct pool *p = s->pool;
+    if (!p) {
+        s->st->matches++;
+        s->st->lines_cut += k->line.cut;
+        if (s->sink->match(s->sink->ctx, &m) < 0) {
+            s->stopped = true;
+            s->sink_failed = 1;
+        } else if (s->st->matches >= s->o->max_matches) {
+            s->st->truncated = true;
+            s->stopped = true;
+        }
+        return;
     }
+    pthread_mutex_lock(&p->lock);
+    if (!p->stopped) {
+        p->matches++;
+        s->st->lines_cut += k->line.cut;
+        if (s->sink->match(s->sink->ctx, &m) < 0) {
+            p->stopped = true;
+            p->sink_failed = 1;
+        } else if (p->matches >= s->o->max_matches) {
+            p->truncated = true;
+            p->stopped = true;
+        }
+    }
+    s->stopped = p->stopped;
+    if (p->stopped)
+        pthread_cond_broadcast(&p->room); /* (a walk waiting for room ends) */
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* Line no, text[0, len) (a piece of it when more follows), seen; matched at column (1-based
@@ -138,7 +192,7 @@ static int scan_lines(struct search *s, size_t len, bool more, uint64_t *no)
     size_t pos = 0;
     while (pos < len && !s->stopped) {
         size_t at;
-        int f = search_pattern_find(s->o->pattern, b, len, pos, &at);
+        int f = search_pattern_find(s->o->pattern, s->m, b, len, pos, &at);
         if (f < 0)
             return -1;
         size_t upto = f ? at : len;
@@ -190,6 +244,10 @@ static void search_file(struct search *s, int fd, uint64_t size)
     for (unsigned i = 0; i < s->nring; i++)
         s->ring[i].no = 0; /* no line of the file before */
     for (s->st->files_scanned++; !s->stopped;) {
+        if (s->pool && __atomic_load_n(&s->pool->stopped, __ATOMIC_ACQUIRE)) {
+            s->stopped = true; /* another worker's match ended the search */
+            break;
+        }
         ssize_t r = read(fd, s->buf + have, SBXD_SEARCH_BUF - have);
         if (r < 0 && errno == EINTR)
             continue;
@@ -234,11 +292,62 @@ static int entry_path(struct search *s, const struct walk_entry *e, size_t *len)
     return 0;
 }
 
+/* Hand the open file e to the workers (its fd is theirs from here on): WALK_NEXT, or WALK_STOP
+ * once the search is over. Waits while the queue is full. */
+static int enqueue(struct pool *p, struct walk_entry *e, const char *path)
+{
+    struct fjob j = {e->fd, (uint64_t)e->st.st_size, strdup(path)};
+    if (!j.path)
+        return WALK_NEXT; /* (out of memory: this file is passed over) */
+    e->fd = -1;
+    pthread_mutex_lock(&p->lock);
+    while (p->n == SEARCH_QUEUE && !p->stopped)
+        pthread_cond_wait(&p->room, &p->lock);
+    bool stopped = p->stopped;
+    if (!stopped) {
+        p->q[(p->head + p->n++) % SEARCH_QUEUE] = j;
+        pthread_cond_signal(&p->more);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (stopped) {
+        close(j.fd);
+        free(j.path);
+        return WALK_STOP;
+    }
+    return WALK_NEXT;
+}
+
+static void *worker(void *arg)
+{
+    struct search *s = arg;
+    struct pool *p = s->pool;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        while (p->n == 0 && !p->done)
+            pthread_cond_wait(&p->more, &p->lock);
+        if (p->n == 0) {
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        struct fjob j = p->q[p->head];
+        p->head = (p->head + 1) % SEARCH_QUEUE;
+        p->n--;
+        pthread_cond_signal(&p->room);
+        pthread_mutex_unlock(&p->lock);
+        if (!s->stopped) {
+            snprintf(s->path, sizeof(s->path), "%s", j.path);
+            search_file(s, j.fd, j.size);
+        }
+        close(j.fd);
+        free(j.path);
+    }
+}
+
 static int visit(struct walk_entry *e, void *ctx)
 {
     struct search *s = ctx;
     size_t len;
-    if (s->stopped)
+    if (s->stopped || (s->pool && __atomic_load_n(&s->pool->stopped, __ATOMIC_ACQUIRE)))
         return WALK_STOP;
     if (entry_path(s, e, &len) < 0)
         return WALK_NEXT;
@@ -286,15 +395,75 @@ static int visit(struct walk_entry *e, void *ctx)
     }
     if (!S_ISREG(e->st.st_mode))
         return WALK_NEXT;
+    if (s->pool)
+        return enqueue(s->pool, e, s->path);
     search_file(s, e->fd, (uint64_t)e->st.st_size);
     return s->stopped ? WALK_STOP : WALK_NEXT;
+}
+
+/* The threads that may search at once: the CPUs this thread may run on, within bounds. */
+static unsigned search_threads(void)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n > SBXD_SEARCH_THREADS ? SBXD_SEARCH_THREADS : (unsigned)n;
+}
+
+/* A searcher's own buffers (a pattern's: the read buffer, the ring, the matcher): 0 or -1. */
+static int searcher_init(struct search *s)
+{
+    s->nring = 2 * s->o->context + 1;
+    s->buf = s->o->pattern ? malloc(SBXD_SEARCH_BUF + 1) : NULL;
+    s->ring = s->o->pattern ? calloc(s->nring, sizeof(*s->ring)) : NULL;
+    s->ctx = calloc(2 * s->o->context + 1, sizeof(*s->ctx));
+    s->m = s->o->pattern ? search_matcher_new(s->o->pattern) : NULL;
+    if ((s->o->pattern && (!s->buf || !s->ring || !s->m)) || !s->ctx)
+        return -1;
+    return 0;
+}
+
+static void searcher_free(struct search *s)
+{
+    free(s->buf);
+    free(s->ring);
+    free(s->ctx);
+    search_matcher_free(s->m);
+}
+
+static void stats_add(struct search_stats *to, const struct search_stats *w)
+{
+    to->files_scanned += w->files_scanned;
+    to->bytes_read += w->bytes_read;
+    to->skipped_binary += w->skipped_binary;
+    to->skipped_unreadable += w->skipped_unreadable;
+    to->skipped_limit += w->skipped_limit;
+    to->lines_cut += w->lines_cut;
+}
+
+/* Workers for the walker s (up to n): how many run; none leaves s to search alone. */
+static unsigned workers_start(struct search *s, struct pool *p, struct search *w, unsigned n)
+{
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, SBXD_THREAD_STACK);
+    unsigned k = 0;
+    for (; k < n; k++) {
+        w[k] = (struct search){.o = s->o, .sink = s->sink, .pool = p};
+        w[k].st = &w[k].own;
+        if (searcher_init(&w[k]) < 0 || pthread_create(&w[k].th, &a, worker, &w[k]) != 0) {
+            searcher_free(&w[k]);
+            break;
+        }
+    }
+    pthread_attr_destroy(&a);
+    return k;
 }
 
 int search_run(int dirfd, const char *base, const struct search_opts *o,
                const struct search_sink *sink, struct search_stats *stats, struct sbxd_err *err)
 {
     memset(stats, 0, sizeof(*stats));
-    struct search s = {.o = o, .sink = sink, .st = stats, .nring = 2 * o->context + 1};
+    struct search s = {.o = o, .sink = sink, .st = stats};
     if (strcmp(base, ".") == 0)
         base = "";
     size_t bl = strlen(base);
@@ -307,28 +476,44 @@ int search_run(int dirfd, const char *base, const struct search_opts *o,
     memcpy(s.path, base, bl);
     if (bl)
         s.path[bl++] = '/';
-    s.lens[0] = bl;
-    s.buf = o->pattern ? malloc(SBXD_SEARCH_BUF + 1) : NULL;
-    s.ring = o->pattern ? calloc(s.nring, sizeof(*s.ring)) : NULL;
-    s.ctx = calloc(2 * o->context + 1, sizeof(*s.ctx));
-    if ((o->pattern && (!s.buf || !s.ring)) || !s.ctx) {
-        close(dirfd);
-        free(s.buf);
-        free(s.ring);
-        free(s.ctx);
-        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
-    }
     /* The path shown is relative to the root: the directory searched, then the entry. */
     s.lens[0] = bl;
-    struct walk w = {.max_entries = SBXD_SEARCH_MAX_ENTRIES,
-                     .max_depth = SBXD_SEARCH_MAX_DEPTH,
-                     .pre = visit,
-                     .ctx = &s};
-    walk_tree(dirfd, &w);
-    stats->walk_cut = w.cut;
-    free(s.buf);
-    free(s.ring);
-    free(s.ctx);
+    /* Several CPUs: the walk only walks, the workers search. */
+    struct pool p = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                     .more = PTHREAD_COND_INITIALIZER,
+                     .room = PTHREAD_COND_INITIALIZER};
+    unsigned want = o->pattern ? search_threads() : 1, nw = 0;
+    struct search *w = want > 1 ? calloc(want, sizeof(*w)) : NULL;
+    if (w && (nw = workers_start(&s, &p, w, want)) > 0)
+        s.pool = &p;
+    if (!s.pool && searcher_init(&s) < 0) {
+        close(dirfd);
+        searcher_free(&s);
+        free(w);
+        return sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    struct walk wk = {.max_entries = SBXD_SEARCH_MAX_ENTRIES,
+                      .max_depth = SBXD_SEARCH_MAX_DEPTH,
+                      .pre = visit,
+                      .ctx = &s};
+    walk_tree(dirfd, &wk);
+    stats->walk_cut = wk.cut;
+    if (s.pool) {
+        pthread_mutex_lock(&p.lock);
+        p.done = true;
+        pthread_cond_broadcast(&p.more);
+        pthread_mutex_unlock(&p.lock);
+        for (unsigned i = 0; i < nw; i++) {
+            pthread_join(w[i].th, NULL);
+            stats_add(stats, &w[i].own);
+            searcher_free(&w[i]);
+        }
+        stats->matches = p.matches;
+        stats->truncated = p.truncated;
+        s.sink_failed = p.sink_failed;
+    }
+    searcher_free(&s);
+    free(w);
     if (s.sink_failed)
         return sbxd_fail(err, SBXD_E_UNAVAILABLE, EPIPE, "the reader went away");
     return 0;

@@ -60,10 +60,11 @@ static int pcre_fail(struct sbxd_err *err, int code, const char *what, const cha
 /*
  * The literal text every match of the regex begins with, into out (at most max - 1 bytes):
  * the pattern's leading run of ASCII characters that are no metacharacter, less its last one
- * when a quantifier that allows none of it follows. Nothing (0) when the pattern has a '|'
- * anywhere (an alternative need not begin so) or the run is shorter than 3 bytes, where
- * PCRE2's own search for the first byte does as well. Only a prefilter: PCRE2 still decides
- * each match.
+ * unless the run is the whole pattern (whatever follows may quantify that one: `?`, `{0,1}`,
+ * and also after a `\E` or a comment, which are nothing themselves; the letters before it
+ * are each followed by a literal letter). Nothing (0) when the pattern has a '|' anywhere (an
+ * alternative need not begin so) or less than 3 bytes are left, where PCRE2's own search for
+ * the first byte does as well. Only a prefilter: PCRE2 still decides each match.
  */
 static size_t regex_prefix(const char *re, char *out, size_t max)
 {
@@ -71,12 +72,10 @@ static size_t regex_prefix(const char *re, char *out, size_t max)
         return 0;
     size_t n = 0;
     while (re[n] && n + 1 < max && (unsigned char)re[n] >= 0x20 && (unsigned char)re[n] < 0x7f &&
-           !strchr("\\^$.|?*+()[]{}", re[n]))
+           !strchr("\\^$.|?*+()[]{}#", re[n]))
         n++;
-    if (n + 1 >= max && re[n])
-        n--; /* (cut by the room: the next may be a quantifier of the last) */
-    else if (re[n] == '?' || re[n] == '*' || re[n] == '{')
-        n = n ? n - 1 : 0;
+    if (re[n] && n > 0)
+        n--;
     if (n < 3)
         return 0;
     memcpy(out, re, n);
@@ -137,66 +136,80 @@ struct search_pattern *search_pattern_new(const char *pattern, bool regex, bool 
         if (!p->anchored || pcre2_jit_compile(p->anchored, PCRE2_JIT_COMPLETE) != 0)
             p->prefix_len = 0; /* (PCRE2 alone then) */
     }
+    return p;
+}
+
+struct search_matcher *search_matcher_new(const struct search_pattern *p)
+{
+    struct search_matcher *m = calloc(1, sizeof(*m));
+    if (!m || !p->code)
+        return m;
     /* The match limit ends a pattern that backtracks exponentially ("(a+)+$" on a long run
      * of a's): a search of a hostile tree, or a careless pattern, takes a bounded time per
      * buffer instead of holding a thread for hours. The JIT stack is bounded as well. */
-    p->mctx = pcre2_match_context_create(NULL);
-    p->jstack = p->jit ? pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL) : NULL;
-    p->md = pcre2_match_data_create_from_pattern(p->code, NULL);
-    if (!p->mctx || !p->md || (p->jit && !p->jstack)) {
-        search_pattern_free(p);
-        sbxd_fail(err, SBXD_E_INTERNAL, ENOMEM, "out of memory");
+    m->mctx = pcre2_match_context_create(NULL);
+    m->jstack = p->jit ? pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL) : NULL;
+    m->md = pcre2_match_data_create_from_pattern(p->code, NULL);
+    if (!m->mctx || !m->md || (p->jit && !m->jstack)) {
+        search_matcher_free(m);
         return NULL;
     }
-    pcre2_set_match_limit(p->mctx, SBXD_SEARCH_MATCH_LIMIT);
-    pcre2_set_depth_limit(p->mctx, SBXD_SEARCH_MATCH_LIMIT / 10);
-    if (p->jstack)
-        pcre2_jit_stack_assign(p->mctx, NULL, p->jstack);
-    return p;
+    pcre2_set_match_limit(m->mctx, SBXD_SEARCH_MATCH_LIMIT);
+    pcre2_set_depth_limit(m->mctx, SBXD_SEARCH_MATCH_LIMIT / 10);
+    if (m->jstack)
+        pcre2_jit_stack_assign(m->mctx, NULL, m->jstack);
+    return m;
+}
+
+void search_matcher_free(struct search_matcher *m)
+{
+    if (!m)
+        return;
+    pcre2_match_data_free(m->md);
+    pcre2_jit_stack_free(m->jstack);
+    pcre2_match_context_free(m->mctx);
+    free(m);
 }
 
 void search_pattern_free(struct search_pattern *p)
 {
     if (!p)
         return;
-    pcre2_match_data_free(p->md);
-    pcre2_jit_stack_free(p->jstack);
-    pcre2_match_context_free(p->mctx);
     pcre2_code_free(p->code);
     pcre2_code_free(p->anchored);
     free(p->literal);
     free(p);
 }
 
-int search_pattern_find(struct search_pattern *p, const char *buf, size_t len, size_t from,
-                        size_t *at)
+int search_pattern_find(const struct search_pattern *p, struct search_matcher *m, const char *buf,
+                        size_t len, size_t from, size_t *at)
 {
     if (p->literal) {
-        const char *m = memmem(buf + from, len - from, p->literal, p->literal_len);
-        if (m)
-            *at = (size_t)(m - buf);
-        return m != NULL;
+        const char *hit = memmem(buf + from, len - from, p->literal, p->literal_len);
+        if (hit)
+            *at = (size_t)(hit - buf);
+        return hit != NULL;
     }
     while (p->prefix_len) {
-        const char *m = memmem(buf + from, len - from, p->prefix, p->prefix_len);
-        if (!m)
+        const char *hit = memmem(buf + from, len - from, p->prefix, p->prefix_len);
+        if (!hit)
             return 0;
-        size_t cand = (size_t)(m - buf);
-        int rc = pcre2_match(p->anchored, (PCRE2_SPTR)buf, len, cand, 0, p->md, p->mctx);
+        size_t cand = (size_t)(hit - buf);
+        int rc = pcre2_match(p->anchored, (PCRE2_SPTR)buf, len, cand, 0, m->md, m->mctx);
         if (rc >= 0) {
-            *at = cand;
+            *at = pcre2_get_ovector_pointer(m->md)[0]; /* (\K may have moved it on) */
             return 1;
         }
         if (rc != PCRE2_ERROR_NOMATCH)
             return -1;
         from = cand + 1;
     }
-    int rc = pcre2_match(p->code, (PCRE2_SPTR)buf, len, from, 0, p->md, p->mctx);
+    int rc = pcre2_match(p->code, (PCRE2_SPTR)buf, len, from, 0, m->md, m->mctx);
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
     if (rc < 0)
         return -1;
-    *at = pcre2_get_ovector_pointer(p->md)[0];
+    *at = pcre2_get_ovector_pointer(m->md)[0];
     return 1;
 }
 

@@ -22,14 +22,15 @@
 #include "fuzz.h"
 
 /* The first match of PCRE2 alone (p->code) in t[from, n): 1 with *at, 0, or -1. */
-static int pcre2_alone(struct search_pattern *p, const char *t, size_t n, size_t from, size_t *at)
+static int pcre2_alone(const struct search_pattern *p, struct search_matcher *m, const char *t,
+                       size_t n, size_t from, size_t *at)
 {
-    int rc = pcre2_match(p->code, (PCRE2_SPTR)t, n, from, 0, p->md, p->mctx);
+    int rc = pcre2_match(p->code, (PCRE2_SPTR)t, n, from, 0, m->md, m->mctx);
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
     if (rc < 0)
         return -1;
-    *at = pcre2_get_ovector_pointer(p->md)[0];
+    *at = pcre2_get_ovector_pointer(m->md)[0];
     return 1;
 }
 
@@ -41,19 +42,21 @@ static void check_pattern(const char *pat, bool regex, bool icase, const char *t
         check(err.kind != SBXD_E_NONE && err.msg[0] != '\0');
         return;
     }
+    struct search_matcher *m = search_matcher_new(p);
+    check(m != NULL);
     size_t from = 0;
     for (int looks = 0; looks < 64 && from <= n; looks++) {
         size_t at = (size_t)-1, ref = (size_t)-1;
-        int f = search_pattern_find(p, t, n, from, &at);
+        int f = search_pattern_find(p, m, t, n, from, &at);
         if (f < 0)
             break; /* a limit: PCRE2 gave up */
         if (p->literal) {
-            const char *m = memmem(t + from, n - from, p->literal, p->literal_len);
-            check((f == 1) == (m != NULL));
-            if (m)
-                check(at == (size_t)(m - t));
+            const char *hit = memmem(t + from, n - from, p->literal, p->literal_len);
+            check((f == 1) == (hit != NULL));
+            if (hit)
+                check(at == (size_t)(hit - t));
         } else {
-            int r = pcre2_alone(p, t, n, from, &ref);
+            int r = pcre2_alone(p, m, t, n, from, &ref);
             if (r < 0)
                 break;
             check(f == r);
@@ -65,6 +68,7 @@ static void check_pattern(const char *pat, bool regex, bool icase, const char *t
         check(at >= from && at <= n);
         from = at + 1;
     }
+    search_matcher_free(m);
     search_pattern_free(p);
 }
 
