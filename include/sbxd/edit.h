@@ -110,4 +110,10 @@ struct cJSON;
 int fs_edit_parse(const struct cJSON *req, const char *const *extra, struct fs_edit **edits,
                   size_t *n, struct sbxd_err *err);
 
+/* The fields of an edit's answer (POST ?edit, MCP's edit_file) into an open object: path,
+ * etag, size, replacements, lines ({start, end} ranges), lines_cut. */
+struct jsonw;
+void fs_write_edit(struct jsonw *w, const char *path, const struct fs_edit_result *res,
+                   const char *etag);
+
 #endif

@@ -93,4 +93,10 @@ struct search_stats {
 int search_run(int dirfd, const char *base, const struct search_opts *o,
                const struct search_sink *sink, struct search_stats *stats, struct sbxd_err *err);
 
+/* The fields of a match (GET ?grep=, MCP's search_files) into an open object: path, line,
+ * column, text (UTF-8, an invalid byte as U+FFFD), text_cut when the line was cut, before
+ * and after. */
+struct jsonw;
+void search_write_match(struct jsonw *w, const struct search_match *m);
+
 #endif

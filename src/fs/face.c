@@ -9,9 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sbxd/edit.h"
 #include "sbxd/files.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/resolve.h"
+#include "sbxd/search.h"
 #include "sbxd/timeutil.h"
 
 /* What follows the directory dir in the absolute path path, compared a component at a time
@@ -115,4 +117,57 @@ void fs_write_stat(struct jsonw *w, const char *path, const struct fs_stat_info 
         jw_key(w, "etag");
         jw_str(w, etag);
     }
+}
+
+void fs_write_edit(struct jsonw *w, const char *path, const struct fs_edit_result *res,
+                   const char *etag)
+{
+    jw_key(w, "path");
+    jw_str(w, path);
+    jw_key(w, "etag");
+    jw_str(w, etag);
+    jw_key(w, "size");
+    jw_uint(w, (uint64_t)res->st.st_size);
+    jw_key(w, "replacements");
+    jw_uint(w, res->replaced);
+    jw_key(w, "lines");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < res->nspans; i++) {
+        jw_obj_begin(w);
+        jw_key(w, "start");
+        jw_uint(w, res->spans[i].first);
+        jw_key(w, "end");
+        jw_uint(w, res->spans[i].last);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "lines_cut");
+    jw_bool(w, res->spans_cut);
+}
+
+static void write_lines(struct jsonw *w, const char *key, const struct search_line *l, unsigned n)
+{
+    jw_key(w, key);
+    jw_arr_begin(w);
+    for (unsigned i = 0; i < n; i++)
+        jw_str_utf8(w, l[i].text, l[i].len, l[i].cut);
+    jw_arr_end(w);
+}
+
+void search_write_match(struct jsonw *w, const struct search_match *m)
+{
+    jw_key(w, "path");
+    jw_str(w, m->path);
+    jw_key(w, "line");
+    jw_uint(w, m->line.no);
+    jw_key(w, "column");
+    jw_uint(w, m->column);
+    jw_key(w, "text");
+    jw_str_utf8(w, m->line.text, m->line.len, m->line.cut);
+    if (m->line.cut) {
+        jw_key(w, "text_cut");
+        jw_bool(w, true);
+    }
+    write_lines(w, "before", m->before, m->nbefore);
+    write_lines(w, "after", m->after, m->nafter);
 }

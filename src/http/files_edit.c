@@ -116,54 +116,7 @@ enum MHD_Result files_edit_body(struct server *srv, struct MHD_Connection *c, st
 {
     if (!is_edit(c, rc))
         return MHD_YES; /* a body nobody reads */
-    if (rc->too_large || rc->body_len + n > srv->cfg->max_body_bytes) {
-        /* Past the limit in a chunked body: dropped, and 413 at its end (server.c). */
-        rc->too_large = true;
-        rc->discarded += n;
-        return rc->discarded > SBXD_BODY_DISCARD_MAX ? MHD_NO : MHD_YES;
-    }
-    if (rc->body_len + n + 1 > rc->body_cap) {
-        size_t cap = rc->body_cap ? rc->body_cap : 1024;
-        while (cap < rc->body_len + n + 1)
-            cap *= 2;
-        char *nb = realloc(rc->body, cap);
-        if (!nb)
-            return MHD_NO;
-        rc->body = nb;
-        rc->body_cap = cap;
-    }
-    memcpy(rc->body + rc->body_len, data, n);
-    rc->body_len += n;
-    rc->body[rc->body_len] = '\0';
-    return MHD_YES;
-}
-
-static void write_result(struct jsonw *w, const char *path, const struct fs_edit_result *res,
-                         const char *etag)
-{
-    jw_obj_begin(w);
-    jw_key(w, "path");
-    jw_str(w, path);
-    jw_key(w, "etag");
-    jw_str(w, etag);
-    jw_key(w, "size");
-    jw_uint(w, (uint64_t)res->st.st_size);
-    jw_key(w, "replacements");
-    jw_uint(w, res->replaced);
-    jw_key(w, "lines");
-    jw_arr_begin(w);
-    for (size_t i = 0; i < res->nspans; i++) {
-        jw_obj_begin(w);
-        jw_key(w, "start");
-        jw_uint(w, res->spans[i].first);
-        jw_key(w, "end");
-        jw_uint(w, res->spans[i].last);
-        jw_obj_end(w);
-    }
-    jw_arr_end(w);
-    jw_key(w, "lines_cut");
-    jw_bool(w, res->spans_cut);
-    jw_obj_end(w);
+    return req_body_append(srv, rc, data, n);
 }
 
 enum MHD_Result files_edit_post(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
@@ -201,7 +154,9 @@ enum MHD_Result files_edit_post(struct server *srv, struct MHD_Connection *c, st
     fs_etag(&res.st, etag, sizeof(etag));
     struct jsonw w;
     jw_init(&w, 256 + res.nspans * 32);
-    write_result(&w, path, &res, etag);
+    jw_obj_begin(&w);
+    fs_write_edit(&w, path, &res, etag);
+    jw_obj_end(&w);
     fs_edit_result_free(&res);
     return reply_jsonw_header(c, MHD_HTTP_OK, &w, MHD_HTTP_HEADER_ETAG, etag);
 }

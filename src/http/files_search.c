@@ -73,15 +73,6 @@ static int event_close(struct search_stream *s)
     return 0;
 }
 
-static void write_lines(struct jsonw *w, const char *key, const struct search_line *l, unsigned n)
-{
-    jw_key(w, key);
-    jw_arr_begin(w);
-    for (unsigned i = 0; i < n; i++)
-        jw_str_utf8(w, l[i].text, l[i].len, l[i].cut);
-    jw_arr_end(w);
-}
-
 static int on_match(void *ctx, const struct search_match *m)
 {
     struct search_stream *s = ctx;
@@ -90,20 +81,7 @@ static int on_match(void *ctx, const struct search_match *m)
     jw_obj_begin(w);
     jw_key(w, "type");
     jw_str(w, "match");
-    jw_key(w, "path");
-    jw_str(w, m->path);
-    jw_key(w, "line");
-    jw_uint(w, m->line.no);
-    jw_key(w, "column");
-    jw_uint(w, m->column);
-    jw_key(w, "text");
-    jw_str_utf8(w, m->line.text, m->line.len, m->line.cut);
-    if (m->line.cut) {
-        jw_key(w, "text_cut");
-        jw_bool(w, true);
-    }
-    write_lines(w, "before", m->before, m->nbefore);
-    write_lines(w, "after", m->after, m->nafter);
+    search_write_match(w, m);
     jw_obj_end(w);
     return event_close(s);
 }

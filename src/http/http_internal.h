@@ -96,6 +96,12 @@ typedef enum MHD_Result (*route_begin_fn)(struct server *srv, struct MHD_Connect
 typedef enum MHD_Result (*route_body_fn)(struct server *srv, struct MHD_Connection *c,
                                          struct req_ctx *rc, const char *data, size_t n);
 
+/* A piece of a request's body kept in rc->body (grown as needed, NUL-terminated), within
+ * --max-body-bytes: past it the rest is read and dropped, rc->too_large set, and 413 comes
+ * at its end (libmicrohttpd cannot answer in the middle of a body); a sender that goes on
+ * far beyond that loses the connection (MHD_NO). */
+enum MHD_Result req_body_append(struct server *srv, struct req_ctx *rc, const char *data, size_t n);
+
 /* Which face of the file API a route speaks: the native /files, the standardized /v1/files
  * (KEP sandboxd), or the legacy python-runtime routes (/upload, /download, /list, /exists).
  * One filesystem core serves all three; they differ in paths, statuses, headers and error

@@ -298,10 +298,8 @@ static enum MHD_Result check_headers(struct server *srv, struct MHD_Connection *
     return MHD_YES;
 }
 
-static enum MHD_Result append_body(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
-                                   const char *data, size_t n)
+enum MHD_Result req_body_append(struct server *srv, struct req_ctx *rc, const char *data, size_t n)
 {
-    (void)c;
     if (rc->too_large || rc->body_len + n > srv->cfg->max_body_bytes) {
         /* A chunked body that grows past the limit. libmicrohttpd cannot answer in the middle
          * of a body, so the rest is read and dropped and 413 comes at its end; a sender that
@@ -387,7 +385,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     rc->bytes_in += *upload_size;
     if (*upload_size) {
         enum MHD_Result r = rc->route->body ? rc->route->body(srv, c, rc, upload_data, *upload_size)
-                                            : append_body(srv, c, rc, upload_data, *upload_size);
+                                            : req_body_append(srv, rc, upload_data, *upload_size);
         *upload_size = 0;
         return r;
     }

@@ -654,27 +654,7 @@ static void edit_answer(struct jsonw *w, const char *path, const struct fs_edit_
     result_begin(w);
     text_block(w, msg, (size_t)(mn < (int)sizeof(msg) ? mn : (int)sizeof(msg) - 1));
     result_structured(w);
-    jw_key(w, "path");
-    jw_str(w, path);
-    jw_key(w, "etag");
-    jw_str(w, etag);
-    jw_key(w, "size");
-    jw_uint(w, (uint64_t)res->st.st_size);
-    jw_key(w, "replacements");
-    jw_uint(w, res->replaced);
-    jw_key(w, "lines");
-    jw_arr_begin(w);
-    for (size_t i = 0; i < res->nspans; i++) {
-        jw_obj_begin(w);
-        jw_key(w, "start");
-        jw_uint(w, res->spans[i].first);
-        jw_key(w, "end");
-        jw_uint(w, res->spans[i].last);
-        jw_obj_end(w);
-    }
-    jw_arr_end(w);
-    jw_key(w, "lines_cut");
-    jw_bool(w, res->spans_cut);
+    fs_write_edit(w, path, res, etag);
     result_end(w, false);
 }
 

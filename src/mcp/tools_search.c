@@ -21,30 +21,12 @@ struct found {
     struct jsonw lines; /* the same as text, one a line */
 };
 
-static void write_lines(struct jsonw *w, const char *key, const struct search_line *l, unsigned n)
-{
-    jw_key(w, key);
-    jw_arr_begin(w);
-    for (unsigned i = 0; i < n; i++)
-        jw_str_utf8(w, l[i].text, l[i].len, l[i].cut);
-    jw_arr_end(w);
-}
-
 static int on_match(void *ctx, const struct search_match *m)
 {
     struct found *f = ctx;
     struct jsonw *w = &f->items;
     jw_obj_begin(w);
-    jw_key(w, "path");
-    jw_str(w, m->path);
-    jw_key(w, "line");
-    jw_uint(w, m->line.no);
-    jw_key(w, "column");
-    jw_uint(w, m->column);
-    jw_key(w, "text");
-    jw_str_utf8(w, m->line.text, m->line.len, m->line.cut);
-    write_lines(w, "before", m->before, m->nbefore);
-    write_lines(w, "after", m->after, m->nafter);
+    search_write_match(w, m);
     jw_obj_end(w);
     char head[PATH_MAX + 32];
     int n = snprintf(head, sizeof(head), "%s:%llu:", m->path, (unsigned long long)m->line.no);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <mqueue.h>
 #include <sys/msg.h>
 #include <sys/prctl.h>
@@ -1111,4 +1112,35 @@ void host_ipc_drop(key_t key)
     char name[32];
     snprintf(name, sizeof(name), "/sbxd-%x", (unsigned)key);
     mq_unlink(name);
+}
+
+const char *http_resp_header(const struct http_resp *r, const char *name, char *out, size_t n)
+{
+    out[0] = '\0';
+    size_t nl = strlen(name);
+    for (const char *p = r->headers; p && *p;) {
+        const char *e = strstr(p, "\r\n");
+        if (!e)
+            break;
+        if ((size_t)(e - p) > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
+            const char *v = p + nl + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(out, n, "%.*s", (int)(e - v), v);
+        }
+        p = e + 2;
+    }
+    return out;
+}
+
+void run_sh(const struct daemon *d, const char *command)
+{
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "command", command);
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    cJSON *r = execute(d, body);
+    free(body);
+    ck_assert_msg(jnum(r, "exit_code") == 0, "%s: %s", command, jstr(r, "stderr"));
+    cJSON_Delete(r);
 }

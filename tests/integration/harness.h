@@ -96,6 +96,8 @@ int http_request_from(const struct daemon *d, const char *src, const char *metho
                       const char *header, const char *ctype, const char *body, size_t body_len,
                       long timeout_ms, struct http_resp *r);
 void http_resp_free(struct http_resp *r);
+/* The value of r's response header name (case-insensitive) into out, or "": out. */
+const char *http_resp_header(const struct http_resp *r, const char *name, char *out, size_t n);
 
 /* One request whose path is printf-formatted (a JSON body or none, 60 s at most); asserts
  * that the transfer itself worked. */
@@ -106,6 +108,8 @@ __attribute__((format(printf, 5, 6))) void http_reqf(const struct daemon *d, str
 /* POST /execute with a JSON body; asserts 200 and a JSON object; returns the parsed result
  * (caller frees with cJSON_Delete). */
 cJSON *execute(const struct daemon *d, const char *json);
+/* POST /execute {"command": command} on d; asserts its exit code is 0. */
+void run_sh(const struct daemon *d, const char *command);
 
 /* Shorthands on a result object. */
 const char *jstr(const cJSON *o, const char *key);

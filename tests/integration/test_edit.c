@@ -40,26 +40,6 @@ static struct http_resp edit(const char *path, const char *body, const char *hea
     return r;
 }
 
-/* The value of response header name, or "". */
-static const char *header_of(const struct http_resp *r, const char *name, char *out, size_t n)
-{
-    out[0] = '\0';
-    size_t nl = strlen(name);
-    for (const char *p = r->headers; p && *p;) {
-        const char *e = strstr(p, "\r\n");
-        if (!e)
-            break;
-        if ((size_t)(e - p) > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
-            const char *v = p + nl + 1;
-            while (*v == ' ')
-                v++;
-            snprintf(out, n, "%.*s", (int)(e - v), v);
-        }
-        p = e + 2;
-    }
-    return out;
-}
-
 /* The file's content now, through a whole-file GET. */
 static void assert_content(const char *path, const char *want)
 {
@@ -95,7 +75,7 @@ START_TEST(lines_reads_a_range_with_numbers_and_the_etag)
     http_resp_free(&r);
     char etag[128], whole[128], first[32];
     r = get("/files/ln/a.txt");
-    header_of(&r, "ETag", whole, sizeof(whole));
+    http_resp_header(&r, "ETag", whole, sizeof(whole));
     http_resp_free(&r);
     static const struct {
         const char *q, *want, *first;
@@ -112,8 +92,9 @@ START_TEST(lines_reads_a_range_with_numbers_and_the_etag)
         ck_assert_msg(r.status == 200, "%s: %ld %s", url, r.status, r.body);
         ck_assert_msg(r.len == strlen(cases[i].want) && !memcmp(r.body, cases[i].want, r.len),
                       "%s: '%.*s'", url, (int)r.len, r.body);
-        ck_assert_str_eq(header_of(&r, "ETag", etag, sizeof(etag)), whole);
-        ck_assert_str_eq(header_of(&r, "X-First-Line", first, sizeof(first)), cases[i].first);
+        ck_assert_str_eq(http_resp_header(&r, "ETag", etag, sizeof(etag)), whole);
+        ck_assert_str_eq(http_resp_header(&r, "X-First-Line", first, sizeof(first)),
+                         cases[i].first);
         http_resp_free(&r);
     }
     r = get("/files/ln/a.txt?lines=2:3&numbers=true");
@@ -202,12 +183,12 @@ START_TEST(edit_replaces_exactly_once_and_answers_etag_and_lines)
     ck_assert_int_eq((int)jnum(cJSON_GetArrayItem(lines, 0), "start"), 2);
     ck_assert_int_eq((int)jnum(cJSON_GetArrayItem(lines, 0), "end"), 3);
     char etag[128], now[128];
-    header_of(&r, "ETag", etag, sizeof(etag));
+    http_resp_header(&r, "ETag", etag, sizeof(etag));
     ck_assert_str_eq(jstr(r.json, "etag"), etag);
     http_resp_free(&r);
     assert_content("ed/a.py", "def f():\n    x = 2\n    return x\n\nprint(f())\n");
     r = get("/files/ed/a.py");
-    ck_assert_str_eq(header_of(&r, "ETag", now, sizeof(now)), etag);
+    ck_assert_str_eq(http_resp_header(&r, "ETag", now, sizeof(now)), etag);
     http_resp_free(&r);
     /* Mode and owner kept. */
     r = get("/files/ed/a.py?stat=true");
@@ -324,10 +305,10 @@ START_TEST(edit_honours_if_match)
 {
     struct http_resp r = put("ed/m.txt", "v1\n");
     char etag[128], hdr[200];
-    header_of(&r, "ETag", etag, sizeof(etag));
+    http_resp_header(&r, "ETag", etag, sizeof(etag));
     http_resp_free(&r);
     r = get("/files/ed/m.txt");
-    header_of(&r, "ETag", etag, sizeof(etag));
+    http_resp_header(&r, "ETag", etag, sizeof(etag));
     http_resp_free(&r);
     /* Another writer changed the file since it was read: the edit made on the old read is
      * refused, and the other writer's content stays. */
@@ -338,7 +319,7 @@ START_TEST(edit_honours_if_match)
     http_resp_free(&r);
     assert_content("ed/m.txt", "v2\n");
     r = get("/files/ed/m.txt?lines=1:");
-    header_of(&r, "ETag", etag, sizeof(etag));
+    http_resp_header(&r, "ETag", etag, sizeof(etag));
     http_resp_free(&r);
     snprintf(hdr, sizeof(hdr), "If-Match: %s", etag);
     r = edit("ed/m.txt", "{\"old\":\"v\",\"new\":\"w\"}", hdr);

@@ -17,19 +17,9 @@
 #include "harness.h"
 #include "suites.h"
 
-static const char *const faces[] = {"/files", "/v1/files"};
+#define SH(command) run_sh(&g_sbxd, command)
 
-static void sh(const char *command)
-{
-    cJSON *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(req, "command", command);
-    char *body = cJSON_PrintUnformatted(req);
-    cJSON_Delete(req);
-    cJSON *r = execute(&g_sbxd, body);
-    free(body);
-    ck_assert_msg(jnum(r, "exit_code") == 0, "%s: %s", command, jstr(r, "stderr"));
-    cJSON_Delete(r);
-}
+static const char *const faces[] = {"/files", "/v1/files"};
 
 /* A command's stdout (its exit status 0). */
 static char *sh_out(const char *command)
@@ -92,7 +82,7 @@ __attribute__((format(printf, 2, 3))) static cJSON *get_json(long want, const ch
 
 START_TEST(stat_describes_every_type)
 {
-    sh("mkdir -p st/dir && printf hello > st/f && chmod 0640 st/f && ln -s f st/link && "
+    SH("mkdir -p st/dir && printf hello > st/f && chmod 0640 st/f && ln -s f st/link && "
        "ln -s ../../outside st/escape && mkfifo st/fifo && "
        "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"st/sock\")'");
     /* A device node (made here, as root: a command cannot make one), where its stat can be
@@ -163,7 +153,7 @@ END_TEST
 
 START_TEST(move_renames_atomically_and_refuses_to_replace)
 {
-    sh("mkdir -p mv && printf one > mv/a && printf two > mv/b && mkdir -p mv/d/sub && "
+    SH("mkdir -p mv && printf one > mv/a && printf two > mv/b && mkdir -p mv/d/sub && "
        "printf in > mv/d/sub/x && mkdir mv/empty");
     char *body = NULL;
     /* Over an existing file: 409 without overwrite, nothing changed. */
@@ -192,7 +182,7 @@ START_TEST(move_renames_atomically_and_refuses_to_replace)
     ck_assert_int_eq(
         raw("POST", "/files/mv/new/place/d?move_to=mv/empty&overwrite=true", NULL, NULL, NULL),
         200);
-    sh("mkdir -p mv/full/x");
+    SH("mkdir -p mv/full/x");
     ck_assert_int_eq(
         raw("POST", "/files/mv/empty?move_to=mv/full&overwrite=true", NULL, NULL, &body), 409);
     free(body);
@@ -214,7 +204,7 @@ END_TEST
 
 START_TEST(copy_makes_a_whole_tree_or_nothing)
 {
-    sh("mkdir -p cp/src/sub/deeper cp/src/emptydir && printf abc > cp/src/f && "
+    SH("mkdir -p cp/src/sub/deeper cp/src/emptydir && printf abc > cp/src/f && "
        "chmod 0750 cp/src/sub && printf xyz > cp/src/sub/deeper/g && chmod 0600 "
        "cp/src/sub/deeper/g "
        "&& ln -s ../f cp/src/sub/up && ln -s /etc/passwd cp/src/abs && mkfifo cp/src/fifo && "
@@ -241,7 +231,7 @@ START_TEST(copy_makes_a_whole_tree_or_nothing)
     ck_assert_int_eq(raw("POST", "/v1/files/cp/src/f?copy_to=cp/one", NULL, NULL, NULL), 200);
     ck_assert_int_eq(raw("POST", "/files/cp/src/f?copy_to=cp/one", NULL, NULL, &body), 409);
     free(body);
-    sh("printf old > cp/dst/only-in-old");
+    SH("printf old > cp/dst/only-in-old");
     ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/dst", NULL, NULL, NULL), 409);
     ck_assert_int_eq(raw("POST", "/files/cp/src?copy_to=cp/dst&overwrite=true", NULL, NULL, NULL),
                      200);
@@ -313,7 +303,7 @@ START_TEST(conditional_put_checks_again_at_the_end)
     ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
     ck_assert_int_eq(send(s, head, (size_t)n, MSG_NOSIGNAL), n);
     usleep(200 * 1000);
-    sh("printf 'theirs!' > race/f.new && mv race/f.new race/f");
+    SH("printf 'theirs!' > race/f.new && mv race/f.new race/f");
     ck_assert_int_eq(send(s, "-half", 5, MSG_NOSIGNAL), 5);
     char *out = read_until_close(s, NULL);
     close(s);
@@ -383,7 +373,7 @@ static uint64_t offset_in(const char *at)
 
 START_TEST(watch_reports_changes_in_new_subdirectories)
 {
-    sh("mkdir -p w/old && printf 1 > w/old/kept");
+    SH("mkdir -p w/old && printf 1 > w/old/kept");
     struct stream *rec = malloc(sizeof(*rec)), *flat = malloc(sizeof(*flat));
     stream_open(rec, &g_sbxd, "/files/w?watch=true&recursive=true");
     stream_open(flat, &g_sbxd, "/v1/files/w?watch=true");
@@ -391,14 +381,14 @@ START_TEST(watch_reports_changes_in_new_subdirectories)
     ck_assert_ptr_nonnull(stream_wait(flat, NULL, "{\"type\":\"watching\"", 5000));
     /* Directories made after the watch began: followed. (What is written in one before sbxd
      * watches it is reported as created, not also as written: wait for them first.) */
-    sh("mkdir -p w/n1/n2");
+    SH("mkdir -p w/n1/n2");
     const char *at =
         stream_wait(rec, NULL, "\"type\":\"create\",\"path\":\"w/n1\",\"is_dir\":true", 5000);
     ck_assert_msg(at, "%s", rec->buf);
     at = stream_wait(rec, at, "\"type\":\"create\",\"path\":\"w/n1/n2\",\"is_dir\":true", 5000);
     ck_assert_msg(at, "%s", rec->buf);
     usleep(100 * 1000);
-    sh("printf data > w/n1/n2/f && printf more >> w/old/kept && chmod 600 w/old/kept && "
+    SH("printf data > w/n1/n2/f && printf more >> w/old/kept && chmod 600 w/old/kept && "
        "mv w/n1/n2/f w/n1/n2/g");
     const char *seq[] = {"\"type\":\"create\",\"path\":\"w/n1/n2/f\",\"is_dir\":false",
                          "\"type\":\"write\",\"path\":\"w/n1/n2/f\"",
@@ -412,7 +402,7 @@ START_TEST(watch_reports_changes_in_new_subdirectories)
     }
     /* sbxd's own move, across directories; a delete. */
     ck_assert_int_eq(raw("POST", "/files/w/n1/n2/g?move_to=w/old/g2", NULL, NULL, NULL), 200);
-    sh("rm -r w/n1");
+    SH("rm -r w/n1");
     const char *seq2[] = {"\"type\":\"rename\",\"path\":\"w/old/g2\",\"from\":\"w/n1/n2/g\"",
                           "\"type\":\"remove\",\"path\":\"w/n1/n2\",\"is_dir\":true",
                           "\"type\":\"remove\",\"path\":\"w/n1\",\"is_dir\":true"};
@@ -427,7 +417,7 @@ START_TEST(watch_reports_changes_in_new_subdirectories)
     ck_assert_ptr_null(strstr(flat->buf, "w/n1/n2"));
     ck_assert_ptr_null(strstr(flat->buf, "w/old/kept"));
     /* The watched directory removed: "gone", and the stream ends. */
-    sh("rm -r w");
+    SH("rm -r w");
     ck_assert_ptr_nonnull(stream_wait(rec, NULL, "{\"type\":\"gone\",\"path\":\"w\"", 5000));
     ck_assert_ptr_nonnull(stream_wait(flat, NULL, "{\"type\":\"gone\",\"path\":\"w\"", 5000));
     close(rec->s);
@@ -439,17 +429,17 @@ END_TEST
 
 START_TEST(watch_resumes_from_an_offset_and_reports_overflow)
 {
-    sh("mkdir -p wr");
+    SH("mkdir -p wr");
     struct stream *st = malloc(sizeof(*st));
     stream_open(st, &g_sbxd, "/files/wr?watch=true");
     ck_assert_ptr_nonnull(stream_wait(st, NULL, "\"type\":\"watching\"", 5000));
-    sh("printf a > wr/a");
+    SH("printf a > wr/a");
     const char *at = stream_wait(st, NULL, "\"path\":\"wr/a\"", 5000);
     ck_assert_ptr_nonnull(at);
     uint64_t first = offset_in(at);
     close(st->s);
     /* While nobody reads: b and c. Back from the offset after a's events: nothing lost. */
-    sh("printf b > wr/b && printf c > wr/c");
+    SH("printf b > wr/b && printf c > wr/c");
     usleep(100 * 1000);
     char path[128];
     snprintf(path, sizeof(path), "/files/wr?watch=true&since=%llu", (unsigned long long)first);
@@ -463,7 +453,7 @@ START_TEST(watch_resumes_from_an_offset_and_reports_overflow)
     close(st->s);
     /* More than the ring holds while away: one overflow event says how many were missed. */
     /* (one rm for all: a command per file is seconds under gVisor's ptrace platform) */
-    sh("cd wr && for i in $(seq 1 2500); do : > f$i; done && rm -f f*");
+    SH("cd wr && for i in $(seq 1 2500); do : > f$i; done && rm -f f*");
     stream_open(st, &g_sbxd, path);
     at = stream_wait(st, NULL, "{\"type\":\"overflow\"", 5000);
     ck_assert_msg(at, "%.2000s", st->buf);
@@ -481,7 +471,7 @@ END_TEST
 
 START_TEST(watch_refusals_and_limits)
 {
-    sh("mkdir -p wl && printf x > wl/file");
+    SH("mkdir -p wl && printf x > wl/file");
     struct http_resp r;
     const struct {
         const char *path;

@@ -61,26 +61,6 @@ static struct http_resp req_h(const struct daemon *d, const char *method, const 
     return r;
 }
 
-/* The value of response header name (case-insensitive), or "". */
-static const char *header(const struct http_resp *r, const char *name, char *out, size_t n)
-{
-    out[0] = '\0';
-    size_t nl = strlen(name);
-    for (const char *p = r->headers; p && *p;) {
-        const char *e = strstr(p, "\r\n");
-        if (!e)
-            break;
-        if ((size_t)(e - p) > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
-            const char *v = p + nl + 1;
-            while (*v == ' ')
-                v++;
-            snprintf(out, n, "%.*s", (int)(e - v), v);
-        }
-        p = e + 2;
-    }
-    return out;
-}
-
 static cJSON *run(const struct daemon *d, const char *cmd)
 {
     char body[1024];
@@ -120,18 +100,19 @@ START_TEST(put_get_head_round_trip_binary)
     ck_assert_uint_eq(r.len, sizeof(data));
     ck_assert(memcmp(r.body, data, sizeof(data)) == 0);
     char v[128], etag[128], lm[128];
-    ck_assert_str_eq(header(&r, "Content-Type", v, sizeof(v)), "application/octet-stream");
-    ck_assert_str_eq(header(&r, "Content-Length", v, sizeof(v)), "1024");
-    ck_assert_str_eq(header(&r, "Accept-Ranges", v, sizeof(v)), "bytes");
-    header(&r, "ETag", etag, sizeof(etag));
-    header(&r, "Last-Modified", lm, sizeof(lm));
+    ck_assert_str_eq(http_resp_header(&r, "Content-Type", v, sizeof(v)),
+                     "application/octet-stream");
+    ck_assert_str_eq(http_resp_header(&r, "Content-Length", v, sizeof(v)), "1024");
+    ck_assert_str_eq(http_resp_header(&r, "Accept-Ranges", v, sizeof(v)), "bytes");
+    http_resp_header(&r, "ETag", etag, sizeof(etag));
+    http_resp_header(&r, "Last-Modified", lm, sizeof(lm));
     ck_assert(etag[0] == '"' && strlen(lm) == 29 && strcmp(lm + 25, " GMT") == 0);
     http_resp_free(&r);
     r = req(&g_sbxd, "HEAD", "/files/rt/bin/data.bin", NULL, NULL, 0);
     ck_assert_int_eq(r.status, 200);
     ck_assert_uint_eq(r.len, 0);
-    ck_assert_str_eq(header(&r, "Content-Length", v, sizeof(v)), "1024");
-    ck_assert_str_eq(header(&r, "ETag", v, sizeof(v)), etag);
+    ck_assert_str_eq(http_resp_header(&r, "Content-Length", v, sizeof(v)), "1024");
+    ck_assert_str_eq(http_resp_header(&r, "ETag", v, sizeof(v)), etag);
     http_resp_free(&r);
     r = req(&g_sbxd, "HEAD", "/files/rt/nope", NULL, NULL, 0);
     ck_assert_int_eq(r.status, 404);
@@ -163,7 +144,7 @@ START_TEST(ranges)
     ck_assert_int_eq(r.status, 206);
     ck_assert_uint_eq(r.len, 4);
     ck_assert(memcmp(r.body, "2345", 4) == 0);
-    ck_assert_str_eq(header(&r, "Content-Range", v, sizeof(v)), "bytes 2-5/10");
+    ck_assert_str_eq(http_resp_header(&r, "Content-Range", v, sizeof(v)), "bytes 2-5/10");
     http_resp_free(&r);
     r = req_h(&g_sbxd, "GET", "/files/range.txt", "Range: bytes=-3");
     ck_assert_int_eq(r.status, 206);
@@ -172,11 +153,11 @@ START_TEST(ranges)
     r = req_h(&g_sbxd, "GET", "/files/range.txt", "Range: bytes=7-100");
     ck_assert_int_eq(r.status, 206);
     ck_assert(r.len == 3 && memcmp(r.body, "789", 3) == 0);
-    ck_assert_str_eq(header(&r, "Content-Range", v, sizeof(v)), "bytes 7-9/10");
+    ck_assert_str_eq(http_resp_header(&r, "Content-Range", v, sizeof(v)), "bytes 7-9/10");
     http_resp_free(&r);
     r = req_h(&g_sbxd, "GET", "/files/range.txt", "Range: bytes=10-");
     ck_assert_int_eq(r.status, 416);
-    ck_assert_str_eq(header(&r, "Content-Range", v, sizeof(v)), "bytes */10");
+    ck_assert_str_eq(http_resp_header(&r, "Content-Range", v, sizeof(v)), "bytes */10");
     ck_assert_str_eq(jstr(r.json, "code"), "RANGE_NOT_SATISFIABLE");
     http_resp_free(&r);
     r = req_h(&g_sbxd, "GET", "/files/range.txt", "Range: lines=1-2");

@@ -11,17 +11,7 @@
 #include "harness.h"
 #include "suites.h"
 
-static void sh(const char *command)
-{
-    cJSON *req = cJSON_CreateObject();
-    cJSON_AddStringToObject(req, "command", command);
-    char *body = cJSON_PrintUnformatted(req);
-    cJSON_Delete(req);
-    cJSON *r = execute(&g_sbxd, body);
-    free(body);
-    ck_assert_msg(jnum(r, "exit_code") == 0, "%s: %s", command, jstr(r, "stderr"));
-    cJSON_Delete(r);
-}
+#define SH(command) run_sh(&g_sbxd, command)
 
 /* The events of a search: the results in order, then the summary (asserted last). */
 struct found {
@@ -87,7 +77,7 @@ static const char *nth(const cJSON *m, const char *key, int i)
 
 START_TEST(grep_streams_matches_with_context_then_a_summary)
 {
-    sh("rm -rf sr && mkdir -p sr/pkg sr/.git sr/node && "
+    SH("rm -rf sr && mkdir -p sr/pkg sr/.git sr/node && "
        "printf 'one\\ntwo\\nx = f(a.b) $HOME\\nfour\\nfive\\n' > sr/pkg/a.py && "
        "printf 'f(a.b) $HOME in git\\n' > sr/.git/config && "
        "printf 'f(a.b) $HOME\\0binary\\n' > sr/blob.bin && "
@@ -152,7 +142,7 @@ END_TEST
 
 START_TEST(glob_streams_names_with_type_and_size)
 {
-    sh("rm -rf sg && mkdir -p sg/a/b sg/.git && printf 12345 > sg/top.py && "
+    SH("rm -rf sg && mkdir -p sg/a/b sg/.git && printf 12345 > sg/top.py && "
        "printf 1 > sg/a/b/deep.py && printf 1 > sg/a/x.txt && printf 1 > sg/.git/h.py && "
        "mkdir sg/dir.py");
     struct found f;
@@ -178,7 +168,7 @@ END_TEST
 
 START_TEST(search_never_leaves_the_workspace)
 {
-    sh("rm -rf sx && mkdir sx && ln -s /etc sx/etc && ln -s /etc/passwd sx/pw && "
+    SH("rm -rf sx && mkdir sx && ln -s /etc sx/etc && ln -s /etc/passwd sx/pw && "
        "ln -s .. sx/up && printf 'root:x:0\\n' > sx/mine");
     struct found f;
     /* Symlinks are not followed: not /etc, not the workspace again through "..". */
@@ -207,7 +197,7 @@ START_TEST(search_skips_what_the_command_user_cannot_read)
 {
     if (geteuid() != 0)
         return; /* files are read with the user's rights only when sbxd can switch */
-    sh("rm -rf su && mkdir -p su/closed && printf 'secret\\n' > su/shut && chmod 000 su/shut && "
+    SH("rm -rf su && mkdir -p su/closed && printf 'secret\\n' > su/shut && chmod 000 su/shut && "
        "printf 'secret\\n' > su/closed/f && chmod 000 su/closed && printf 'secret\\n' > su/open");
     struct found f;
     search(&f, "/files/su?grep=secret");
@@ -215,13 +205,13 @@ START_TEST(search_skips_what_the_command_user_cannot_read)
     ck_assert_str_eq(jstr(f.ev[0], "path"), "su/open");
     ck_assert_int_eq((int)jnum(f.summary, "skipped_unreadable"), 2);
     found_free(&f);
-    sh("chmod 700 su/closed");
+    SH("chmod 700 su/closed");
 }
 END_TEST
 
 START_TEST(search_bounds_a_huge_line_and_a_pathological_pattern)
 {
-    sh("rm -rf sh && mkdir sh && head -c 3000000 /dev/zero | tr '\\0' x > sh/huge && "
+    SH("rm -rf sh && mkdir sh && head -c 3000000 /dev/zero | tr '\\0' x > sh/huge && "
        "printf 'needle\\nafter\\n' >> sh/huge && head -c 40 /dev/zero | tr '\\0' a > sh/evil && "
        "printf 'b\\n' >> sh/evil");
     struct found f;
@@ -286,7 +276,7 @@ static void qesc(const char *s, char *out, size_t len)
  */
 START_TEST(a_regex_that_begins_with_a_literal_finds_what_pcre2_alone_finds)
 {
-    sh("rm -rf sp && mkdir sp && printf '"
+    SH("rm -rf sp && mkdir sp && printf '"
        "needle_ needle_12\\nneeneedle_7\\nneedle_x needle_3\\nneedle_5 \\nabce abcde\\nabcd\\n"
        "fooobar foobar\\nxyzz\\nxyz\\nat the end\\nthe end is near\\nneedle_\\n"
        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\\n' > sp/t && cp sp/t sp/u");
@@ -341,7 +331,7 @@ END_TEST
 
 START_TEST(search_stops_at_max_matches)
 {
-    sh("rm -rf sm && mkdir sm && seq 1 1500 | sed 's/^/hit /' > sm/many");
+    SH("rm -rf sm && mkdir sm && seq 1 1500 | sed 's/^/hit /' > sm/many");
     struct found f;
     search(&f, "/files/sm?grep=hit&max_matches=10");
     ck_assert_int_eq(f.n, 10);
@@ -358,7 +348,7 @@ END_TEST
 
 START_TEST(search_refuses_bad_requests)
 {
-    sh("mkdir -p sb");
+    SH("mkdir -p sb");
     static const char *const bad[] = {
         "/files/sb?grep=(a&regex=true",
         "/files/sb?grep=",
