@@ -82,4 +82,8 @@ int walk_stat(struct walk_entry *e);
  * was opened (not of the name), e->fd the fd. 0, or -1 (errno). */
 int walk_open(struct walk_entry *e, int flags);
 
+/* What walk_open does, for a name in a directory fd held elsewhere (a search's worker opens
+ * the files the walk found): the fd, st filled, or -1 (errno). */
+int walk_openat(int dirfd, const char *name, int flags, struct stat *st);
+
 #endif

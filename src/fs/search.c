@@ -5,8 +5,10 @@
  *
  * A content search on a machine of several CPUs reads and matches files on worker threads
  * (as many as the CPUs sbxd may run on, at most SBXD_SEARCH_THREADS), each with its own
- * buffer, ring and PCRE2 match data; the walk hands them each file open (never a path) through
- * a short queue, and the matches reach the sink one at a time, under the pool's lock.
+ * buffer, ring and PCRE2 match data. The walk only reads directories: it hands each file to
+ * search through a short queue as a name and a duplicate of the fd of its directory (never a
+ * path from the root), which the worker opens as walk_open would (no symlink followed, as the
+ * command user), and the matches reach the sink one at a time, under the pool's lock.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,14 +36,24 @@ struct kept {
     char text[SBXD_SEARCH_LINE_MAX];
 };
 
-/* A file the walk opened, for a worker to search. */
-struct fjob {
+/* A directory the workers open files in: the walk's fd for it, duplicated, closed by
+ * whoever lets go of it last. */
+struct dref {
     int fd;
-    uint64_t size;
-    char *path;
+    int src;       /* the walk's fd it duplicates (the walk's own check) */
+    unsigned refs; /* atomic */
 };
 
-#define SEARCH_QUEUE 32
+/* A file the walk found, for a worker to open (as the command user: the worker's fsuid is
+ * the walk's) and search. */
+struct fjob {
+    struct dref *dir;
+    char *path;       /* relative to the root, as shown; malloc'd */
+    const char *name; /* its last component, within path */
+};
+
+#define SEARCH_QUEUE 64
+#define SEARCH_BATCH 8
 
 /* What the threads of one search share. */
 struct pool {
@@ -49,8 +61,10 @@ struct pool {
     pthread_cond_t more, room;
     struct fjob q[SEARCH_QUEUE];
     unsigned head, n;
-    bool done;    /* the walk is over: the workers end once the queue is empty */
-    bool stopped; /* the sink ended it, or max_matches (also read without the lock: a hint) */
+    unsigned idle;     /* workers waiting for more */
+    bool walk_waiting; /* the walk waits for room */
+    bool done;         /* the walk is over: the workers end once the queue is empty */
+    bool stopped;      /* the sink ended it, or max_matches (also read without the lock: a hint) */
     int sink_failed;
     uint64_t matches;
     bool truncated;
@@ -64,8 +78,9 @@ struct search {
     struct search_matcher *m;
     struct pool *pool; /* NULL: one thread does it all */
     pthread_t th;
-    char *buf;         /* SBXD_SEARCH_BUF + 1 */
-    struct kept *ring; /* 2 * context + 1 lines */
+    struct dref *dirs[SBXD_SEARCH_MAX_DEPTH + 2]; /* the walk's: of the entries at each depth */
+    char *buf;                                    /* SBXD_SEARCH_BUF + 1 */
+    struct kept *ring;                            /* 2 * context + 1 lines */
     unsigned nring;
     struct search_line *ctx; /* 2 * context: the before and after of one match */
     char path[PATH_MAX + NAME_MAX + 2];
@@ -292,54 +307,126 @@ static int entry_path(struct search *s, const struct walk_entry *e, size_t *len)
     return 0;
 }
 
-/* Hand the open file e to the workers (its fd is theirs from here on): WALK_NEXT, or WALK_STOP
- * once the search is over. Waits while the queue is full. */
-static int enqueue(struct pool *p, struct walk_entry *e, const char *path)
+static void dref_put(struct dref *d)
 {
-    struct fjob j = {e->fd, (uint64_t)e->st.st_size, strdup(path)};
-    if (!j.path)
-        return WALK_NEXT; /* (out of memory: this file is passed over) */
-    e->fd = -1;
+    if (d && __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        close(d->fd);
+        free(d);
+    }
+}
+
+/* The walk's reference to the directory holding e (made on its first file to search). */
+static struct dref *dref_of(struct search *s, const struct walk_entry *e)
+{
+    struct dref **slot = &s->dirs[e->depth];
+    if (*slot && (*slot)->src != e->parent) { /* (never, as the walk goes depth first) */
+        dref_put(*slot);
+        *slot = NULL;
+    }
+    if (!*slot) {
+        struct dref *d = malloc(sizeof(*d));
+        if (!d)
+            return NULL;
+        d->fd = fcntl(e->parent, F_DUPFD_CLOEXEC, 0);
+        d->src = e->parent;
+        d->refs = 1;
+        if (d->fd < 0) {
+            free(d);
+            return NULL;
+        }
+        *slot = d;
+    }
+    return *slot;
+}
+
+/* Hand the file e (of path) to the workers: WALK_NEXT, or WALK_STOP once the search is over.
+ * Waits while the queue is full. */
+static int enqueue(struct search *s, const struct walk_entry *e, const char *path, size_t len)
+{
+    struct pool *p = s->pool;
+    struct dref *d = dref_of(s, e);
+    struct fjob j = {d, strdup(path), NULL};
+    if (!d || !j.path) {
+        free(j.path);
+        return WALK_NEXT; /* (out of memory or descriptors: this file is passed over) */
+    }
+    j.name = j.path + len - strlen(e->name);
+    __atomic_add_fetch(&d->refs, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&p->lock);
-    while (p->n == SEARCH_QUEUE && !p->stopped)
+    while (p->n == SEARCH_QUEUE && !p->stopped) {
+        p->walk_waiting = true;
         pthread_cond_wait(&p->room, &p->lock);
+    }
+    p->walk_waiting = false;
     bool stopped = p->stopped;
     if (!stopped) {
         p->q[(p->head + p->n++) % SEARCH_QUEUE] = j;
-        pthread_cond_signal(&p->more);
+        /* A worker that waits is woken once a batch is in (a wake-up per file cost more
+         * than the file's search); the end of the walk wakes them all. */
+        if (p->idle && p->n >= SEARCH_BATCH)
+            pthread_cond_signal(&p->more);
     }
     pthread_mutex_unlock(&p->lock);
     if (stopped) {
-        close(j.fd);
+        dref_put(d);
         free(j.path);
         return WALK_STOP;
     }
     return WALK_NEXT;
 }
 
+/* A job: the file opened as the walk would have (walk_openat: no symlink followed), then
+ * searched when it is a regular file. */
+static void work(struct search *s, const struct fjob *j)
+{
+    struct stat st;
+    int fd = walk_openat(j->dir->fd, j->name, O_RDONLY, &st);
+    if (fd < 0) {
+        if (errno == EACCES || errno == EPERM)
+            s->st->skipped_unreadable++;
+        return;
+    }
+    if (S_ISREG(st.st_mode)) {
+        snprintf(s->path, sizeof(s->path), "%s", j->path);
+        search_file(s, fd, (uint64_t)st.st_size);
+    }
+    close(fd);
+}
+
 static void *worker(void *arg)
 {
     struct search *s = arg;
     struct pool *p = s->pool;
+    struct fjob mine[SEARCH_BATCH];
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        while (p->n == 0 && !p->done)
+        while (p->n == 0 && !p->done) {
+            p->idle++;
             pthread_cond_wait(&p->more, &p->lock);
-        if (p->n == 0) {
-            pthread_mutex_unlock(&p->lock);
-            return NULL;
+            p->idle--;
         }
-        struct fjob j = p->q[p->head];
-        p->head = (p->head + 1) % SEARCH_QUEUE;
-        p->n--;
-        pthread_cond_signal(&p->room);
+        /* A batch at a time (its share when others wait too): one lock for several files. */
+        unsigned k = p->n < SEARCH_BATCH ? p->n : SEARCH_BATCH;
+        if (p->idle && k > 1)
+            k = (k + 1) / 2;
+        for (unsigned i = 0; i < k; i++) {
+            mine[i] = p->q[p->head];
+            p->head = (p->head + 1) % SEARCH_QUEUE;
+        }
+        p->n -= k;
+        if (p->n && p->idle)
+            pthread_cond_signal(&p->more); /* (the rest of the batch for another) */
+        if (p->walk_waiting && p->n <= SEARCH_QUEUE / 2)
+            pthread_cond_signal(&p->room); /* (half empty: not woken for each file) */
         pthread_mutex_unlock(&p->lock);
-        if (!s->stopped) {
-            snprintf(s->path, sizeof(s->path), "%s", j.path);
-            search_file(s, j.fd, j.size);
+        if (k == 0)
+            return NULL; /* the walk is over and nothing is left */
+        for (unsigned i = 0; i < k; i++) {
+            if (!s->stopped)
+                work(s, &mine[i]);
+            dref_put(mine[i].dir);
+            free(mine[i].path);
         }
-        close(j.fd);
-        free(j.path);
     }
 }
 
@@ -383,10 +470,17 @@ static int visit(struct walk_entry *e, void *ctx)
         }
         s->path[len] = '/';
         s->lens[e->depth + 1] = len + 1;
+        if (e->depth + 1 < sizeof(s->dirs) / sizeof(s->dirs[0])) {
+            dref_put(s->dirs[e->depth + 1]); /* its entries are in another directory now */
+            s->dirs[e->depth + 1] = NULL;
+        }
         return WALK_ENTER;
     }
     if (!s->o->pattern || !take || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
         return WALK_NEXT;
+    /* Several threads: a worker opens it (the walk only walks). */
+    if (s->pool)
+        return enqueue(s, e, s->path, len);
     /* Opened as the command user (the caller's fsuid): what it cannot read is skipped. */
     if (walk_open(e, O_RDONLY) < 0) {
         if (errno == EACCES || errno == EPERM)
@@ -395,8 +489,6 @@ static int visit(struct walk_entry *e, void *ctx)
     }
     if (!S_ISREG(e->st.st_mode))
         return WALK_NEXT;
-    if (s->pool)
-        return enqueue(s->pool, e, s->path);
     search_file(s, e->fd, (uint64_t)e->st.st_size);
     return s->stopped ? WALK_STOP : WALK_NEXT;
 }
@@ -498,6 +590,8 @@ int search_run(int dirfd, const char *base, const struct search_opts *o,
                       .ctx = &s};
     walk_tree(dirfd, &wk);
     stats->walk_cut = wk.cut;
+    for (size_t i = 0; i < sizeof(s.dirs) / sizeof(s.dirs[0]); i++)
+        dref_put(s.dirs[i]);
     if (s.pool) {
         pthread_mutex_lock(&p.lock);
         p.done = true;

@@ -17,25 +17,33 @@ int walk_stat(struct walk_entry *e)
     return fstatat(e->parent, e->name, &e->st, AT_SYMLINK_NOFOLLOW);
 }
 
+int walk_openat(int dirfd, const char *name, int flags, struct stat *st)
+{
+    /* O_NOFOLLOW: the name may have been swapped for a symlink since the readdir (or the
+     * visitor's stat); opening it must not reach what the link names, inside the tree or
+     * out. O_NONBLOCK and O_NOCTTY: a fifo or a terminal swapped in neither hangs the walk
+     * nor becomes sbxd's controlling terminal. */
+    int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
 int walk_open(struct walk_entry *e, int flags)
 {
     if (e->fd >= 0) {
         close(e->fd);
         e->fd = -1;
     }
-    /* O_NOFOLLOW: the name may have been swapped for a symlink since the readdir (or the
-     * visitor's stat); opening it must not reach what the link names, inside the tree or
-     * out. O_NONBLOCK and O_NOCTTY: a fifo or a terminal swapped in neither hangs the walk
-     * nor becomes sbxd's controlling terminal. */
-    int fd = openat(e->parent, e->name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int fd = walk_openat(e->parent, e->name, flags, &e->st);
     if (fd < 0)
         return -1;
-    if (fstat(fd, &e->st) < 0) {
-        int err = errno;
-        close(fd);
-        errno = err;
-        return -1;
-    }
     e->fd = fd;
     return 0;
 }
