@@ -894,7 +894,11 @@ START_TEST(stream_and_background_starts_wait_in_the_queue)
     call_join(&bg);
     ck_assert_msg(bg.r.status == 201, "HTTP %ld: %s", bg.r.status, bg.r.body);
     ck_assert_msg(jnum(bg.r.json, "queued_ms") >= 300, "%s", bg.r.body);
-    ck_assert_double_ge(bg.done_ms, a.done_ms);
+    /* It started after a's command: a's slot is given back as a's answer goes out, so the
+     * stream and bg may run and answer while a's client thread is still taking the answer
+     * in (both ends were seen within the same millisecond, bg's first, in 2 runs of a CI). */
+    ck_assert_msg(bg.done_ms >= a.done_ms - 100 * SLOW, "bg answered %.1f ms before a",
+                  a.done_ms - bg.done_ms);
     http_resp_free(&bg.r);
     ck_assert_double_eq(metric_of(&d, "sbxd_queue_depth"), 0);
     ck_assert_double_eq(metric_of(&d, "sbxd_queued_total"), 2);
