@@ -22,7 +22,7 @@ uint16_t server_port(const struct server *srv);
 /* Every listener's port, in --listen's order, as a comma list ("8888,8080") into out. */
 void server_ports(const struct server *srv, char *out, size_t len);
 
-/* Background-process output and watch streams being sent right now. */
+/* Long-lived streams being sent right now: background processes' output, watches, MCP's events. */
 unsigned server_streams(const struct server *srv);
 
 /* Enforce the connection deadlines (request timeout, refusals over the caps); called

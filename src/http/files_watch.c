@@ -94,7 +94,7 @@ static void watch_stream_free(void *cls)
 {
     struct watch_stream *s = cls;
     watch_close(s->sub);
-    __atomic_sub_fetch(&s->srv->streams, 1, __ATOMIC_ACQ_REL);
+    server_stream_release(s->srv);
     events_free(&s->out);
     free(s->path);
     free(s);
@@ -128,8 +128,6 @@ enum MHD_Result files_watch_get(struct server *srv, struct MHD_Connection *c, co
     if (fmt == STREAM_NONE)
         fmt = STREAM_NDJSON;
     events_init(&s->out, fmt);
-    /* A stop's drain waits for it (until watch_stream_free): its "gone" is written before
-     * the server closes the connection. */
-    __atomic_add_fetch(&srv->streams, 1, __ATOMIC_ACQ_REL);
+    server_stream_hold(srv); /* until watch_stream_free: its "gone" is written at a stop */
     return events_reply(c, fmt, watch_stream_read, s, watch_stream_free);
 }

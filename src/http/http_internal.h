@@ -38,7 +38,7 @@ struct server {
     uint16_t port;                   /* the first listener's: ports[0] */
     uint16_t ports[SBXD_LISTEN_MAX]; /* each --listen address's, in order */
     unsigned nports;
-    unsigned streams;   /* atomic: process output and watch streams being sent (a drain waits) */
+    unsigned streams;   /* atomic: long-lived streams being sent (server_stream_hold) */
     uint64_t completed; /* atomic: requests completed (activity, for the trim at rest) */
     char **metadata;    /* /v1/metadata: "NAME=value" taken from the environment at start */
     size_t token_len;   /* of cfg->token; 0: no token is required */
@@ -51,6 +51,19 @@ struct server {
     uint64_t conns_shed;    /* atomic: closed at accept, over the caps */
     struct front *front;    /* accept.c: the listening socket and its thread */
 };
+
+/* A long-lived stream (a process's output, a watch, MCP's events) is being sent: a stop's
+ * drain waits until it is released (its free callback), so what it still has to say, a
+ * watch's "gone" or a process's exit, is written before the server closes its connection. */
+static inline void server_stream_hold(struct server *srv)
+{
+    __atomic_add_fetch(&srv->streams, 1, __ATOMIC_ACQ_REL);
+}
+
+static inline void server_stream_release(struct server *srv)
+{
+    __atomic_sub_fetch(&srv->streams, 1, __ATOMIC_ACQ_REL);
+}
 
 /* Sockets libmicrohttpd may hold at once: every connection sbxd admits, with room for those
  * ending. */

@@ -294,7 +294,7 @@ static void get_stream_free(void *cls)
     struct get_stream *g = cls;
     mcp_events_close(g->e);
     jw_free(&g->pending);
-    __atomic_fetch_sub(&g->srv->streams, 1, __ATOMIC_ACQ_REL);
+    server_stream_release(g->srv);
     free(g);
 }
 
@@ -321,7 +321,7 @@ static enum MHD_Result get(struct server *srv, struct MHD_Connection *c, struct 
     g->e = e;
     g->last_ns = time_mono_ns();
     jw_init(&g->pending, 512);
-    __atomic_fetch_add(&srv->streams, 1, __ATOMIC_ACQ_REL);
+    server_stream_hold(srv);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
                                                                get_stream_read, g, get_stream_free);
     if (!r) {

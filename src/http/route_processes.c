@@ -260,7 +260,7 @@ static void out_free(void *cls)
 {
     struct out_stream *s = cls;
     bg_put(s->p); /* a follower that leaves does nothing to the process */
-    __atomic_sub_fetch(&s->srv->streams, 1, __ATOMIC_ACQ_REL);
+    server_stream_release(s->srv);
     events_free(&s->ev);
     free(s);
 }
@@ -331,7 +331,7 @@ static enum MHD_Result output(struct server *srv, struct MHD_Connection *c, stru
     s->follow = follow;
     s->utf8 = utf8;
     events_init(&s->ev, fmt);
-    __atomic_add_fetch(&srv->streams, 1, __ATOMIC_ACQ_REL); /* until out_free */
+    server_stream_hold(srv); /* until out_free */
     return events_reply(c, fmt, out_read, s, out_free);
 }
 
