@@ -36,22 +36,6 @@ static struct {
     unsigned nkeep;
 } finding = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
-/* The uids commands run as: the command user, and under uid isolation the range (but its
- * last, the kill helper's). None when sbxd is not root: commands then run as sbxd's own
- * uid, which is no sign of a command's (sbxd's other files and processes have it too), and
- * root is never one. */
-static unsigned command_uids(const struct reset_env *env, struct fs_uid_span *v)
-{
-    unsigned n = 0;
-    if (!env->harden->switch_user)
-        return 0;
-    if (env->harden->uid != 0)
-        v[n++] = (struct fs_uid_span){env->harden->uid, 1};
-    if (env->iso->tree_kill == ISO_KILL_UID && env->cfg->uid_count > 1)
-        v[n++] = (struct fs_uid_span){env->cfg->uid_first, env->cfg->uid_count - 1};
-    return n;
-}
-
 /* The walk for the shared directories, and its log line. */
 static void find_shared(const struct fs_keep *keep, unsigned nkeep)
 {
@@ -82,7 +66,7 @@ static void *finder_main(void *arg)
 void reset_prepare(const struct reset_env *env)
 {
     struct fs_uid_span uids[2];
-    if (!command_uids(env, uids))
+    if (!iso_command_uids(env->harden, env->iso, env->cfg, uids))
         return; /* no reset sweeps the shared directories */
     struct stat st;
     if (fstat(env->rootfd, &st) == 0)
@@ -237,7 +221,7 @@ int reset_run(const struct reset_env *env, struct reset_report *rep, struct sbxd
     memset(rep, 0, sizeof(*rep));
     memset(err, 0, sizeof(*err));
     struct fs_uid_span uids[2];
-    unsigned nuids = command_uids(env, uids);
+    unsigned nuids = iso_command_uids(env->harden, env->iso, env->cfg, uids);
 
     /* Nothing starts from here on; what was starting exists now, as a job. */
     exec_service_close(env->svc);

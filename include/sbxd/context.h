@@ -103,6 +103,11 @@ struct ctx *ctx_default(const char *language, struct sbxd_err *err);
 /* Every context, oldest first, each with a reference: an array to free. Returns how many. */
 size_t ctx_list(struct ctx ***out);
 
+/* The shell or kernel process of every context, the warm kernels' included (0 for one not
+ * running), into out (at most max); how many. What a context listens on is its own channel:
+ * the proxy keeps out of it (ports.h). */
+size_t ctx_pids(pid_t *out, size_t max);
+
 /* What c is and its state; with memory, also memory_bytes (a walk of its process tree in
  * /proc: not for each execution). */
 void ctx_info(struct ctx *c, struct ctx_info *out, bool memory);

@@ -156,6 +156,14 @@ unsigned uid_slot_reown(int rootfd, uid_t slot, uid_t uid, gid_t gid);
  * and no look saw); *left: how many the last look found, when the time was up.
  */
 struct fs_uid_span;
+
+/* The uids commands run as, in v (room for 2): the command user, and under uid isolation the
+ * range (but its last, the kill helper's). None when sbxd is not root: commands then run as
+ * sbxd's own uid, which is no sign of a command's (sbxd's other files and processes have it
+ * too), and root is never one. Returns how many spans. */
+unsigned iso_command_uids(const struct harden_plan *h, const struct isolation *iso,
+                          const struct sbxd_config *cfg, struct fs_uid_span *v);
+
 unsigned uid_procs_kill(const struct fs_uid_span *spans, unsigned n, int ms, unsigned *left);
 
 #endif

@@ -221,6 +221,8 @@ struct exec_service *ctx_svc(void);
 /* warm.c: a warm kernel started from exactly this spec, taken out of the pool (NULL: none);
  * the pool stopped (wait: its maker joined, its kernels killed and waited for; else only
  * signalled); its kernels discarded for a reset, none made until ctx_warm_resume. */
+/* The processes of the warm kernels now, into out (at most max); how many. */
+size_t ctx_warm_pids(pid_t *out, size_t max);
 struct ctx *ctx_warm_take(const char *spec);
 void ctx_warm_stop(bool wait);
 void ctx_warm_discard(void);

@@ -207,6 +207,16 @@ size_t ctx_list(struct ctx ***out)
     return i;
 }
 
+size_t ctx_pids(pid_t *out, size_t max)
+{
+    size_t n = ctx_warm_pids(out, max);
+    pthread_mutex_lock(&reg.lock);
+    for (struct ctx *c = reg.head; c && n < max; c = c->next)
+        out[n++] = __atomic_load_n(&c->pid, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&reg.lock);
+    return n;
+}
+
 void ctx_delete(struct ctx *c)
 {
     pthread_mutex_lock(&c->admin);

@@ -53,6 +53,16 @@ struct ctx *ctx_warm_take(const char *spec)
     return NULL;
 }
 
+size_t ctx_warm_pids(pid_t *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&warm.lock);
+    for (unsigned i = 0; i < warm.have && n < max; i++)
+        out[n++] = __atomic_load_n(&warm.ready[i]->pid, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&warm.lock);
+    return n;
+}
+
 static void *warm_main(void *arg)
 {
     (void)arg;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sbxd/files.h"
 #include "sbxd/isolation.h"
 #include "sbxd/log.h"
 #include "sbxd/spawn.h"
@@ -379,4 +380,17 @@ void isolation_describe(const struct isolation *iso, const struct harden_plan *h
         d->inter_command = scope == HARDEN_SCOPE_PTRACE_SIGNAL ? "landlock"
                            : scope == HARDEN_SCOPE_PTRACE      ? "landlock-no-signals"
                                                                : "none";
+}
+
+unsigned iso_command_uids(const struct harden_plan *h, const struct isolation *iso,
+                          const struct sbxd_config *cfg, struct fs_uid_span *v)
+{
+    unsigned n = 0;
+    if (!h->switch_user)
+        return 0;
+    if (h->uid != 0)
+        v[n++] = (struct fs_uid_span){h->uid, 1};
+    if (iso->tree_kill == ISO_KILL_UID && cfg->uid_count > 1)
+        v[n++] = (struct fs_uid_span){cfg->uid_first, cfg->uid_count - 1};
+    return n;
 }

@@ -100,7 +100,15 @@ struct req_ctx {
 typedef enum MHD_Result (*route_fn)(struct server *srv, struct MHD_Connection *c,
                                     struct req_ctx *rc);
 
-enum { HTTP_GET = 1, HTTP_HEAD = 2, HTTP_POST = 4, HTTP_PUT = 8, HTTP_DELETE = 16 };
+/* HTTP_OTHER: any other method (PATCH, OPTIONS, ...): only the proxy takes them. */
+enum {
+    HTTP_GET = 1,
+    HTTP_HEAD = 2,
+    HTTP_POST = 4,
+    HTTP_PUT = 8,
+    HTTP_DELETE = 16,
+    HTTP_OTHER = 32
+};
 
 /* A route that streams its body: begin once the headers are in (it may reply at once, and
  * then sets rc->replied), body for each piece, fn at the end. */
@@ -334,6 +342,7 @@ enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, stru
 enum MHD_Result route_run_code(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+enum MHD_Result route_ports(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_usage(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_files(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

@@ -6,6 +6,7 @@
  */
 #include "http_internal.h"
 #include "mcp_http.h"
+#include "proxy_internal.h"
 
 #define ALL_FILE_METHODS (HTTP_GET | HTTP_HEAD | HTTP_PUT | HTTP_POST | HTTP_DELETE)
 
@@ -64,6 +65,15 @@ const struct route http_routes[] = {
      .fn = route_usage,
      .label = "/usage",
      .ungated = true},
+    {.path = "/ports", .methods = HTTP_GET, .fn = route_ports, .label = "/ports"},
+    /* What commands serve on loopback ports: any method, the body streamed to the upstream. */
+    {.path = "/proxy",
+     .methods = HTTP_GET | HTTP_HEAD | HTTP_POST | HTTP_PUT | HTTP_DELETE | HTTP_OTHER,
+     .fn = proxy_end,
+     .prefix = true,
+     .begin = proxy_begin,
+     .body = proxy_body,
+     .label = "/proxy/{port}"},
     {.path = "/kernels",
      .methods = HTTP_GET,
      .json_body = true,

@@ -196,7 +196,7 @@ unsigned http_method_bit(const char *m)
         return HTTP_PUT;
     if (strcmp(m, "DELETE") == 0)
         return HTTP_DELETE;
-    return 0;
+    return HTTP_OTHER;
 }
 
 static void client_string(struct MHD_Connection *c, char *out, size_t len)
@@ -498,7 +498,8 @@ struct server *server_start(const struct sbxd_config *cfg, struct sandbox *sb, s
         return NULL;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_UPGRADE; /* the proxy's WebSockets, the terminal */
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, guard_notify,

@@ -1,0 +1,594 @@
+/*
+ * ports.c - the TCP listeners in the sandbox (ports.h), read from the kernel's tables.
+ *
+ * /proc/net/tcp and tcp6 have a line per socket: "sl: LOCAL REMOTE ST tx:rx tr:when retr UID
+ * timeout INODE ...", each address a hex dump of the kernel's own 32-bit words (so read back
+ * into one word each, it is the address in network order whatever the machine's byte order).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sbxd/background.h"
+#include "sbxd/context.h"
+#include "sbxd/files.h"
+#include "sbxd/isolation.h"
+#include "sbxd/jsonw.h"
+#include "sbxd/ports.h"
+#include "sbxd/sandbox.h"
+
+enum { TCP_ESTABLISHED = 0x01, TCP_SYN_RECV = 0x03, TCP_LISTEN = 0x0A };
+
+/* One socket of a table line. */
+struct tcp_line {
+    int family;
+    union {
+        struct in_addr v4;
+        struct in6_addr v6;
+    } local;
+    uint16_t lport, rport;
+    unsigned state;
+    uid_t uid;
+    unsigned long inode;
+};
+
+/* A hex dump of nwords 32-bit words into dst. */
+static bool parse_words(const char *hex, size_t nwords, void *dst)
+{
+    if (strlen(hex) != nwords * 8)
+        return false;
+    for (size_t i = 0; i < nwords; i++) {
+        char word[9];
+        memcpy(word, hex + i * 8, 8);
+        word[8] = '\0';
+        char *end;
+        uint32_t v = (uint32_t)strtoul(word, &end, 16);
+        if (*end)
+            return false;
+        memcpy((char *)dst + i * 4, &v, 4);
+    }
+    return true;
+}
+
+static bool parse_line(const char *s, int family, struct tcp_line *t)
+{
+    char lhex[40], rhex[40];
+    unsigned lport, rport, state, uid;
+    if (sscanf(s, " %*u: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %*s %*s %*s %u %*d %lu", lhex,
+               &lport, rhex, &rport, &state, &uid, &t->inode) != 7 ||
+        lport > 65535 || rport > 65535)
+        return false;
+    t->family = family;
+    t->lport = (uint16_t)lport;
+    t->rport = (uint16_t)rport;
+    t->state = state;
+    t->uid = (uid_t)uid;
+    return parse_words(lhex, family == AF_INET ? 1 : 4, &t->local);
+}
+
+/* Each socket of both tables to fn, until it returns false. Returns how many tables were
+ * read. */
+static int tcp_each(bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
+{
+    static const struct {
+        const char *path;
+        int family;
+    } tables[] = {{"/proc/net/tcp", AF_INET}, {"/proc/net/tcp6", AF_INET6}};
+    int read = 0;
+    bool stop = false;
+    for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && !stop; i++) {
+        FILE *f = fopen(tables[i].path, "re");
+        if (!f)
+            continue;
+        read++;
+        char line[512];
+        struct tcp_line t;
+        if (fgets(line, sizeof(line), f)) /* (the heading) */
+            while (!stop && fgets(line, sizeof(line), f))
+                stop = parse_line(line, tables[i].family, &t) && !fn(&t, arg);
+        fclose(f);
+    }
+    return read;
+}
+
+static bool is_loopback(const struct tcp_line *t)
+{
+    if (t->family == AF_INET)
+        return ((const uint8_t *)&t->local.v4)[0] == 127;
+    if (IN6_IS_ADDR_LOOPBACK(&t->local.v6))
+        return true;
+    return IN6_IS_ADDR_V4MAPPED(&t->local.v6) && t->local.v6.s6_addr[12] == 127;
+}
+
+struct collect {
+    struct port_listener *v;
+    size_t n, cap;
+    bool full;
+};
+
+static bool collect_listener(const struct tcp_line *t, void *arg)
+{
+    struct collect *c = arg;
+    if (t->state != TCP_LISTEN)
+        return true;
+    if (c->n == c->cap) {
+        if (c->cap >= PORTS_MAX_LISTENERS) {
+            c->full = true;
+            return false;
+        }
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        struct port_listener *v = realloc(c->v, cap * sizeof(*v));
+        if (!v) {
+            c->full = true;
+            return false;
+        }
+        c->v = v;
+        c->cap = cap;
+    }
+    struct port_listener *p = &c->v[c->n++];
+    memset(p, 0, sizeof(*p));
+    p->family = t->family;
+    inet_ntop(t->family, &t->local, p->addr, sizeof(p->addr));
+    p->port = t->lport;
+    p->loopback = is_loopback(t);
+    p->uid = t->uid;
+    p->inode = t->inode;
+    return true;
+}
+
+static int by_port(const void *a, const void *b)
+{
+    const struct port_listener *x = a, *y = b;
+    if (x->port != y->port)
+        return x->port < y->port ? -1 : 1;
+    if (x->family != y->family)
+        return x->family == AF_INET ? -1 : 1;
+    return strcmp(x->addr, y->addr);
+}
+
+static void read_cmdline(pid_t pid, char *out, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    while (n > 0 && out[n - 1] == '\0')
+        n--;
+    for (ssize_t i = 0; i < n; i++)
+        if (out[i] == '\0' || (unsigned char)out[i] < 0x20)
+            out[i] = ' ';
+    out[n] = '\0';
+}
+
+/* The listener whose socket inode is ino, or NULL. */
+static struct port_listener *by_inode(struct port_listener *v, size_t n, unsigned long ino)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].inode == ino && ino != 0)
+            return &v[i];
+    return NULL;
+}
+
+/* Look through one process's descriptors for the listeners' sockets; false once each has its
+ * process. */
+static bool scan_process(pid_t pid, struct port_listener *v, size_t n, size_t *left)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return true;
+    struct dirent *e;
+    while ((e = readdir(d)) && *left) {
+        char target[64];
+        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        unsigned long ino;
+        if (sscanf(target, "socket:[%lu]", &ino) != 1)
+            continue;
+        struct port_listener *p = by_inode(v, n, ino);
+        if (p && !p->pid) {
+            p->pid = pid;
+            read_cmdline(pid, p->cmdline, sizeof(p->cmdline));
+            (*left)--;
+        }
+    }
+    closedir(d);
+    return *left > 0;
+}
+
+static void find_processes(struct port_listener *v, size_t n)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++)
+        left += v[i].inode != 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *e;
+    unsigned looked = 0;
+    while (left && looked < PORTS_MAX_PROCS && (e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        looked++;
+        if (!scan_process((pid_t)atoi(e->d_name), v, n, &left))
+            break;
+    }
+    closedir(d);
+}
+
+int ports_list(bool with_procs, struct port_listener **out, size_t *n, struct sbxd_err *err)
+{
+    struct collect c = {0};
+    if (!tcp_each(collect_listener, &c)) {
+        free(c.v);
+        return sbxd_fail_errno(err, SBXD_E_UNAVAILABLE, errno,
+                               "cannot read the kernel's TCP tables (/proc/net/tcp)");
+    }
+    if (c.n > 1)
+        qsort(c.v, c.n, sizeof(*c.v), by_port);
+    if (with_procs && c.n)
+        find_processes(c.v, c.n);
+    *out = c.v;
+    *n = c.n;
+    return 0;
+}
+
+struct peer_find {
+    uint16_t from, to;
+    bool found;
+    uid_t uid;
+};
+
+static bool match_peer(const struct tcp_line *t, void *arg)
+{
+    struct peer_find *f = arg;
+    if ((t->state != TCP_ESTABLISHED && t->state != TCP_SYN_RECV) || t->lport != f->to ||
+        t->rport != f->from || !is_loopback(t))
+        return true;
+    f->found = true;
+    f->uid = t->uid;
+    return false;
+}
+
+int ports_peer_uid(int family, uint16_t from, uint16_t to, uid_t *uid)
+{
+    (void)family; /* a dual-stack listener's side of a 127.0.0.1 connection is in tcp6 */
+    struct peer_find f = {.from = from, .to = to};
+    tcp_each(match_peer, &f);
+    if (!f.found)
+        return -1;
+    *uid = f.uid;
+    return 0;
+}
+
+pid_t ports_parent(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t k = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (k <= 0)
+        return 0;
+    buf[k] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so from the last ')'. */
+    const char *r = strrchr(buf, ')');
+    int ppid;
+    if (!r || sscanf(r + 1, " %*c %d", &ppid) != 1 || ppid < 0)
+        return 0;
+    return (pid_t)ppid;
+}
+
+/* ---- the sandbox's view: whose listeners, and what the proxy may reach ---- */
+
+/* The socket inodes sbxd holds, sorted (an array to free). */
+static unsigned long *own_inodes(size_t *n)
+{
+    *n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return NULL;
+    unsigned long *v = NULL;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char target[64];
+        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+        unsigned long ino;
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        if (sscanf(target, "socket:[%lu]", &ino) != 1)
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            unsigned long *nv = realloc(v, cap * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+        }
+        v[(*n)++] = ino;
+    }
+    closedir(d);
+    return v;
+}
+
+static bool holds(const unsigned long *own, size_t n, unsigned long ino)
+{
+    for (size_t i = 0; i < n; i++)
+        if (own[i] == ino)
+            return true;
+    return false;
+}
+
+/* Whether uid is one commands run as. When sbxd is not root, commands run as its own uid
+ * (the port checks keep sbxd's own listeners out); root never is one. */
+static bool command_uid(const struct sandbox *sb, uid_t uid)
+{
+    if (uid == 0)
+        return false;
+    struct fs_uid_span v[2];
+    unsigned n = iso_command_uids(sb->harden, sb->iso, sb->cfg, v);
+    if (!sb->harden->switch_user)
+        return uid == geteuid();
+    for (unsigned i = 0; i < n; i++)
+        if (uid >= v[i].first && uid - v[i].first < v[i].count)
+            return true;
+    return false;
+}
+
+/* Whether a process of pid's tree (pid, its children from /proc's children lists, to a depth
+ * and a count) holds the socket inode ino. */
+static bool tree_holds(pid_t pid, unsigned long ino, int depth, unsigned *budget)
+{
+    if (pid <= 0 || !*budget || depth > 8)
+        return false;
+    (*budget)--;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        bool found = false;
+        while (!found && (e = readdir(d))) {
+            char target[64];
+            unsigned long x;
+            ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+            if (k > 0) {
+                target[k] = '\0';
+                found = sscanf(target, "socket:[%lu]", &x) == 1 && x == ino;
+            }
+        }
+        closedir(d);
+        if (found)
+            return true;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    int child;
+    bool found = false;
+    while (!found && fscanf(f, "%d", &child) == 1)
+        found = tree_holds((pid_t)child, ino, depth + 1, budget);
+    fclose(f);
+    return found;
+}
+
+/* Whether a code context's shell or kernel (or a process of its) holds the socket ino. */
+static bool context_holds(unsigned long ino)
+{
+    pid_t pids[64];
+    size_t n = ctx_pids(pids, sizeof(pids) / sizeof(pids[0]));
+    unsigned budget = 256;
+    for (size_t i = 0; i < n && ino; i++)
+        if (tree_holds(pids[i], ino, 0, &budget))
+            return true;
+    return false;
+}
+
+static bool wildcard(const struct port_listener *l)
+{
+    return strcmp(l->addr, "0.0.0.0") == 0 || strcmp(l->addr, "::") == 0;
+}
+
+void ports_judge(const struct sandbox *sb, struct port_listener *l, const unsigned long *own,
+                 size_t nown)
+{
+    l->own = holds(own, nown, l->inode);
+    l->proxy = false;
+    if (l->own)
+        snprintf(l->why, sizeof(l->why), "port %u is sbxd's own", (unsigned)l->port);
+    else if (l->uid == 0)
+        snprintf(l->why, sizeof(l->why), "port %u is root's, not a command user's",
+                 (unsigned)l->port);
+    else if (!command_uid(sb, l->uid))
+        snprintf(l->why, sizeof(l->why), "port %u is uid %u's, not a command user's",
+                 (unsigned)l->port, (unsigned)l->uid);
+    else if (context_holds(l->inode))
+        snprintf(l->why, sizeof(l->why), "port %u is a code context's kernel's or shell's",
+                 (unsigned)l->port);
+    else if (!l->loopback && !wildcard(l))
+        snprintf(l->why, sizeof(l->why), "port %u listens on %s only, not on loopback",
+                 (unsigned)l->port, l->addr);
+    else
+        l->proxy = true;
+}
+
+/* Which background process pid descends from, into id ("" when none). */
+static void find_process(pid_t pid, struct bg_proc **v, size_t n, char *id, size_t len)
+{
+    id[0] = '\0';
+    for (int depth = 0; pid > 1 && depth < 64; depth++, pid = ports_parent(pid))
+        for (size_t i = 0; i < n; i++) {
+            struct bg_info in;
+            bg_info(v[i], &in);
+            if (!in.finished && in.pid == pid) {
+                snprintf(id, len, "%s", in.id);
+                return;
+            }
+        }
+}
+
+int ports_read(const struct sandbox *sb, struct port_listener **out, size_t *n,
+               struct sbxd_err *err)
+{
+    if (ports_list(true, out, n, err) < 0)
+        return -1;
+    size_t nown;
+    unsigned long *own = own_inodes(&nown);
+    struct bg_proc **procs = NULL;
+    size_t nprocs = bg_list(&procs);
+    for (size_t i = 0; i < *n; i++) {
+        ports_judge(sb, &(*out)[i], own, nown);
+        if ((*out)[i].pid)
+            find_process((*out)[i].pid, procs, nprocs, (*out)[i].process_id,
+                         sizeof((*out)[i].process_id));
+    }
+    for (size_t i = 0; i < nprocs; i++)
+        bg_put(procs[i]);
+    free(procs);
+    free(own);
+    return 0;
+}
+
+int ports_target(const struct sandbox *sb, uint16_t port, struct sockaddr_storage *to,
+                 socklen_t *len, struct sbxd_err *err)
+{
+    struct port_listener *v;
+    size_t n;
+    if (ports_list(false, &v, &n, err) < 0)
+        return -1;
+    size_t nown;
+    unsigned long *own = own_inodes(&nown);
+    bool any = false, v4 = false, v6 = false;
+    char why[120] = "";
+    /* A port one of sbxd's sockets listens on is sbxd's, whatever else listens there too. */
+    for (size_t i = 0; i < n; i++)
+        if (v[i].port == port && v[i].inode && holds(own, nown, v[i].inode)) {
+            free(v);
+            free(own);
+            return sbxd_fail(err, SBXD_E_DENIED, 0, "port %u is sbxd's own", (unsigned)port);
+        }
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].port != port)
+            continue;
+        any = true;
+        ports_judge(sb, &v[i], own, nown);
+        if (!v[i].proxy) {
+            snprintf(why, sizeof(why), "%s", v[i].why);
+            continue;
+        }
+        if (v[i].family == AF_INET || strcmp(v[i].addr, "::") == 0 ||
+            strncmp(v[i].addr, "::ffff:127.", 11) == 0)
+            v4 = true;
+        else
+            v6 = true;
+    }
+    free(v);
+    free(own);
+    if (!any)
+        return sbxd_fail(err, SBXD_E_NOT_FOUND, 0, "nothing listens on port %u", (unsigned)port);
+    if (!v4 && !v6)
+        return sbxd_fail(err, SBXD_E_DENIED, 0, "%s", why);
+    memset(to, 0, sizeof(*to));
+    if (v4) {
+        struct sockaddr_in *a = (struct sockaddr_in *)to;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        *len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)to;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        a->sin6_addr = in6addr_loopback;
+        *len = sizeof(*a);
+    }
+    return 0;
+}
+
+static uint16_t sock_port(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                          : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+int ports_check_peer(const struct sandbox *sb, int fd, struct sbxd_err *err)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0 ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) < 0)
+        return sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot name the proxy's connection");
+    uid_t uid = 0;
+    /* The far end is in the table once the handshake is done, which may be a moment after
+     * connect returned. */
+    for (int i = 0; i < 40; i++) {
+        if (ports_peer_uid(me.ss_family, sock_port(&me), sock_port(&peer), &uid) == 0) {
+            if (command_uid(sb, uid))
+                return 0;
+            return sbxd_fail(err, SBXD_E_DENIED, 0,
+                             "port %u was taken by uid %u, not a command user",
+                             (unsigned)sock_port(&peer), (unsigned)uid);
+        }
+        usleep(2000);
+    }
+    return sbxd_fail(err, SBXD_E_DENIED, 0, "the listener on port %u went away",
+                     (unsigned)sock_port(&peer));
+}
+
+void ports_write(struct jsonw *w, const struct port_listener *l)
+{
+    jw_key(w, "address");
+    jw_str(w, l->addr);
+    jw_key(w, "port");
+    jw_uint(w, l->port);
+    jw_key(w, "family");
+    jw_str(w, l->family == AF_INET ? "ipv4" : "ipv6");
+    jw_key(w, "loopback");
+    jw_bool(w, l->loopback);
+    jw_key(w, "uid");
+    jw_uint(w, l->uid);
+    jw_key(w, "pid");
+    if (l->pid)
+        jw_uint(w, (uint64_t)l->pid);
+    else
+        jw_null(w);
+    jw_key(w, "command");
+    if (l->pid)
+        jw_str(w, l->cmdline);
+    else
+        jw_null(w);
+    jw_key(w, "process_id");
+    if (l->process_id[0])
+        jw_str(w, l->process_id);
+    else
+        jw_null(w);
+    jw_key(w, "sbxd");
+    jw_bool(w, l->own);
+    jw_key(w, "proxy");
+    jw_bool(w, l->proxy);
+    if (!l->proxy) {
+        jw_key(w, "why");
+        jw_str(w, l->why);
+    }
+}
