@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "sbxd/auth.h"
@@ -394,6 +395,30 @@ static bool web_refused(struct server *srv, struct MHD_Connection *c, struct req
     return true;
 }
 
+/* The bearer token the request carries: its Authorization header, or, on a WebSocket
+ * handshake (a browser's WebSocket cannot send that header), a subprotocol "bearer.TOKEN"
+ * in Sec-WebSocket-Protocol, as Kubernetes' API server takes it (the answer never names it:
+ * ws_tty.c). Into buf as "Bearer TOKEN"; NULL when neither. */
+static const char *bearer_of(struct MHD_Connection *c, char *buf, size_t len)
+{
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *up = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Upgrade");
+    const char *p = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Protocol");
+    if (a || !up || strcasecmp(up, "websocket") != 0 || !p)
+        return a;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t l = strcspn(p, ", ");
+        if (l > 7 && strncmp(p, "bearer.", 7) == 0 && l - 7 < len - 8) {
+            snprintf(buf, len, "Bearer %.*s", (int)(l - 7), p + 7);
+            return buf;
+        }
+        p += l;
+    }
+    return NULL;
+}
+
 enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                               const char *url, const char *method, enum MHD_Result *ret)
 {
@@ -434,10 +459,10 @@ enum guard_verdict guard_head(struct server *srv, struct MHD_Connection *c, stru
     }
     if (web_refused(srv, c, rc, ret))
         return GUARD_STOP;
-    if (srv->token_len && !health &&
-        !auth_check(srv->cfg->token, srv->token_len,
-                    MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
-        bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization") != NULL;
+    char bearer[SBXD_TOKEN_MAX + 16];
+    const char *authz = bearer_of(c, bearer, sizeof(bearer));
+    if (srv->token_len && !health && !auth_check(srv->cfg->token, srv->token_len, authz)) {
+        bool sent = authz != NULL;
         metrics_limit(LIM_UNAUTHORIZED);
         *ret = reply_error_header(
             c, MHD_HTTP_UNAUTHORIZED, "UNAUTHENTICATED", MHD_HTTP_HEADER_WWW_AUTHENTICATE,

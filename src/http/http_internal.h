@@ -342,6 +342,11 @@ enum MHD_Result route_context(struct server *srv, struct MHD_Connection *c, stru
 enum MHD_Result route_run_code(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_reset(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
+/* GET /processes/{id}/tty (ws_tty.c): p's terminal over a WebSocket, from output offset since.
+ * *kept: the terminal took p's reference. */
+struct bg_proc;
+enum MHD_Result ws_tty_open(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
+                            struct bg_proc *p, uint64_t since, bool *kept);
 enum MHD_Result route_ports(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_usage(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

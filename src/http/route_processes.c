@@ -458,14 +458,14 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
     unsigned allowed;
     if (!*action)
         allowed = HTTP_GET | HTTP_DELETE;
-    else if (strcmp(action, "output") == 0)
+    else if (strcmp(action, "output") == 0 || strcmp(action, "tty") == 0)
         allowed = HTTP_GET;
     else if (strcmp(action, "stdin") == 0 || strcmp(action, "signal") == 0 ||
              strcmp(action, "resize") == 0)
         allowed = HTTP_POST;
     else
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
-                           "no route for %.100s (known: output, stdin, signal, resize)", rc->url);
+                           "no route for %.100s (known: output, tty, stdin, signal, resize)", rc->url);
     if (!http_method_in(c, rc, allowed, &ret))
         return ret;
     struct bg_proc *p = bg_get(id);
@@ -482,6 +482,16 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
     } else if (strcmp(action, "output") == 0) {
         bool kept;
         ret = output(srv, c, p, &kept);
+        if (kept)
+            return ret;
+    } else if (strcmp(action, "tty") == 0) {
+        uint64_t since = 0;
+        bool kept = false;
+        if (query_uint(c, "since", &since) < 0)
+            ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
+                              "'since' must be a byte offset (a whole number)");
+        else
+            ret = ws_tty_open(srv, c, rc, p, since, &kept);
         if (kept)
             return ret;
     } else if (strcmp(action, "stdin") == 0) {
