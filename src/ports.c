@@ -6,6 +6,9 @@
  * into one word each, it is the address in network order whatever the machine's byte order).
  */
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -73,9 +76,83 @@ static bool parse_line(const char *s, int family, struct tcp_line *t)
     return parse_words(lhex, family == AF_INET ? 1 : 4, &t->local);
 }
 
-/* Each socket of both tables to fn, until it returns false. Returns how many tables were
- * read. */
-static int tcp_each(bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
+/* ---- the kernel's socket tables: sock_diag netlink, else /proc/net/tcp* ---- */
+
+/* One answer of sock_diag as a table line. */
+static void diag_line(const struct inet_diag_msg *m, struct tcp_line *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->family = m->idiag_family;
+    memcpy(&t->local, m->id.idiag_src, m->idiag_family == AF_INET ? 4 : 16);
+    t->lport = ntohs(m->id.idiag_sport);
+    t->rport = ntohs(m->id.idiag_dport);
+    t->state = m->idiag_state;
+    t->uid = m->idiag_uid;
+    t->inode = m->idiag_inode;
+}
+
+/*
+ * Ask sock_diag (NETLINK_SOCK_DIAG: what ss(8) reads) for family's TCP sockets in states, or
+ * for the one socket exact names; each to fn until it returns false. A few microseconds,
+ * where /proc/net/tcp prints every socket of the machine as text (its TIME_WAITs too). -1
+ * where the kernel has no sock_diag (gVisor): then the tables are read.
+ */
+static int diag_each(int family, uint32_t states, const struct inet_diag_sockid *exact,
+                     bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
+{
+    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (fd < 0)
+        return -1;
+    struct {
+        struct nlmsghdr nlh;
+        struct inet_diag_req_v2 r;
+    } req = {
+        .nlh = {.nlmsg_len = sizeof(req),
+                .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                .nlmsg_flags = (uint16_t)(NLM_F_REQUEST | (exact ? 0 : NLM_F_DUMP))},
+        .r = {.sdiag_family = (uint8_t)family,
+              .sdiag_protocol = IPPROTO_TCP,
+              .idiag_states = states},
+    };
+    if (exact)
+        req.r.id = *exact;
+    struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
+    if (sendto(fd, &req, sizeof(req), 0, (struct sockaddr *)&nl, sizeof(nl)) < 0) {
+        close(fd);
+        return -1;
+    }
+    static __thread char buf[32768] __attribute__((aligned(NLMSG_ALIGNTO)));
+    int ret = 0;
+    for (bool more = true; more;) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+            ret = -1;
+            break;
+        }
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n) && more;
+             h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_type == NLMSG_DONE) {
+                more = false;
+            } else if (h->nlmsg_type == NLMSG_ERROR) {
+                const struct nlmsgerr *e = NLMSG_DATA(h);
+                /* An exact socket that is not there is an answer, not a failure. */
+                ret = exact && e->error == -ENOENT ? 0 : -1;
+                more = false;
+            } else if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY) {
+                struct tcp_line t;
+                diag_line(NLMSG_DATA(h), &t);
+                if (!fn(&t, arg) || exact)
+                    more = false;
+            }
+        }
+    }
+    close(fd);
+    return ret;
+}
+
+/* Each socket in states (a mask of 1 << state) to fn, until it returns false: from
+ * sock_diag, else from both tables. Returns 0, or -1 when neither could be read. */
+static int tcp_each(uint32_t states, bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
 {
     static const struct {
         const char *path;
@@ -84,6 +161,10 @@ static int tcp_each(bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
     int read = 0;
     bool stop = false;
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]) && !stop; i++) {
+        if (diag_each(tables[i].family, states, NULL, fn, arg) == 0) {
+            read++;
+            continue;
+        }
         FILE *f = fopen(tables[i].path, "re");
         if (!f)
             continue;
@@ -92,10 +173,11 @@ static int tcp_each(bool (*fn)(const struct tcp_line *t, void *arg), void *arg)
         struct tcp_line t;
         if (fgets(line, sizeof(line), f)) /* (the heading) */
             while (!stop && fgets(line, sizeof(line), f))
-                stop = parse_line(line, tables[i].family, &t) && !fn(&t, arg);
+                stop = parse_line(line, tables[i].family, &t) && (states & (1u << t.state)) &&
+                       !fn(&t, arg);
         fclose(f);
     }
-    return read;
+    return read ? 0 : -1;
 }
 
 static bool is_loopback(const struct tcp_line *t)
@@ -235,7 +317,7 @@ static void find_processes(struct port_listener *v, size_t n)
 int ports_list(bool with_procs, struct port_listener **out, size_t *n, struct sbxd_err *err)
 {
     struct collect c = {0};
-    if (!tcp_each(collect_listener, &c)) {
+    if (tcp_each(1u << TCP_LISTEN, collect_listener, &c) < 0) {
         free(c.v);
         return sbxd_fail_errno(err, SBXD_E_UNAVAILABLE, errno,
                                "cannot read the kernel's TCP tables (/proc/net/tcp)");
@@ -268,9 +350,26 @@ static bool match_peer(const struct tcp_line *t, void *arg)
 
 int ports_peer_uid(int family, uint16_t from, uint16_t to, uid_t *uid)
 {
-    (void)family; /* a dual-stack listener's side of a 127.0.0.1 connection is in tcp6 */
     struct peer_find f = {.from = from, .to = to};
-    tcp_each(match_peer, &f);
+    /* The socket that took the connection, by its four names: local to, remote from (both
+     * loopback: IPv4, or IPv6's ::1, or a dual-stack listener's v4-mapped 127.0.0.1). */
+    struct inet_diag_sockid id = {.idiag_sport = htons(to),
+                                  .idiag_dport = htons(from),
+                                  .idiag_cookie = {INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE}};
+    if (family == AF_INET) {
+        id.idiag_src[0] = id.idiag_dst[0] = htonl(INADDR_LOOPBACK);
+        if (diag_each(AF_INET, ~0u, &id, match_peer, &f) == 0 && f.found)
+            goto out;
+        id.idiag_src[2] = id.idiag_dst[2] = htonl(0xffff);
+        id.idiag_src[3] = id.idiag_dst[3] = htonl(INADDR_LOOPBACK);
+        id.idiag_src[0] = id.idiag_dst[0] = 0;
+    } else {
+        id.idiag_src[3] = id.idiag_dst[3] = htonl(1);
+    }
+    if (diag_each(AF_INET6, ~0u, &id, match_peer, &f) == 0 && f.found)
+        goto out;
+    tcp_each((1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV), match_peer, &f);
+out:
     if (!f.found)
         return -1;
     *uid = f.uid;

@@ -211,7 +211,17 @@ static void build_head(struct proxy *s, struct MHD_Connection *c, struct req_ctx
     /* Where the request came from, so an app can build its links (and its logs say who). */
     const char *xff = hdr(c, "X-Forwarded-For");
     char v[512];
-    int n = snprintf(v, sizeof(v), "%s%s%s", xff ? xff : "", xff ? ", " : "", rc->client);
+    /* rc->client is "ADDR:PORT" or "[ADDR]:PORT": the address alone, as proxies send it. */
+    const char *cl = rc->client;
+    size_t cn = strlen(cl);
+    const char *colon = strrchr(cl, ':');
+    if (cl[0] == '[' && colon && colon > cl && colon[-1] == ']') {
+        cl++;
+        cn = (size_t)(colon - 1 - cl);
+    } else if (colon && strchr(cl, ':') == colon) {
+        cn = (size_t)(colon - cl);
+    }
+    int n = snprintf(v, sizeof(v), "%s%s%.*s", xff ? xff : "", xff ? ", " : "", (int)cn, cl);
     put(w, "X-Forwarded-For", 15, v, (size_t)n < sizeof(v) ? (size_t)n : sizeof(v) - 1);
     const char *proto = hdr(c, "X-Forwarded-Proto");
     put(w, "X-Forwarded-Proto", 17, proto ? proto : "http", strlen(proto ? proto : "http"));
@@ -417,9 +427,9 @@ enum MHD_Result proxy_end(struct server *srv, struct MHD_Connection *c, struct r
                            "the upstream switched protocols unasked (port %u)", (unsigned)s->port);
     else {
         uint64_t size = MHD_SIZE_UNKNOWN;
-        if (s->head_req || status == 204 || status == 304)
+        if (status == 204 || status == 304)
             size = 0;
-        else if (pa_length(s->ans) >= 0)
+        else if (pa_length(s->ans) >= 0) /* a HEAD's too: libmicrohttpd sends no body to it */
             size = (uint64_t)pa_length(s->ans);
         r = MHD_create_response_from_callback(size, PROXY_BUF, proxy_read, s, NULL);
     }

@@ -465,7 +465,8 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
         allowed = HTTP_POST;
     else
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
-                           "no route for %.100s (known: output, tty, stdin, signal, resize)", rc->url);
+                           "no route for %.100s (known: output, tty, stdin, signal, resize)",
+                           rc->url);
     if (!http_method_in(c, rc, allowed, &ret))
         return ret;
     struct bg_proc *p = bg_get(id);

@@ -92,7 +92,7 @@ struct tty {
     uint64_t off;
     int sock;
     struct MHD_UpgradeResponseHandle *urh;
-    int wake[2]; /* the ring's reader -> the socket's thread */
+    int wake[2];          /* the ring's reader -> the socket's thread */
     pthread_mutex_t lock; /* ctx, and the fields below */
     pthread_cond_t room;
     wslay_event_context_ptr ctx;
@@ -263,8 +263,7 @@ static void on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_
     }
 }
 
-static ssize_t on_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
-                       void *user)
+static ssize_t on_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
     (void)flags;
     struct tty *t = user;
@@ -327,9 +326,9 @@ static void *sock_main(void *arg)
         pthread_mutex_unlock(&t->lock);
         if (!rd && !wr)
             break;
-        struct pollfd f[2] = {{.fd = t->sock, .events = (short)((rd ? POLLIN : 0) |
-                                                                (wr ? POLLOUT : 0))},
-                              {.fd = t->wake[0], .events = POLLIN}};
+        struct pollfd f[2] = {
+            {.fd = t->sock, .events = (short)((rd ? POLLIN : 0) | (wr ? POLLOUT : 0))},
+            {.fd = t->wake[0], .events = POLLIN}};
         int k = poll(f, 2, 250);
         if (k < 0 && errno != EINTR)
             break;

@@ -1,0 +1,71 @@
+"""A command's web app for the net tier, run by sbxd as the command user:
+
+    python3 upstream.py PORT [ADDRESS]
+
+GET /headers answers the request's path and headers as JSON; GET /redirect a 302 to /login
+with a cookie whose Path is /app; GET or HEAD of a file serves it from the working directory;
+POST or PUT /upload reads the body (Content-Length or chunked) and answers "BYTES SHA256".
+"""
+import hashlib
+import http.server
+import json
+import sys
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/headers"):
+            body = json.dumps({"path": self.path, "headers": dict(self.headers.items())})
+            return self.answer(200, body.encode(), "application/json")
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/login")
+            self.send_header("Set-Cookie", "s=1; Path=/app; HttpOnly")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return super().do_GET()
+
+    def answer(self, status, body, ctype="text/plain"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        h = hashlib.sha256()
+        n = 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                left = size
+                while left:
+                    b = self.rfile.read(min(left, 1 << 16))
+                    h.update(b)
+                    n += len(b)
+                    left -= len(b)
+                self.rfile.readline()
+        else:
+            left = int(self.headers.get("Content-Length", "0"))
+            while left:
+                b = self.rfile.read(min(left, 1 << 16))
+                h.update(b)
+                n += len(b)
+                left -= len(b)
+        self.answer(200, ("%d %s" % (n, h.hexdigest())).encode())
+
+    do_PUT = do_POST
+
+
+addr = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+http.server.ThreadingHTTPServer.allow_reuse_address = True
+http.server.ThreadingHTTPServer((addr, int(sys.argv[1])), Handler).serve_forever()
