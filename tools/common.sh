@@ -6,7 +6,8 @@ SBXD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Debian packages the build, the tests and the benchmark need.
 SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libseccomp-dev
     libcap-ng-dev check libcurl4-openssl-dev clang-format patch libnghttp2-dev libprotobuf-c-dev
-    protobuf-c-compiler libprotobuf-dev libzmq3-dev libsodium-dev libarchive-dev libpcre2-dev)
+    protobuf-c-compiler libprotobuf-dev libzmq3-dev libsodium-dev libarchive-dev libpcre2-dev
+    libhttp-parser-dev libwslay-dev nettle-dev)
 # What tools/test needs on top: the conformance tier (tests/conformance) is Python with
 # Debian's YAML and JSON Schema modules (the /v1 OpenAPI contract is validated with them)
 # and the grpc tier's grpcio, protobuf and stubs (its sandboxd cases speak gRPC);
@@ -15,14 +16,16 @@ SBXD_DEPS=(build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libse
 # is clang with its libFuzzer runtime; the soak tier (tools/soak) runs sbxd under valgrind's
 # memcheck. The contexts suite runs real Jupyter kernels: ipykernel's python3 (its pyzmq
 # plays the attacker that tries to inject code), matplotlib for charts; the benchmark
-# compares sbxd with jupyter_client on the same kernel. The mcp tier (tests/mcp) is Node.js:
-# Debian's nodejs and npm, npm then installing the MCP SDK and Inspector pinned by
+# compares sbxd with jupyter_client on the same kernel. The net tier (tests/net) drives the
+# WebSocket terminal with python3-websockets and from a page in a headless chromium. The mcp
+# tier (tests/mcp) is Node.js: Debian's nodejs and npm, npm then installing the MCP SDK and Inspector pinned by
 # tests/mcp/package-lock.json. A nodejs package that carries its own npm conflicts with
 # Debian's npm package, so npm is asked for only when there is no npm command.
 # shellcheck disable=SC2034 # used by tools/test
 SBXD_TEST_DEPS=(python3 python3-yaml python3-jsonschema python3-grpcio python3-protobuf
     python3-h2 protobuf-compiler protobuf-compiler-grpc clang libclang-rt-14-dev valgrind
-    python3-ipykernel python3-zmq python3-matplotlib python3-jupyter-client nodejs)
+    python3-ipykernel python3-zmq python3-matplotlib python3-jupyter-client nodejs
+    python3-websockets chromium)
 command -v npm >/dev/null 2>&1 || SBXD_TEST_DEPS+=(npm)
 
 sbxd_install_deps() {
