@@ -163,6 +163,11 @@ static const struct opt opts[] = {
      "request's Host may name besides IP addresses, localhost, names of one label and names "
      "under .localhost, .internal, .svc and .cluster.local. Without a token, a request for "
      "another name is refused with 403 (DNS rebinding); with one, every Host is served."},
+    {"public-url", "URL", "SBXD_PUBLIC_URL", NULL, 0, "", OPT_LIST, OFF(public_url), 0,
+     sizeof(((struct sbxd_config *)0)->public_url),
+     "Where people reach this sbxd from outside (http(s)://host[:port][/prefix], no trailing "
+     "slash): MCP's expose_port answers PUBLIC-URL/proxy/PORT/ for a port a command serves. "
+     "Empty: it answers the path alone."},
     {"max-watchers", "N", "SBXD_MAX_WATCHERS", NULL, 0, "32", OPT_UINT, OFF(max_watchers), 0, 4096,
      "Watch streams (GET /files/DIR?watch=true) open at once; more are refused with 429. MCP "
      "resource subscriptions have as many of their own: the directories they are in, over "

@@ -55,6 +55,7 @@ struct sbxd_config {
     char allow_origin[512]; /* web pages' origins served (comma-separated, or "*"; "": loopback
                              * pages only) */
     char allow_host[512];   /* Host names served besides the built-in ones ("*": any) */
+    char public_url[256];   /* --public-url: where people reach sbxd (expose_port) */
     uint64_t max_watchers;
     uint64_t watch_max_dirs;
     uint64_t process_output_bytes;

@@ -23,6 +23,8 @@
 #include "sbxd/jsonw.h"
 
 /* What MCP acts on: the sandbox's, made once at start-up (mcp_init). */
+struct sandbox;
+
 struct mcp_host {
     const struct sbxd_config *cfg;
     struct exec_service *exec;
@@ -30,6 +32,7 @@ struct mcp_host {
     int rootfd;            /* the workspace root ... */
     const char *workspace; /* ... and its absolute path */
     struct fs_user user;   /* who file operations run as */
+    const struct sandbox *sb;
 };
 
 struct sandbox;

@@ -185,6 +185,8 @@ int tool_delete_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
 int tool_move_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_stat_file(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_sandbox_usage(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
+int tool_list_ports(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
+int tool_expose_port(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_search_files(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 int tool_find_files(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w);
 

@@ -396,6 +396,7 @@ void mcp_init(struct sandbox *sb)
                              .draining = &sb->draining,
                              .rootfd = sb->rootfd,
                              .workspace = sb->workspace,
+                             .sb = sb,
                              /* files are made as the command user, as REST makes them */
                              .user = {.switch_ids = p->switch_user,
                                       .uid = p->uid,

@@ -401,6 +401,7 @@ static const struct {
     {"send_input", tool_send_input},       {"kill_process", tool_kill_process},
     {"sandbox_usage", tool_sandbox_usage}, {"search_files", tool_search_files},
     {"find_files", tool_find_files},       {"edit_file", tool_edit_file},
+    {"list_ports", tool_list_ports},       {"expose_port", tool_expose_port},
 };
 #define NTOOLS (sizeof(TOOLS) / sizeof(TOOLS[0]))
 

@@ -388,6 +388,33 @@ static const struct tool_doc {
      "red\":[\"cpu_count\",\"cpu_used_pct\",\"mem_used\",\"mem_total\",\"disk_used\",\"dis"
      "k_total\"]}",
      "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"list_ports", "List listening ports",
+     "The TCP ports something listens on in the sandbox (IPv4 and IPv6): address, whether only "
+     "the sandbox itself can reach it (loopback), the owning uid, the process holding it and "
+     "the background process (start_process id) it belongs to, and whether expose_port can "
+     "hand it to a person (why not, when not: sbxd's own ports, root's, a code context's "
+     "kernel).",
+     CMD_NONE, "", NULL,
+     "{\"type\":\"object\",\"properties\":{\"ports\":{\"type\":\"array\",\"items\":"
+     "{\"type\":\"object\",\"properties\":{\"address\":{\"type\":\"string\"},"
+     "\"port\":{\"type\":\"integer\"},\"family\":{\"type\":\"string\"},\"loopback\":{"
+     "\"type\":\"boolean\"},\"uid\":{\"type\":\"integer\"},\"pid\":{\"type\":[\"integer\","
+     "\"null\"]},\"command\":{\"type\":[\"string\",\"null\"]},\"process_id\":{\"type\":"
+     "[\"string\",\"null\"]},\"sbxd\":{\"type\":\"boolean\"},\"proxy\":{\"type\":\"boo"
+     "lean\"},\"why\":{\"type\":\"string\"}},\"required\":[\"address\",\"port\",\"proxy\"]}"
+     "}},\"required\":[\"ports\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
+    {"expose_port", "Expose a port to a person",
+     "Where a person can open what a command serves on port (a dev server, a notebook, a web "
+     "app started with start_process and bound to 127.0.0.1 or 0.0.0.0): sbxd's proxy path "
+     "/proxy/PORT/, and the full URL when sbxd knows its public address (--public-url). The "
+     "proxy carries HTTP and WebSockets, and keeps the app's redirects and cookies under the "
+     "path. Fails when nothing listens there or the port is not a command's.",
+     CMD_NONE, "\"port\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":65535}", "\"port\"",
+     "{\"type\":\"object\",\"properties\":{\"port\":{\"type\":\"integer\"},\"path\":{"
+     "\"type\":\"string\"},\"url\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"port"
+     "\",\"path\",\"url\"]}",
+     "{\"readOnlyHint\":true,\"openWorldHint\":false}"},
 };
 
 /* Whether the tool's schema lists field f of a request. */

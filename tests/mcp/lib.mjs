@@ -33,7 +33,7 @@ export const TOOL_NAMES = [
   'run_command', 'run_code', 'read_file', 'write_file', 'list_files', 'delete_file',
   'move_file', 'stat_file', 'start_process', 'process_output', 'send_input', 'kill_process',
   'sandbox_usage',
-  'search_files', 'find_files', 'edit_file',
+  'search_files', 'find_files', 'edit_file', 'list_ports', 'expose_port',
 ];
 
 export function sbxdBin() {

@@ -134,6 +134,32 @@ describe('process tools', () => {
     ok(await call(c, 'kill_process', { id: st.id }), 'kill');
   });
 
+  it('list_ports and expose_port: a server a process started, and what it may not expose', async () => {
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    const st = ok(await call(c, 'start_process',
+      { command: `python3 -m http.server ${port} --bind 127.0.0.1` }), 'start');
+    let mine;
+    for (let i = 0; i < 100 && !mine; i++) {
+      const l = ok(await call(c, 'list_ports', {}), 'list_ports');
+      mine = l.ports.find((p) => p.port === port);
+      if (!mine) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(mine, `port ${port} listed`);
+    assert.equal(mine.process_id, st.id);
+    assert.equal(mine.proxy, true);
+    const e = ok(await call(c, 'expose_port', { port }), 'expose_port');
+    assert.equal(e.path, `/proxy/${port}/`);
+    assert.equal(e.url, null, 'no --public-url: the path alone');
+    // sbxd's own port, and a port nothing listens on: tool errors naming why.
+    const own = ok(await call(c, 'list_ports', {}), 'list_ports').ports.find((p) => p.sbxd);
+    const r = await call(c, 'expose_port', { port: own.port });
+    assert.equal(r.isError, true, JSON.stringify(r));
+    assert.match(textOf(r), /sbxd's own/);
+    ok(await call(c, 'kill_process', { id: st.id }), 'kill');
+    const none = await call(c, 'expose_port', { port });
+    assert.equal(none.isError, true, JSON.stringify(none));
+  });
+
   it('an unknown process id: tool errors', async () => {
     for (const [tool, args] of [['process_output', {}], ['send_input', { data: 'x' }], ['kill_process', {}]]) {
       const r = await call(c, tool, { id: 'no-such-process', ...args });
