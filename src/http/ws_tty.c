@@ -363,13 +363,15 @@ static void *sock_main(void *arg)
         if (e)
             break;
     }
+    /* The viewer is gone: another may write at once (the ring's reader may take up to its
+     * wait to notice). */
+    writer_leave(t);
     pthread_mutex_lock(&t->lock);
     t->closing = true;
     pthread_cond_signal(&t->room);
     pthread_mutex_unlock(&t->lock);
     if (ring_up)
         pthread_join(ring, NULL);
-    writer_leave(t);
     MHD_upgrade_action(t->urh, MHD_UPGRADE_ACTION_CLOSE);
     tty_free(t);
     return NULL;

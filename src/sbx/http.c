@@ -166,7 +166,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 /* "Authorization: Bearer ..." when sbxd wants a token: SBX_TOKEN, else the first line of the
  * file SBX_TOKEN_FILE names. Empty when neither is set. */
-static const char *auth_header(void)
+const char *sbx_auth_header(void)
 {
     static char line[4200];
     static bool loaded;
@@ -198,8 +198,8 @@ static int request_headers(const struct request *req, struct curl_slist **out)
     char accept[256], if_match[448];
     const char *lines[5];
     size_t n = 0;
-    if (*auth_header())
-        lines[n++] = auth_header();
+    if (*sbx_auth_header())
+        lines[n++] = sbx_auth_header();
     if (req->accept) {
         snprintf(accept, sizeof(accept), "Accept: %s", req->accept);
         lines[n++] = accept;

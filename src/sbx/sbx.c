@@ -352,6 +352,51 @@ static const struct sbx_cmd commands[] = {
      "  sbx usage\n"
      "  sbx usage --json | jq .mem_used\n",
      cmd_usage},
+    {"ports", "[--json]", "List what listens in the sandbox",
+     "A table of GET /ports: each TCP port something listens on, its address, the background\n"
+     "process it belongs to, whether sbxd's proxy reaches it (/proxy/PORT/) and the command\n"
+     "holding it.\n"
+     "\n"
+     "Options:\n"
+     "  --json      print sbxd's JSON answer as it is\n"
+     "  -h, --help  show this help\n"
+     "\n" EXIT_STATUS_HELP "\n"
+     "Examples:\n"
+     "  sbx ports\n"
+     "  curl -H \"Authorization: Bearer $SBX_TOKEN\" http://127.0.0.1:8888/proxy/3000/\n",
+     cmd_ports},
+    {"attach", "ID", "Attach this terminal to a background process's terminal",
+     "An interactive raw terminal on process ID (started with a pty: sbx shell, or POST\n"
+     "/processes with \"pty\") over sbxd's WebSocket (GET /processes/ID/tty): keys go to the\n"
+     "process, its output to this terminal, which it resizes as this one is (SIGWINCH). The\n"
+     "output sbxd still holds is shown first. Ctrl-] detaches and leaves the process\n"
+     "running; sbx attach ID comes back to it.\n"
+     "\n"
+     "Options:\n"
+     "  -h, --help  show this help\n"
+     "\n"
+     "Exit status: the process's when it ended while attached; 0 on a detach; 125 when sbxd\n"
+     "cannot be reached or refused.\n"
+     "\n"
+     "Examples:\n"
+     "  sbx attach 5f0c1e2d3c4b5a69788796a5\n",
+     cmd_attach},
+    {"shell", "[--cwd DIR] [COMMAND]", "Start a shell in a pty and attach to it",
+     "Starts COMMAND (default: bash -il) as a background process with a terminal of this\n"
+     "one's size, then attaches as sbx attach does. Ctrl-] detaches (the shell keeps running);\n"
+     "exiting the shell ends it.\n"
+     "\n"
+     "Options:\n"
+     "  -C, --cwd DIR  the shell's working directory, relative to the workspace\n"
+     "  -h, --help     show this help\n"
+     "\n"
+     "Exit status: the shell's when it ended; 0 on a detach; 125 when sbxd cannot be reached\n"
+     "or refused.\n"
+     "\n"
+     "Examples:\n"
+     "  sbx shell\n"
+     "  sbx shell --cwd src 'python3 -i'\n",
+     cmd_shell},
     {"reset", "[--from ARCHIVE] [--json]", "Clean the sandbox for the next task",
      "POST /reset: every command, background process and context is ended (kernels and\n"
      "shells start empty next time), the workspace is emptied (or given sbxd's\n"

@@ -9,6 +9,7 @@
  *   cmd_files.c  put, get, ls, rm, mkdir
  *   cmd_proc.c   ps, logs, kill, health, reset, usage
  *   cmd_code.c   code, contexts
+ *   cmd_tty.c    ports, attach, shell
  *
  * Commands return the process's exit status (SBX_OK, SBX_FAIL, SBX_USAGE, or a command's own
  * for exec and run) and print their own one-line errors; only main() exits.
@@ -70,6 +71,9 @@ int cmd_reset(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **a
 int cmd_usage(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_code(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 int cmd_contexts(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_ports(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_attach(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
+int cmd_shell(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv);
 
 /* ---- util.c ---- */
 
@@ -170,6 +174,9 @@ char *url_path(const char *prefix, const char *rel);
 int http_perform(const struct sbx *s, const char *cmd, const struct request *req,
                  struct response *resp);
 void response_free(struct response *resp);
+
+/* "Authorization: Bearer TOKEN" from SBX_TOKEN or SBX_TOKEN_FILE, or "" when neither. */
+const char *sbx_auth_header(void);
 
 /* Report an HTTP error answer as "sbx: CMD: <message> (HTTP <status>)"; returns SBX_FAIL. */
 int http_report(const char *cmd, const struct response *resp);

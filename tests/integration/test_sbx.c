@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1403,6 +1404,117 @@ START_TEST(usage_summarises_usage)
 }
 END_TEST
 
+/* Read the terminal's master side into buf (from *len on) until it holds want, for at most
+ * ms; whether it came. */
+static bool tty_expect(int master, char *buf, size_t cap, size_t *len, const char *want, int ms)
+{
+    double end = now_ms() + ms * SLOW;
+    while (!memmem(buf, *len, want, strlen(want))) {
+        int left = (int)(end - now_ms());
+        struct pollfd p = {.fd = master, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, left) <= 0 || *len >= cap - 1)
+            return false;
+        ssize_t k = read(master, buf + *len, cap - 1 - *len);
+        if (k <= 0)
+            return false;
+        *len += (size_t)k;
+        buf[*len] = '\0';
+    }
+    return true;
+}
+
+/* sbx WORDS... on a terminal of rows x cols of its own: its pid, the master side in *master. */
+static pid_t sbx_on_tty(int *master, unsigned short rows, unsigned short cols, const char *a,
+                        const char *b)
+{
+    struct winsize ws = {.ws_row = rows, .ws_col = cols};
+    pid_t pid = forkpty(master, NULL, NULL, &ws);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        execl(sbx_bin(), sbx_bin(), "--url", sbxd_url(), a, b, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, int ms)
+{
+    double end = now_ms() + ms * SLOW;
+    int st;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (now_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(shell_and_attach_are_a_terminal_on_a_pty)
+{
+    static char out[1 << 16];
+    size_t len = 0;
+    int m;
+    pid_t pid = sbx_on_tty(&m, 30, 90, "shell", "bash --norc -i");
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "Ctrl-] detaches", 10000), "'%s'", out);
+    char id[32] = "";
+    const char *at = strstr(out, "attached to ");
+    ck_assert_ptr_nonnull(at);
+    sscanf(at + 12, "%24[0-9a-f]", id);
+    ck_assert_uint_eq(strlen(id), 24);
+    /* Raw: each key goes as typed; the pty took this terminal's size. */
+    const char *k1 = "stty size; echo $((6*7))\r";
+    ck_assert_int_eq(write(m, k1, strlen(k1)), (ssize_t)strlen(k1));
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "30 90", 10000), "'%s'", out);
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "42", 10000), "'%s'", out);
+    /* This terminal resized: so is the process's (SIGWINCH, then a resize message). */
+    struct winsize ws = {.ws_row = 40, .ws_col = 100};
+    ck_assert_int_eq(ioctl(m, TIOCSWINSZ, &ws), 0);
+    usleep(300000);
+    const char *k2 = "stty size\r";
+    ck_assert_int_eq(write(m, k2, strlen(k2)), (ssize_t)strlen(k2));
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "40 100", 10000), "'%s'", out);
+    /* Ctrl-] detaches, exit 0, the shell left running. */
+    ck_assert_int_eq(write(m, "\x1d", 1), 1);
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "detached from", 10000), "'%s'", out);
+    ck_assert_int_eq(wait_exit(pid, 10000), 0);
+    close(m);
+    /* Attached again: the history first; the shell's exit status is sbx's. */
+    len = 0;
+    pid = sbx_on_tty(&m, 30, 90, "attach", id);
+    ck_assert_msg(tty_expect(m, out, sizeof(out), &len, "42", 10000), "'%s'", out);
+    const char *k3 = "exit 4\r";
+    ck_assert_int_eq(write(m, k3, strlen(k3)), (ssize_t)strlen(k3));
+    ck_assert_int_eq(wait_exit(pid, 10000), 4);
+    close(m);
+    /* An unknown process: sbxd's reason, 125. */
+    struct run r;
+    SBX(&r, "attach", "nope");
+    ck_assert_int_eq(r.code, 125);
+    ck_assert_msg(strstr(r.err, "no process 'nope'") && strstr(r.err, "HTTP 404"), "%s", r.err);
+    run_free(&r);
+}
+END_TEST
+
+START_TEST(ports_lists_listeners)
+{
+    struct run r;
+    SBX(&r, "ports");
+    ck_assert_msg(r.code == 0 && r.err_len == 0, "%d: %s", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "PORT") && strstr(r.out, "PROXY") && strstr(r.out, "(sbxd)"), "%s",
+                  r.out);
+    run_free(&r);
+    SBX(&r, "ports", "--json");
+    ck_assert_int_eq(r.code, 0);
+    cJSON *o = cJSON_Parse(r.out);
+    ck_assert_msg(cJSON_IsArray(cJSON_GetObjectItem(o, "ports")), "%s", r.out);
+    cJSON_Delete(o);
+    run_free(&r);
+}
+END_TEST
+
 /* A loopback port nothing listens on: bound, then closed. */
 static int closed_port(void)
 {
@@ -1607,9 +1719,9 @@ START_TEST(help_names_every_command_and_option)
     SBX(&r, "--help");
     ck_assert_int_eq(r.code, 0);
     ck_assert_uint_eq(r.err_len, 0);
-    const char *cmds[] = {"exec",     "run",   "put",   "get",  "ls",     "rm",
-                          "mkdir",    "ps",    "logs",  "kill", "health", "code",
-                          "contexts", "reset", "usage", "grep", "find",   "edit"};
+    const char *cmds[] = {"exec",  "run",  "put",  "get",    "ls",    "rm",       "mkdir",
+                          "ps",    "logs", "kill", "health", "code",  "contexts", "reset",
+                          "usage", "grep", "find", "edit",   "ports", "attach",   "shell"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         char w[32];
         snprintf(w, sizeof(w), "\n  %s ", cmds[i]);
@@ -1697,6 +1809,8 @@ Suite *sbx_suite(void)
     tcase_add_test(files, progress_bar_only_on_a_terminal);
     TCase *procs = tcase_create("processes");
     tcase_add_test(procs, ps_logs_and_kill_a_background_process);
+    tcase_add_test(procs, shell_and_attach_are_a_terminal_on_a_pty);
+    tcase_add_test(procs, ports_lists_listeners);
     tcase_add_test(procs, kill_sends_the_signal_asked_for);
     tcase_add_test(procs, code_runs_in_a_context_that_keeps_its_state);
     tcase_add_test(procs, code_in_python_prints_results_and_saves_images);
