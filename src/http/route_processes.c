@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -470,6 +471,11 @@ enum MHD_Result route_process(struct server *srv, struct MHD_Connection *c, stru
     if (!http_method_in(c, rc, allowed, &ret))
         return ret;
     struct bg_proc *p = bg_get(id);
+    /* A gRPC Start's process, by the process_id its InitEvent gave (1, 2, ...). */
+    char *end;
+    long number = strtol(id, &end, 10);
+    if (!p && *id >= '1' && *id <= '9' && !*end && number <= INT32_MAX)
+        p = bg_get_number((int32_t)number);
     if (!p)
         return reply_error(c, MHD_HTTP_NOT_FOUND, "NOT_FOUND",
                            "no process '%s' (unknown, or forgotten after its retention)", id);

@@ -466,6 +466,42 @@ class Terminal(NetCase):
         self.assertEqual(st, 426, b)
 
 
+class GrpcTerminal(NetCase):
+    def test_a_grpc_started_pty_process_has_the_same_terminal(self):
+        try:
+            import grpc
+            import importlib.util
+            spec = importlib.util.spec_from_file_location(
+                "sbxd_grpc_tier_common", os.path.join(ROOT, "tests", "grpc", "common.py"))
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            st = mod.stubs()
+        except Exception as e:  # noqa: BLE001 (the grpc tier's packages are missing)
+            self.skipTest("no gRPC stubs here: %s" % e)
+        ch = grpc.insecure_channel("127.0.0.1:%d" % self.d.grpc_port)
+        self.addCleanup(ch.close)
+        req = st.pb.StartRequest(config=st.pb.ProcessConfig(command=["bash", "--norc", "-i"]))
+        req.pty.cols, req.pty.rows = 80, 24
+        call = st.pbg.ProcessServiceStub(ch).Start(req, timeout=60,
+                                                  metadata=[("authorization", "Bearer " + TOKEN)])
+        number = next(call).init.process_id
+        self.addCleanup(call.cancel)
+
+        async def run():
+            url = "ws://127.0.0.1:%d/processes/%d/tty" % (self.d.port, number)
+            async with websockets.connect(url, extra_headers=AUTH) as ws:
+                await ws.send(b"echo grpc-$((6*7))\n")
+                await read_until(ws, b"grpc-42\r\n")
+                await ws.send(json.dumps({"type": "resize", "rows": 50, "cols": 132}))
+                await ws.send(b"stty size\n")
+                await read_until(ws, b"50 132\r\n")
+                await ws.send(b"exit 5\n")
+
+        asyncio.run(run())
+        codes = [ev.exit.exit_code for ev in call if ev.WhichOneof("event") == "exit"]
+        self.assertEqual(codes, [5])
+
+
 PAGE = """<!doctype html><title>terminal</title><script>
 const ws = new WebSocket("ws://127.0.0.1:%(port)d/processes/%(pid)s/tty",
                          ["sbxd.tty", "bearer.%(token)s"]);
