@@ -347,6 +347,20 @@ enum MHD_Result route_mcp(struct server *srv, struct MHD_Connection *c, struct r
 struct bg_proc;
 enum MHD_Result ws_tty_open(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc,
                             struct bg_proc *p, uint64_t since, bool *kept);
+/* A control message of the terminal (ws_control.c). */
+#define WS_CONTROL_MAX 65536 /* bytes of one */
+#define WS_PTY_MAX     1000  /* rows or cols */
+enum ws_control_kind { WS_CTL_RESIZE = 1, WS_CTL_INPUT, WS_CTL_SIGNAL };
+struct ws_control {
+    enum ws_control_kind kind;
+    unsigned rows, cols; /* resize */
+    char *data;          /* input: malloc'd, NUL-terminated (free it) */
+    size_t data_len;
+    int signal; /* signal */
+};
+/* Decode one: 0, or -1 with why (out then holds nothing to free). */
+int ws_control_parse(const char *text, size_t n, struct ws_control *out, char *why, size_t len);
+
 enum MHD_Result route_ports(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_usage(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

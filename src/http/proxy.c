@@ -169,6 +169,14 @@ static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const cha
     if (!value || !proxy_request_header_passes(key, key_size, h->token_set) ||
         listed_in(h->conn_tokens, key, key_size))
         return MHD_YES;
+    /* A browser's WebSocket sends sbxd's token as a subprotocol "bearer.TOKEN" (guard.c):
+     * the others go on, that one never does. */
+    if (key_size == 22 && strncasecmp(key, "Sec-WebSocket-Protocol", 22) == 0) {
+        char kept[1024];
+        if (proxy_drop_bearer(value, kept, sizeof(kept)) && kept[0])
+            put(&h->w, key, key_size, kept, strlen(kept));
+        return MHD_YES;
+    }
     put(&h->w, key, key_size, value, value_size);
     return MHD_YES;
 }

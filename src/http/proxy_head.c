@@ -142,3 +142,27 @@ bool proxy_parse_url(const char *url, uint16_t *port, const char **rest)
     *rest = p + digits;
     return true;
 }
+
+bool proxy_drop_bearer(const char *value, char *out, size_t len)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = value; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t l = strcspn(p, ", ");
+        if (l && !(l >= 7 && strncmp(p, "bearer.", 7) == 0)) {
+            if (n + l + 3 > len)
+                return false;
+            if (n) {
+                memcpy(out + n, ", ", 2);
+                n += 2;
+            }
+            memcpy(out + n, p, l);
+            n += l;
+            out[n] = '\0';
+        }
+        p += l;
+    }
+    return true;
+}

@@ -46,6 +46,9 @@ bool proxy_rewrite_location(const char *value, const char *prefix, uint16_t port
 /* A Set-Cookie with its Path put under prefix (Path=/x -> Path=/proxy/8000/x). Into out;
  * false when it does not fit. */
 bool proxy_rewrite_cookie(const char *value, const char *prefix, char *out, size_t len);
+/* A Sec-WebSocket-Protocol list without its "bearer.TOKEN" items (sbxd's token, as a browser
+ * sends it): into out, "" when none is left; false when it does not fit. */
+bool proxy_drop_bearer(const char *value, char *out, size_t len);
 /* The port and the path below /proxy/{port} of url (as sent, escapes kept): *rest points
  * into url ("" when nothing follows the port). false when the port is not 1..65535. */
 bool proxy_parse_url(const char *url, uint16_t *port, const char **rest);

@@ -16,7 +16,6 @@
  * slow viewer: the ring's reader waits for it (the process never does: the ring keeps
  * taking its output).
  */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <nettle/sha1.h>
@@ -203,45 +202,30 @@ static void *ring_main(void *arg)
 /* A control message from the viewer (under t->lock). */
 static void control(struct tty *t, const char *text, size_t n)
 {
-    cJSON *j = cJSON_ParseWithLength(text, n);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+    struct ws_control m;
+    char why[256];
     struct sbxd_err err = {0};
     int rc = 0;
-    if (!cJSON_IsString(type)) {
-        send_error(t, "a text message is a JSON object with a \"type\": resize, input or signal");
-    } else if (!writer_take(t->p, t)) {
-        send_error(t, "another viewer is this terminal's writer");
-    } else if (strcmp(type->valuestring, "resize") == 0) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "rows");
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cols");
-        if (!cJSON_IsNumber(r) || !cJSON_IsNumber(c) || r->valuedouble < 1 ||
-            r->valuedouble > 1000 || c->valuedouble < 1 || c->valuedouble > 1000)
-            send_error(t, "resize takes rows and cols, each from 1 to 1000");
-        else
-            rc = bg_resize(t->p, (unsigned)c->valuedouble, (unsigned)r->valuedouble, &err);
-    } else if (strcmp(type->valuestring, "input") == 0) {
-        const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "data");
-        uint64_t written;
-        bool open_after;
-        if (!cJSON_IsString(d))
-            send_error(t, "input takes data, a string");
-        else if (bg_stdin(t->p, d->valuestring, strlen(d->valuestring), false, WS_STDIN_MS, -1,
-                          &written, &open_after, &err) != BG_STDIN_DONE)
-            rc = -1;
-    } else if (strcmp(type->valuestring, "signal") == 0) {
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "signal");
-        const char *canonical;
-        int sig = cJSON_IsString(s) ? bg_signal_named(s->valuestring, &canonical) : 0;
-        if (!sig)
-            send_error(t, "signal takes one of " BG_SIGNAL_NAMES);
-        else
-            rc = bg_signal(t->p, sig, &err);
-    } else {
-        send_error(t, "unknown message type: resize, input and signal are known");
+    uint64_t written;
+    bool open_after;
+    if (ws_control_parse(text, n, &m, why, sizeof(why)) < 0) {
+        send_error(t, why);
+        return;
     }
+    if (!writer_take(t->p, t))
+        send_error(t, "another viewer is this terminal's writer");
+    else if (m.kind == WS_CTL_RESIZE)
+        rc = bg_resize(t->p, m.cols, m.rows, &err);
+    else if (m.kind == WS_CTL_INPUT)
+        rc = bg_stdin(t->p, m.data, m.data_len, false, WS_STDIN_MS, -1, &written, &open_after,
+                      &err) == BG_STDIN_DONE
+                 ? 0
+                 : -1;
+    else
+        rc = bg_signal(t->p, m.signal, &err);
     if (rc < 0)
         send_error(t, err.msg[0] ? err.msg : "the process did not take it");
-    cJSON_Delete(j);
+    free(m.data);
 }
 
 static void on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg,

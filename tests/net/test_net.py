@@ -299,6 +299,29 @@ class Proxy(NetCase):
             for s in socks:
                 s.close()
 
+    def test_the_token_as_a_subprotocol_never_reaches_the_app(self):
+        """A browser's WebSocket through the proxy carries sbxd's token as "bearer.TOKEN":
+        the app behind the port sees the other subprotocols only."""
+        s = socket.create_connection(("127.0.0.1", self.d.port))
+        s.sendall(("GET %s/headers HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                   "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   "Sec-WebSocket-Protocol: chat, bearer.%s\r\n\r\n"
+                   % (self.prefix, TOKEN)).encode())
+        got = b""
+        s.settimeout(10)
+        while b"}" not in got:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+        s.close()
+        self.assertIn(b"200 OK", got)  # the app answered (not an upgrade)
+        body = json.loads(got.split(b"\r\n\r\n", 1)[1])
+        hdrs = {k.lower(): v for k, v in body["headers"].items()}
+        self.assertEqual(hdrs.get("sec-websocket-protocol"), "chat")
+        self.assertNotIn(TOKEN, got.decode())
+
     def test_websocket_echo_round_trips_10000_messages(self):
         port, _ = self.serve("wsecho.py")
 
@@ -311,6 +334,7 @@ class Proxy(NetCase):
                     await ws.send(m)
                     self.assertEqual(await ws.recv(), m)
                 big = os.urandom(4 * MiB)
+                self.assertIsNone(ws.subprotocol)
                 await ws.send(big)
                 self.assertEqual(await ws.recv(), big)
                 return time.monotonic() - t0
