@@ -21,8 +21,9 @@ int ws_control_parse(const char *text, size_t n, struct ws_control *out, char *w
     if (n > WS_CONTROL_MAX) {
         snprintf(why, len, "a control message is at most %d bytes", WS_CONTROL_MAX);
     } else if (!cJSON_IsObject(j) || !cJSON_IsString(type)) {
-        snprintf(why, len, "a text message is a JSON object with a \"type\": resize, input or "
-                           "signal");
+        snprintf(why, len,
+                 "a text message is a JSON object with a \"type\": resize, input or "
+                 "signal");
     } else if (strcmp(type->valuestring, "resize") == 0) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "rows");
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cols");

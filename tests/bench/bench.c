@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "bench_net.h"
 #include "grpc_client.h"
 #include "process/v1/process.pb-c.h"
 
@@ -2180,6 +2181,177 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* the proxy and the terminal                                               */
+
+static int free_port(void);
+
+#define NET_ROUNDS 3
+#define NET_BIG    (256ull << 20)
+#define NET_KEYS   300
+
+typedef struct {
+    double rps_direct[2], rps_proxy[2]; /* 1 and 16 connections: the median round's */
+    double ratio[2];
+    double down_direct, down_proxy, up_direct, up_proxy; /* MB/s, best of the rounds */
+    long grew_kb;                                        /* sbxd's RSS during proxied transfers */
+    samples ws, post;                                    /* keystroke to echo, ms */
+    bool ok, tty_ok;
+} net_result;
+
+/* A background process of sbxd's from a JSON body; its id into id. */
+static int start_process(const target *tg, const char *body, char *id, size_t idlen, char *err,
+                         size_t errlen)
+{
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    int status = 0, rc = -1;
+    if (http_do(&c, "POST", "/processes", body, &status) != 0 || status != 201 || !c.body) {
+        setmsg(err, errlen, "POST /processes: %s (HTTP %d) %.120s", c.err, status,
+               c.body ? c.body : "");
+    } else {
+        const char *p = strstr(c.body, "\"id\":\"");
+        if (p && sscanf(p + 6, "%24[0-9a-f]", id) == 1 && strlen(id) < idlen)
+            rc = 0;
+        else
+            setmsg(err, errlen, "no id in %.120s", c.body);
+    }
+    conn_free(&c);
+    return rc;
+}
+
+static void stop_process(const target *tg, const char *id)
+{
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    char path[64];
+    int status;
+    snprintf(path, sizeof path, "/processes/%s", id);
+    http_do(&c, "DELETE", path, NULL, &status);
+    conn_free(&c);
+}
+
+static double median3(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res, char *err,
+                       size_t errlen)
+{
+    char self[4096], body[4400], id[32], path[64];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) {
+        setmsg(err, errlen, "cannot name sbxd-bench itself");
+        return -1;
+    }
+    self[sl] = '\0';
+    int port = free_port();
+    snprintf(body, sizeof body, "{\"argv\":[\"%s\",\"--upstream\",\"%d\"]}", self, port);
+    if (start_process(tg, body, id, sizeof id, err, errlen) < 0)
+        return -1;
+    target direct;
+    target_local(&direct, port);
+    char small[64];
+    snprintf(small, sizeof small, "/proxy/%d/small", port);
+    reqspec via = {"GET", small, NULL, "ok"}, plain = {"GET", "/small", NULL, "ok"};
+    /* Up when the proxy reaches it. */
+    conn c;
+    conn_init(&c, tg, IO_TIMEOUT_S);
+    int status = 0;
+    for (int i = 0; i < 200 && !(http_do(&c, "GET", small, NULL, &status) == 0 && status == 200);
+         i++)
+        sleep_us(20000);
+    conn_free(&c);
+    if (status != 200) {
+        setmsg(err, errlen, "the upstream never answered through the proxy (HTTP %d)", status);
+        stop_process(tg, id);
+        return -1;
+    }
+    double secs = quick ? 1.0 : 3.0;
+    int rounds = quick ? 1 : NET_ROUNDS;
+    const int conns[2] = {1, 16};
+    for (int k = 0; k < 2; k++) {
+        double rd[NET_ROUNDS], rp[NET_ROUNDS], rr[NET_ROUNDS];
+        for (int r = 0; r < rounds && !g_interrupted; r++) {
+            load_result a, b;
+            run_load(&direct, &plain, conns[k], secs, &a);
+            run_load(tg, &via, conns[k], secs, &b);
+            if (a.t.errors || b.t.errors)
+                fprintf(stderr, "sbxd-bench: net: %lu and %lu errors, first: %s%s\n", a.t.errors,
+                        b.t.errors, a.t.first, b.t.first);
+            rd[r] = a.rps;
+            rp[r] = b.rps;
+            rr[r] = a.rps > 0 ? b.rps / a.rps : 0;
+        }
+        res->ratio[k] = median3(rr, rounds);
+        for (int r = 0; r < rounds; r++)
+            if (rr[r] == res->ratio[k]) {
+                res->rps_direct[k] = rd[r];
+                res->rps_proxy[k] = rp[r];
+            }
+    }
+    /* 256 MiB each way, in turns; sbxd's RSS sampled while it carries them. */
+    rss_sampler rs = {.pid = pid};
+    long base = vmrss_kb(pid);
+    rs.peak_kb = base;
+    char big[64], pbig[64], pup[64];
+    snprintf(big, sizeof big, "/big/%llu", (unsigned long long)NET_BIG);
+    snprintf(pbig, sizeof pbig, "/proxy/%d/big/%llu", port, (unsigned long long)NET_BIG);
+    snprintf(pup, sizeof pup, "/proxy/%d/up", port);
+    for (int r = 0; r < rounds && !g_interrupted; r++) {
+        uint64_t got;
+        double t;
+        if (xfer_download(&direct, big, &got, &t, err, errlen) == 200 && got == NET_BIG &&
+            NET_BIG / 1e6 / t > res->down_direct)
+            res->down_direct = NET_BIG / 1e6 / t;
+        pthread_create(&rs.th, NULL, rss_sample_main, &rs);
+        int st = xfer_download(tg, pbig, &got, &t, err, errlen);
+        rs.stop = true;
+        pthread_join(rs.th, NULL);
+        rs.stop = false;
+        if (st == 200 && got == NET_BIG && NET_BIG / 1e6 / t > res->down_proxy)
+            res->down_proxy = NET_BIG / 1e6 / t;
+        if (xfer_upload(&direct, "PUT", "/up", false, NULL, NET_BIG, &t, err, errlen) == 200 &&
+            NET_BIG / 1e6 / t > res->up_direct)
+            res->up_direct = NET_BIG / 1e6 / t;
+        pthread_create(&rs.th, NULL, rss_sample_main, &rs);
+        st = xfer_upload(tg, "PUT", pup, false, NULL, NET_BIG, &t, err, errlen);
+        rs.stop = true;
+        pthread_join(rs.th, NULL);
+        rs.stop = false;
+        if (st == 200 && NET_BIG / 1e6 / t > res->up_proxy)
+            res->up_proxy = NET_BIG / 1e6 / t;
+    }
+    res->grew_kb = rs.peak_kb - base;
+    stop_process(tg, id);
+    res->ok = res->down_proxy > 0 && res->up_proxy > 0;
+    /* The terminal: a key to `cat` on a pty, until its echo comes back, over the WebSocket
+     * and over POST stdin with a followed output stream, in turns. */
+    if (start_process(tg, "{\"command\":\"cat\",\"pty\":{\"cols\":80,\"rows\":24}}", id, sizeof id,
+                      err, errlen) < 0)
+        return 0;
+    int port_sbxd = ntohs(((const struct sockaddr_in *)&tg->addr)->sin_port);
+    int keys = quick ? 50 : NET_KEYS;
+    double *lat = calloc((size_t)keys, sizeof *lat);
+    for (int r = 0; r < 2 && lat; r++) {
+        int n = bench_tty_echo(port_sbxd, id, keys / 2, lat, err, errlen);
+        for (int i = 0; i < n; i++)
+            samples_push(&res->ws, lat[i]);
+        n = bench_stdin_echo(port_sbxd, id, keys / 2, lat, err, errlen);
+        for (int i = 0; i < n; i++)
+            samples_push(&res->post, lat[i]);
+    }
+    free(lat);
+    snprintf(path, sizeof path, "%s", id);
+    stop_process(tg, path);
+    samples_sort(&res->ws);
+    samples_sort(&res->post);
+    res->tty_ok = res->ws.n >= (size_t)keys / 2 && res->post.n >= (size_t)keys / 2;
+    return 0;
+}
+
 /* sbxd's RSS while n gRPC connections are open and idle (for a second), each having had one
  * Health/Check answered; *base_kb its RSS just before they opened. -1 with err when one
  * could not be made. */
@@ -3526,7 +3698,8 @@ enum {
     PH_FULL = 1 << 14,   /* /upload against PUT in a workspace holding ~0.8 GB */
     PH_SEARCH = 1 << 15, /* grep= and glob= against grep, rg and find in /execute */
     PH_EDIT = 1 << 16,   /* POST ?edit of a 1 MiB file against sed -i through /execute */
-    PH_ALL = (1 << 17) - 1,
+    PH_NET = 1 << 17,    /* /proxy/{port}/ against the same upstream directly; the terminal */
+    PH_ALL = (1 << 18) - 1,
 };
 
 static const struct {
@@ -3544,6 +3717,7 @@ static const struct {
     {"health", PH_HEALTH}, /* /healthz under load, GET /usage */
     {"search", PH_SEARCH},
     {"edit", PH_EDIT},
+    {"net", PH_NET},
 };
 
 /* "grpc,stream" and the like into phases; 0 for a name that is not a group. */
@@ -3605,6 +3779,11 @@ static void usage(FILE *f)
           "                               -rn, rg -n and find through /execute, in turns\n"
           "                   edit        1,000 exact edits of a 1 MiB file (POST ?edit) against\n"
           "                               the same by sed -i through /execute, in turns\n"
+          "                   net         small GETs (1 and 16 connections) and 256 MiB each way\n"
+          "                               through /proxy/PORT/ against the same upstream (a\n"
+          "                               command of sbxd's) directly, in turns; a terminal's\n"
+          "                               key to echo over its WebSocket against POST stdin\n"
+          "                               and the output stream\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3613,6 +3792,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--upstream") == 0) /* the net rows' upstream (bench_net.c) */
+        return bench_upstream_serve(atoi(argv[2]));
     const char *sbxd = NULL, *vs = NULL;
     double seconds = 0;
     bool quick = false;
@@ -3631,7 +3812,7 @@ int main(int argc, char **argv)
             only = v;
             if (!phases) {
                 warnx_("--only wants groups among grpc, throughput, stream, uploads, "
-                       "uploads-full, contexts, workspace, mcp, health, search, edit; got %s",
+                       "uploads-full, contexts, workspace, mcp, health, search, edit, net; got %s",
                        v);
                 return 2;
             }
@@ -3902,6 +4083,20 @@ int main(int argc, char **argv)
         edit_ok = measure_edits(&local, n, &edr, eerr, sizeof eerr) == 0;
         if (!edit_ok)
             warnx_("edits: %s", eerr);
+        if (!child_alive(pid, &crash_st))
+            crashed = true;
+    }
+
+    /* The proxy against the same upstream directly, and the terminal's echo. */
+    net_result nr = {0};
+    bool net_ok = false;
+    if ((phases & PH_NET) && !crashed && !g_interrupted) {
+        fprintf(stderr, "sbxd-bench: /proxy/{port}/ and the upstream directly in turns, the "
+                        "terminal's echo ...\n");
+        char nerr[300] = "";
+        net_ok = measure_net(&local, pid, quick, &nr, nerr, sizeof nerr) == 0;
+        if (!net_ok || !nr.ok || !nr.tty_ok)
+            warnx_("net: %s", nerr);
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
@@ -4252,6 +4447,30 @@ int main(int argc, char **argv)
                 pct(&edr.edit, 99));
         add_row("  sed -i via /execute: p50 / p99", "", "", "%.3f / %.3f ms", pct(&edr.sed, 50),
                 pct(&edr.sed, 99));
+    }
+    if (net_ok && nr.ok) {
+        for (int k = 0; k < 2; k++) {
+            snprintf(label, sizeof label, "/proxy small GETs, %d connection%s: req/s", k ? 16 : 1,
+                     k ? "s" : "");
+            add_row(label, "", "", "%.0f (direct %.0f)", nr.rps_proxy[k], nr.rps_direct[k]);
+            add_row("  proxy / direct (median round)", ">= 0.7", yesno(nr.ratio[k] >= 0.7), "%.2f",
+                    nr.ratio[k]);
+        }
+        double dr = nr.down_direct > 0 ? nr.down_proxy / nr.down_direct : 0;
+        double ur = nr.up_direct > 0 ? nr.up_proxy / nr.up_direct : 0;
+        add_row("/proxy 256 MiB download: MB/s", "", "", "%.0f (direct %.0f)", nr.down_proxy,
+                nr.down_direct);
+        add_row("  proxy / direct", ">= 0.8", yesno(dr >= 0.8), "%.2f", dr);
+        add_row("/proxy 256 MiB upload: MB/s", "", "", "%.0f (direct %.0f)", nr.up_proxy,
+                nr.up_direct);
+        add_row("  proxy / direct", ">= 0.8", yesno(ur >= 0.8), "%.2f", ur);
+        add_row("  sbxd RSS growth while proxying", "", "", "%ld KiB", nr.grew_kb);
+    }
+    if (net_ok && nr.tty_ok) {
+        add_row("terminal key to echo, WebSocket: p50 / p99", "", "", "%.3f / %.3f ms",
+                pct(&nr.ws, 50), pct(&nr.ws, 99));
+        add_row("  POST stdin + output stream: p50 / p99", "", "", "%.3f / %.3f ms",
+                pct(&nr.post, 50), pct(&nr.post, 99));
     }
     if (phases & PH_LOAD) {
         snprintf(label, sizeof label, "/execute req/s, 16 clients (median of %d rounds)",

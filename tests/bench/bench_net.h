@@ -1,0 +1,19 @@
+/*
+ * bench_net.h - the net rows' fixtures (bench_net.c): an upstream server for the proxy, and
+ * a terminal's keystroke-to-echo over its WebSocket and over POST stdin + the output stream.
+ */
+#ifndef SBXD_BENCH_NET_H
+#define SBXD_BENCH_NET_H
+
+#include <stddef.h>
+
+/* Serve on 127.0.0.1:port until killed (sbxd-bench --upstream PORT). */
+int bench_upstream_serve(int port);
+
+/* n keys to process id's terminal on sbxd's port, each timed until its echo comes back (ms
+ * into lat): over GET /processes/ID/tty's WebSocket, or over POST /processes/ID/stdin and a
+ * followed output stream. How many were timed; err says why when fewer than n. */
+int bench_tty_echo(int port, const char *id, int n, double *lat, char *err, size_t errlen);
+int bench_stdin_echo(int port, const char *id, int n, double *lat, char *err, size_t errlen);
+
+#endif
