@@ -54,6 +54,76 @@ void proxy_conn_put(uint16_t port)
     pthread_mutex_unlock(&conns_lock);
 }
 
+_Static_assert(sizeof(((struct sbxd_err *)0)->msg) == PROXY_MSG, "PROXY_MSG holds an error");
+
+/* ---- the upstream connection a client's connection keeps ---- */
+
+/*
+ * libmicrohttpd serves each client connection on a thread of its own, its requests one after
+ * the other: the upstream connection of a request whose answer was read to its end is kept
+ * in that thread for the next request to the same port (kept_take), and closed with the
+ * thread. So small requests cost one connect and one look at the socket tables per client
+ * connection, not per request; and a kept connection is never handed to another client.
+ */
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+struct kept {
+    int fd;
+    uint16_t port;
+};
+
+static void kept_close(void *p)
+{
+    struct kept *k = p;
+    if (k->fd >= 0)
+        close(k->fd);
+    free(k);
+}
+
+static void kept_init(void)
+{
+    pthread_key_create(&kept_key, kept_close);
+}
+
+/* The kept connection to port, if it is still open and quiet (taken: -1 is left); else -1. */
+static int kept_take(uint16_t port)
+{
+    pthread_once(&kept_once, kept_init);
+    struct kept *k = pthread_getspecific(kept_key);
+    if (!k || k->fd < 0 || k->port != port)
+        return -1;
+    int fd = k->fd;
+    k->fd = -1;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return fd;
+    close(fd); /* closed by the upstream, or bytes nobody asked for */
+    return -1;
+}
+
+static void kept_put(int fd, uint16_t port)
+{
+    pthread_once(&kept_once, kept_init);
+    struct kept *k = pthread_getspecific(kept_key);
+    if (!k && (k = malloc(sizeof(*k)))) {
+        k->fd = -1;
+        if (pthread_setspecific(kept_key, k) != 0) {
+            free(k);
+            k = NULL;
+        }
+    }
+    if (!k) {
+        close(fd);
+        return;
+    }
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = fd;
+    k->port = port;
+}
+
 /* ---- one proxied request ---- */
 
 struct proxy {
@@ -61,10 +131,13 @@ struct proxy {
     int fd; /* the upstream, -1 once closed or handed to a pipe */
     uint16_t port;
     bool counted;
-    bool head_req;    /* HEAD: the answer has no body whatever its headers say */
-    bool chunked_in;  /* the request's body goes on re-chunked */
-    bool upgrade_req; /* the client asked for an upgrade */
-    bool failed;      /* the upstream went away while the body was sent: 502 at its end */
+    bool head_req;     /* HEAD: the answer has no body whatever its headers say */
+    bool chunked_in;   /* the request's body goes on re-chunked */
+    bool upgrade_req;  /* the client asked for an upgrade */
+    bool failed;       /* the upstream went away while the body was sent: 502 at its end */
+    bool reused;       /* fd is the connection kept from this client's last request */
+    bool bodyless;     /* the request has no body: a reused connection found closed is retried */
+    struct jsonw head; /* the request's head as sent */
     char failure[160];
     char prefix[PROXY_PREFIX_MAX];
     struct proxy_answer *ans;
@@ -72,10 +145,12 @@ struct proxy {
 
 static void proxy_free(void *state, bool completed)
 {
-    (void)completed;
     struct proxy *s = state;
-    if (s->fd >= 0)
+    if (s->fd >= 0 && completed && s->ans && pa_reusable(s->ans))
+        kept_put(s->fd, s->port);
+    else if (s->fd >= 0)
         close(s->fd);
+    jw_free(&s->head);
     if (s->counted)
         proxy_conn_put(s->port);
     free(s->ans);
@@ -255,10 +330,46 @@ static void build_head(struct proxy *s, struct MHD_Connection *c, struct req_ctx
         s->upgrade_req = true;
         put(w, "Connection", 10, "Upgrade", 7);
         put(w, "Upgrade", 7, up, strlen(up));
-    } else {
-        put(w, "Connection", 10, "close", 5);
     }
+    /* Otherwise kept alive (HTTP/1.1's default): the client's next request to the port may
+     * take the same connection (kept_take). */
     jw_raw(w, "\r\n", 2);
+}
+
+/* The checked connect, and the head sent on it: 0, or -1 with the answer's status and
+ * message (403 when the port is not a command user's, 502 when nothing takes it). */
+static int open_fresh(struct proxy *s, unsigned *status, char msg[PROXY_MSG])
+{
+    struct sockaddr_storage to;
+    socklen_t tolen;
+    struct sbxd_err err = {0};
+    *status = MHD_HTTP_BAD_GATEWAY;
+    if (ports_target(s->srv->sb, s->port, &to, &tolen, &err) < 0) {
+        if (err.kind == SBXD_E_DENIED)
+            *status = MHD_HTTP_FORBIDDEN;
+        memcpy(msg, err.msg, PROXY_MSG);
+        return -1;
+    }
+    const struct sbxd_config *cfg = s->srv->cfg;
+    s->fd = connect_upstream(&to, tolen, (int)cfg->request_timeout_ms, (int)cfg->idle_timeout_ms);
+    if (s->fd < 0) {
+        snprintf(msg, PROXY_MSG, "cannot connect to port %u: %s", (unsigned)s->port,
+                 strerror(errno));
+        return -1;
+    }
+    if (ports_check_peer(s->srv->sb, s->fd, &err) < 0) {
+        *status = MHD_HTTP_FORBIDDEN;
+        memcpy(msg, err.msg, PROXY_MSG);
+        return -1;
+    }
+    if (send_all(s->fd, s->head.buf, s->head.len) < 0) {
+        snprintf(msg, PROXY_MSG,
+                 "the upstream on port %u closed the connection before the "
+                 "request was sent",
+                 (unsigned)s->port);
+        return -1;
+    }
+    return 0;
 }
 
 static enum MHD_Result refuse(struct req_ctx *rc, struct MHD_Connection *c, unsigned status,
@@ -283,12 +394,6 @@ enum MHD_Result proxy_begin(struct server *srv, struct MHD_Connection *c, struct
         return reply_error_header(c, MHD_HTTP_MOVED_PERMANENTLY, "MOVED", "Location", to,
                                   "the proxy's root is %s", to);
     }
-    struct sockaddr_storage to;
-    socklen_t tolen;
-    struct sbxd_err err = {0};
-    if (ports_target(srv->sb, port, &to, &tolen, &err) < 0)
-        return refuse(rc, c, err.kind == SBXD_E_DENIED ? MHD_HTTP_FORBIDDEN : MHD_HTTP_BAD_GATEWAY,
-                      err.kind == SBXD_E_DENIED ? "PERMISSION_DENIED" : "BAD_GATEWAY", err.msg);
     if (!conn_take(port)) {
         char msg[128];
         snprintf(msg, sizeof(msg),
@@ -309,27 +414,27 @@ enum MHD_Result proxy_begin(struct server *srv, struct MHD_Connection *c, struct
     snprintf(s->prefix, sizeof(s->prefix), "/proxy/%u", (unsigned)port);
     rc->state = s;
     rc->state_free = proxy_free;
-    int idle = (int)srv->cfg->idle_timeout_ms;
-    s->fd = connect_upstream(&to, tolen, (int)srv->cfg->request_timeout_ms, idle);
-    if (s->fd < 0) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "cannot connect to port %u: %s", (unsigned)port,
-                 strerror(errno));
-        return refuse(rc, c, MHD_HTTP_BAD_GATEWAY, "BAD_GATEWAY", msg);
-    }
-    if (ports_check_peer(srv->sb, s->fd, &err) < 0)
-        return refuse(rc, c, MHD_HTTP_FORBIDDEN, "PERMISSION_DENIED", err.msg);
-    struct jsonw w;
-    jw_init(&w, 1024);
-    build_head(s, c, rc, method, rest, &w);
-    int sent = w.failed || w.len > PROXY_HEAD_MAX ? -2 : send_all(s->fd, w.buf, w.len);
-    jw_free(&w);
-    if (sent == -2)
+    jw_init(&s->head, 1024);
+    build_head(s, c, rc, method, rest, &s->head);
+    if (s->head.failed || s->head.len > PROXY_HEAD_MAX)
         return refuse(rc, c, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, "INVALID_ARGUMENT",
                       "the request's head is over 64 KiB");
-    if (sent < 0)
-        return refuse(rc, c, MHD_HTTP_BAD_GATEWAY, "BAD_GATEWAY",
-                      "the upstream closed the connection before the request was sent");
+    s->bodyless = !s->chunked_in && !hdr(c, "Content-Length");
+    /* This client's connection to the same port, kept from its last request: no new look, no
+     * new connect (the socket it reaches was checked when it was made). */
+    if (!s->upgrade_req && (s->fd = kept_take(port)) >= 0) {
+        s->reused = true;
+        if (send_all(s->fd, s->head.buf, s->head.len) == 0)
+            return MHD_YES;
+        close(s->fd); /* the upstream closed it meanwhile: a fresh one */
+        s->fd = -1;
+        s->reused = false;
+    }
+    unsigned status;
+    char msg[PROXY_MSG];
+    if (open_fresh(s, &status, msg) < 0)
+        return refuse(rc, c, status,
+                      status == MHD_HTTP_FORBIDDEN ? "PERMISSION_DENIED" : "BAD_GATEWAY", msg);
     return MHD_YES;
 }
 
@@ -422,6 +527,21 @@ enum MHD_Result proxy_end(struct server *srv, struct MHD_Connection *c, struct r
         [PA_HEAD_CLOSED] = "the upstream closed the connection without an answer",
     };
     enum pa_head h = (s->ans = pa_new(s->head_req)) ? pa_head(s->ans, s->fd) : PA_HEAD_CLOSED;
+    if (h == PA_HEAD_CLOSED && s->reused && s->bodyless && pa_untouched(s->ans)) {
+        /* The kept connection was closed by the upstream as the request went out: once more,
+         * on a fresh one (a request without a body, so nothing was lost). */
+        unsigned status;
+        char msg[PROXY_MSG];
+        close(s->fd);
+        s->fd = -1;
+        s->reused = false;
+        free(s->ans);
+        if (open_fresh(s, &status, msg) < 0)
+            return reply_error(c, status,
+                               status == MHD_HTTP_FORBIDDEN ? "PERMISSION_DENIED" : "BAD_GATEWAY",
+                               "%s", msg);
+        h = (s->ans = pa_new(s->head_req)) ? pa_head(s->ans, s->fd) : PA_HEAD_CLOSED;
+    }
     if (h != PA_HEAD_OK)
         return reply_error(c, MHD_HTTP_BAD_GATEWAY, "BAD_GATEWAY", "%s (port %u)", why[h],
                            (unsigned)s->port);

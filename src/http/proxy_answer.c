@@ -247,3 +247,14 @@ ssize_t pa_body(struct proxy_answer *a, int fd, char *out, size_t max)
             return -1; /* closed before the body's end */
     }
 }
+
+bool pa_reusable(const struct proxy_answer *a)
+{
+    return a->done && !a->parser.upgrade && http_should_keep_alive(&a->parser) &&
+           a->raw_off == a->raw_len;
+}
+
+bool pa_untouched(const struct proxy_answer *a)
+{
+    return a->raw_len == 0 && !a->head_done;
+}

@@ -29,6 +29,12 @@ int64_t pa_length(const struct proxy_answer *a);
 /* What came after the head of a 101, the new protocol's first bytes. */
 void pa_rest(const struct proxy_answer *a, const char **data, size_t *n);
 
+/* Whether the connection may carry another request: the answer was read to its end, it was
+ * not delimited by the close, and neither side asked to close. */
+bool pa_reusable(const struct proxy_answer *a);
+/* Whether nothing at all came from the upstream (a kept connection it had closed). */
+bool pa_untouched(const struct proxy_answer *a);
+
 /* The next piece of the body into out: > 0 bytes, 0 at its end, -1 on an error (the
  * upstream's bytes are not HTTP, a read failed or timed out). */
 ssize_t pa_body(struct proxy_answer *a, int fd, char *out, size_t max);

@@ -19,6 +19,7 @@
 #define PROXY_HEAD_MAX     65536 /* the upstream's answer head, and the request's */
 #define PROXY_MAX_HEADERS  128   /* header lines of the upstream's answer */
 #define PROXY_PREFIX_MAX   24    /* "/proxy/65535" */
+#define PROXY_MSG          512   /* an error message of the proxy's (an sbxd_err's) */
 
 /* The route: begin (the head is in: check, connect, send the head), body (each piece of
  * the request's body to the upstream), end (the answer's head read and streamed back). */

@@ -191,6 +191,41 @@ class Proxy(NetCase):
         self.assertNotIn("authorization", hdrs)
         self.assertNotIn(TOKEN, b.decode())
 
+    def test_a_client_connection_keeps_its_upstream_connection_and_its_checks(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.d.port, timeout=20)
+        peers = []
+        for _ in range(3):
+            c.request("GET", self.prefix + "/headers", headers=AUTH)
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            peers.append(json.loads(r.read())["peer_port"])
+        # One upstream connection for the three requests of one client connection.
+        self.assertEqual(len(set(peers)), 1, peers)
+        # Another client connection never gets it.
+        st, _, b = self.call("GET", self.prefix + "/headers")
+        self.assertNotEqual(json.loads(b)["peer_port"], peers[0])
+        # The app gone: the kept connection is not a way around the look (502), and a root
+        # listener on the same port is refused (403), on the same client connection.
+        self.call("DELETE", "/processes/" + self.pid)
+        end = time.monotonic() + 10
+        while any(p["port"] == self.port for p in self.ports()) and time.monotonic() < end:
+            time.sleep(0.05)
+        c.request("GET", self.prefix + "/headers", headers=AUTH)
+        r = c.getresponse()
+        self.assertEqual(r.status, 502, r.read())
+        r.read()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.port))
+        s.listen(4)
+        try:
+            c.request("GET", self.prefix + "/headers", headers=AUTH)
+            r = c.getresponse()
+            self.assertEqual(r.status, 403, r.read())
+        finally:
+            s.close()
+            c.close()
+
     def test_the_root_redirects_to_its_directory(self):
         st, h, _ = self.call("GET", self.prefix)
         self.assertEqual((st, h.get("Location")), (301, self.prefix + "/"))

@@ -2,7 +2,7 @@
 
     python3 upstream.py PORT [ADDRESS]
 
-GET /headers answers the request's path and headers as JSON; GET /redirect a 302 to /login
+GET /headers answers the request's path, headers and the port it came from as JSON; GET /redirect a 302 to /login
 with a cookie whose Path is /app; GET or HEAD of a file serves it from the working directory;
 POST or PUT /upload reads the body (Content-Length or chunked) and answers "BYTES SHA256".
 """
@@ -20,7 +20,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.startswith("/headers"):
-            body = json.dumps({"path": self.path, "headers": dict(self.headers.items())})
+            body = json.dumps({"path": self.path, "headers": dict(self.headers.items()),
+                               "peer_port": self.client_address[1]})
             return self.answer(200, body.encode(), "application/json")
         if self.path == "/redirect":
             self.send_response(302)
