@@ -532,6 +532,13 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
                       size - 1);
             return -1;
         }
+        /* A URL people are handed (MCP's expose_port): a web address or nothing. */
+        if (field == (char *)cfg->public_url && *val && strncmp(val, "http://", 7) != 0 &&
+            strncmp(val, "https://", 8) != 0) {
+            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not an http:// or https:// URL",
+                      o->flag, val, src);
+            return -1;
+        }
         snprintf(field, size, "%s", val);
         return 0;
     }

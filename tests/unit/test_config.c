@@ -355,6 +355,25 @@ START_TEST(web_lists)
 }
 END_TEST
 
+/* --public-url: an http(s) URL or nothing; another scheme refused at start. */
+START_TEST(public_url)
+{
+    char *none[] = {NULL};
+    char *argv0[] = {"sbxd", NULL};
+    ck_assert_int_eq(parse(argv0, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.public_url, "");
+    char *ok[] = {"sbxd", "--public-url", "https://sb.example/s1", NULL};
+    ck_assert_int_eq(parse(ok, none), CONFIG_RUN);
+    ck_assert_str_eq(cfg.public_url, "https://sb.example/s1");
+    char *env[] = {"SBXD_PUBLIC_URL=http://127.0.0.1:8888", NULL};
+    ck_assert_int_eq(parse(argv0, env), CONFIG_RUN);
+    ck_assert_str_eq(cfg.public_url, "http://127.0.0.1:8888");
+    char *bad[] = {"sbxd", "--public-url", "ftp://sb.example", NULL};
+    ck_assert_int_eq(parse(bad, none), CONFIG_EXIT_2);
+    ck_assert_ptr_nonnull(strstr(perr.msg, "not an http:// or https:// URL"));
+}
+END_TEST
+
 START_TEST(listen_forms)
 {
     struct sockaddr_storage ss;
@@ -390,6 +409,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, workspace_baseline);
     tcase_add_test(tc, archive_limits);
     tcase_add_test(tc, web_lists);
+    tcase_add_test(tc, public_url);
     suite_add_tcase(s, tc);
     return s;
 }
