@@ -361,6 +361,8 @@ struct ws_control {
 /* Decode one: 0, or -1 with why (out then holds nothing to free). */
 int ws_control_parse(const char *text, size_t n, struct ws_control *out, char *why, size_t len);
 
+/* An upgraded connection's socket: TCP_CORK off, TCP_NODELAY on (reply.c). */
+void http_socket_uncork(int fd);
 enum MHD_Result route_ports(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_usage(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);
 enum MHD_Result route_kernels(struct server *srv, struct MHD_Connection *c, struct req_ctx *rc);

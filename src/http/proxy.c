@@ -497,6 +497,9 @@ static void upgraded(void *cls, struct MHD_Connection *c, void *req_cls, const c
     (void)req_cls;
     struct proxy *s = cls;
     int up = s->fd;
+    /* libmicrohttpd corks the socket around its answers and may leave it so: frames go out as
+     * they are made (a key's echo waited out the delayed ACK: 44 ms). */
+    http_socket_uncork(sock);
     s->fd = -1;
     s->counted = false; /* the pipe gives it back */
     const char *rest;

@@ -1,3 +1,5 @@
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -259,4 +261,11 @@ bool http_method_in(struct MHD_Connection *c, const struct req_ctx *rc, unsigned
         return true;
     *ret = reply_method_not_allowed(c, allowed);
     return false;
+}
+
+void http_socket_uncork(int fd)
+{
+    int zero = 0, one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }

@@ -370,6 +370,9 @@ static void tty_upgraded(void *cls, struct MHD_Connection *c, void *req_cls, con
     (void)extra_in_size; /* a client waits for the 101 before it sends frames */
     struct tty *t = cls;
     struct req_ctx *rc = req_cls;
+    /* libmicrohttpd corks the socket around its answers and may leave it so: frames go out as
+     * they are made (a key's echo waited out the delayed ACK: 44 ms). */
+    http_socket_uncork(sock);
     rc->state = NULL; /* the socket's thread has it now */
     rc->state_free = NULL;
     t->sock = sock;
