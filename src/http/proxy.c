@@ -153,7 +153,7 @@ static void proxy_free(void *state, bool completed)
     jw_free(&s->head);
     if (s->counted)
         proxy_conn_put(s->port);
-    free(s->ans);
+    pa_free(s->ans);
     free(s);
 }
 
@@ -538,7 +538,8 @@ enum MHD_Result proxy_end(struct server *srv, struct MHD_Connection *c, struct r
         close(s->fd);
         s->fd = -1;
         s->reused = false;
-        free(s->ans);
+        pa_free(s->ans);
+        s->ans = NULL;
         if (open_fresh(s, &status, msg) < 0)
             return reply_error(c, status,
                                status == MHD_HTTP_FORBIDDEN ? "PERMISSION_DENIED" : "BAD_GATEWAY",
@@ -562,7 +563,29 @@ enum MHD_Result proxy_end(struct server *srv, struct MHD_Connection *c, struct r
             size = 0;
         else if (pa_length(s->ans) >= 0) /* a HEAD's too: libmicrohttpd sends no body to it */
             size = (uint64_t)pa_length(s->ans);
-        r = MHD_create_response_from_callback(size, PROXY_BUF, proxy_read, s, NULL);
+        r = NULL;
+        /* A small body of a known length is read whole first: libmicrohttpd sends a buffer's
+         * head and body in one call (a callback's in two). */
+        char small[PROXY_SMALL];
+        if (!s->head_req && size > 0 && size <= sizeof(small)) {
+            size_t got = 0;
+            ssize_t k = 1;
+            while (got < size && (k = pa_body(s->ans, s->fd, small + got, size - got)) > 0)
+                got += (size_t)k;
+            if (got != size)
+                return reply_error(c, MHD_HTTP_BAD_GATEWAY, "BAD_GATEWAY",
+                                   "the upstream on port %u closed before its answer's end",
+                                   (unsigned)s->port);
+            r = MHD_create_response_from_buffer(got, small, MHD_RESPMEM_MUST_COPY);
+        } else {
+            /* Under sbxd's 64 KiB mapping threshold unless the body is that large: a small
+             * answer's buffer comes from the heap, not from a mapping of its own. */
+            size_t block = size == MHD_SIZE_UNKNOWN ? PROXY_BUF / 2
+                           : size < PROXY_BUF       ? (size_t)(size ? size : 1)
+                           : size < PROXY_BIG       ? PROXY_BUF
+                                                    : PROXY_BIG_BUF;
+            r = MHD_create_response_from_callback(size, block, proxy_read, s, NULL);
+        }
     }
     if (!r)
         return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "INTERNAL", "out of memory");

@@ -1,7 +1,13 @@
 /*
- * proxy_answer.c - an upstream's answer, parsed by http-parser (proxy_answer.h). Two fixed
- * buffers: the raw bytes read and the body decoded from them; the decoded bytes of one read
- * never outnumber its raw ones, so neither grows.
+ * proxy_answer.c - an upstream's answer, parsed by http-parser (proxy_answer.h).
+ *
+ * Small for a small answer (a GET of a few bytes costs a few KiB, from the heap: sbxd maps
+ * every allocation over 64 KiB on its own, which per request is a system call and page
+ * faults), and one copy for a large one: the head is read through a 16 KiB buffer (grown for
+ * a long one, to 64 KiB); the body is decoded straight into the caller's buffer, and a body
+ * of a known length is, once what came with the head is out, read straight into it without
+ * the parser. What one parse decodes past the caller's room waits in an overflow buffer,
+ * made only then.
  */
 #include <errno.h>
 #include <http_parser.h>
@@ -12,7 +18,7 @@
 
 #include "proxy_answer.h"
 
-#define PA_BUF         65536
+#define PA_RAW         16384 /* the upstream's bytes read at a time for the parser */
 #define PA_HEAD_MAX    65536
 #define PA_MAX_HEADERS 128
 
@@ -20,15 +26,20 @@ struct proxy_answer {
     http_parser parser;
     bool head_req;
     unsigned status;
-    char head[PA_HEAD_MAX]; /* "name\0value\0" pairs */
-    size_t head_len;
+    char *head; /* "name\0value\0" pairs, grown to PA_HEAD_MAX */
+    size_t head_len, head_cap;
     size_t names[PA_MAX_HEADERS], values[PA_MAX_HEADERS];
     unsigned nheaders;
     bool in_value, head_done, done, too_big;
-    char raw[PA_BUF];
+    char raw[PA_RAW];
     size_t raw_len, raw_off;
-    char body[PA_BUF];
-    size_t body_len, body_off;
+    /* While a parse runs: where on_body puts the body, and what is past its room. */
+    char *out;
+    size_t out_len, out_cap;
+    char *over;
+    size_t over_len, over_off, over_cap;
+    uint64_t direct_left; /* a known length's rest, read without the parser */
+    bool direct;
 };
 
 static struct proxy_answer *of(http_parser *p)
@@ -38,9 +49,19 @@ static struct proxy_answer *of(http_parser *p)
 
 static int head_add(struct proxy_answer *a, const char *at, size_t n)
 {
-    if (a->head_len + n + 1 > sizeof(a->head)) {
+    if (a->head_len + n + 1 > PA_HEAD_MAX) {
         a->too_big = true;
         return -1;
+    }
+    if (a->head_len + n + 1 > a->head_cap) {
+        size_t cap = a->head_cap ? a->head_cap : 4096;
+        while (cap < a->head_len + n + 1)
+            cap *= 2;
+        char *h = realloc(a->head, cap);
+        if (!h)
+            return -1;
+        a->head = h;
+        a->head_cap = cap;
     }
     memcpy(a->head + a->head_len, at, n);
     a->head_len += n;
@@ -86,7 +107,7 @@ static bool interim(unsigned status)
 static int on_headers_complete(http_parser *p)
 {
     struct proxy_answer *a = of(p);
-    if (a->nheaders && head_add(a, "", 1) < 0)
+    if (head_add(a, "", 1) < 0)
         return -1;
     /* A name without a value: an empty value (the name's own NUL ends it too). */
     for (unsigned i = 0; i < a->nheaders; i++)
@@ -111,10 +132,23 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct proxy_answer *a = of(p);
-    if (a->body_len + n > sizeof(a->body))
-        return -1;
-    memcpy(a->body + a->body_len, at, n);
-    a->body_len += n;
+    size_t room = a->out_cap - a->out_len, k = n < room ? n : room;
+    memcpy(a->out + a->out_len, at, k);
+    a->out_len += k;
+    if (k == n)
+        return 0;
+    /* Past the caller's room: kept for its next call (at most one read's worth). */
+    size_t rest = n - k;
+    if (a->over_len + rest > a->over_cap) {
+        size_t cap = a->over_len + rest;
+        char *o = realloc(a->over, cap);
+        if (!o)
+            return -1;
+        a->over = o;
+        a->over_cap = cap;
+    }
+    memcpy(a->over + a->over_len, at + k, rest);
+    a->over_len += rest;
     return 0;
 }
 
@@ -138,13 +172,25 @@ static const http_parser_settings settings = {
 
 struct proxy_answer *pa_new(bool head_req)
 {
-    struct proxy_answer *a = calloc(1, sizeof(*a));
+    struct proxy_answer *a = malloc(sizeof(*a));
     if (!a)
         return NULL;
+    /* Everything but the raw buffer, which is written before it is read. */
+    memset(a, 0, offsetof(struct proxy_answer, raw));
+    memset(&a->raw_len, 0, sizeof(*a) - offsetof(struct proxy_answer, raw_len));
     http_parser_init(&a->parser, HTTP_RESPONSE);
     a->parser.data = a;
     a->head_req = head_req;
     return a;
+}
+
+void pa_free(struct proxy_answer *a)
+{
+    if (!a)
+        return;
+    free(a->head);
+    free(a->over);
+    free(a);
 }
 
 /* Parse what was read and not parsed yet, or read more first when none is left. 0, 1 when
@@ -182,6 +228,9 @@ static int step(struct proxy_answer *a, int fd)
 
 enum pa_head pa_head(struct proxy_answer *a, int fd)
 {
+    char none[1];
+    a->out = none; /* no body comes before the head's end (a parse pauses there) */
+    a->out_cap = a->out_len = 0;
     while (!a->head_done) {
         int k = step(a, fd);
         if (k < 0)
@@ -192,6 +241,7 @@ enum pa_head pa_head(struct proxy_answer *a, int fd)
         if (k > 0 && !a->head_done)
             return PA_HEAD_CLOSED;
     }
+    a->out = NULL;
     return PA_HEAD_OK;
 }
 
@@ -225,36 +275,70 @@ void pa_rest(const struct proxy_answer *a, const char **data, size_t *n)
     *n = a->raw_len - a->raw_off;
 }
 
-ssize_t pa_body(struct proxy_answer *a, int fd, char *out, size_t max)
-{
-    for (;;) {
-        if (a->body_off < a->body_len) {
-            size_t n = a->body_len - a->body_off;
-            if (n > max)
-                n = max;
-            memcpy(out, a->body + a->body_off, n);
-            a->body_off += n;
-            if (a->body_off == a->body_len)
-                a->body_off = a->body_len = 0;
-            return (ssize_t)n;
-        }
-        if (a->done)
-            return 0;
-        int k = step(a, fd);
-        if (k < 0)
-            return -1;
-        if (k > 0 && !a->done)
-            return -1; /* closed before the body's end */
-    }
-}
-
 bool pa_reusable(const struct proxy_answer *a)
 {
     return a->done && !a->parser.upgrade && http_should_keep_alive(&a->parser) &&
-           a->raw_off == a->raw_len;
+           a->raw_off == a->raw_len && a->over_off == a->over_len;
 }
 
 bool pa_untouched(const struct proxy_answer *a)
 {
     return a->raw_len == 0 && !a->head_done;
+}
+
+/* A known length's rest straight into out: > 0, or -1 (closed early, or a read failed). */
+static ssize_t body_direct(struct proxy_answer *a, int fd, char *out, size_t max)
+{
+    size_t want = a->direct_left < max ? (size_t)a->direct_left : max;
+    ssize_t k;
+    do
+        k = recv(fd, out, want, 0);
+    while (k < 0 && errno == EINTR);
+    if (k <= 0)
+        return -1;
+    a->direct_left -= (uint64_t)k;
+    if (a->direct_left == 0)
+        a->done = true;
+    return k;
+}
+
+ssize_t pa_body(struct proxy_answer *a, int fd, char *out, size_t max)
+{
+    if (a->over_off < a->over_len) {
+        size_t n = a->over_len - a->over_off;
+        n = n < max ? n : max;
+        memcpy(out, a->over + a->over_off, n);
+        a->over_off += n;
+        if (a->over_off == a->over_len)
+            a->over_off = a->over_len = 0;
+        return (ssize_t)n;
+    }
+    if (a->direct)
+        return a->done ? 0 : body_direct(a, fd, out, max);
+    a->out = out;
+    a->out_cap = max;
+    a->out_len = 0;
+    while (a->out_len == 0 && a->over_len == 0 && !a->done) {
+        /* What came with the head parsed, a body of a known length needs the parser no more:
+         * its rest is exactly the next bytes of the connection. */
+        if (a->raw_off == a->raw_len && pa_length(a) >= 0 && !a->head_req) {
+            a->direct = true;
+            a->direct_left = a->parser.content_length; /* what is left of it */
+            a->out = NULL;
+            if (a->direct_left == 0) {
+                a->done = true;
+                return 0;
+            }
+            return body_direct(a, fd, out, max);
+        }
+        int k = step(a, fd);
+        if (k < 0 || (k > 0 && !a->done)) {
+            a->out = NULL;
+            return -1; /* not HTTP, a failed read, or closed before the body's end */
+        }
+    }
+    a->out = NULL;
+    if (a->out_len)
+        return (ssize_t)a->out_len;
+    return a->over_len ? pa_body(a, fd, out, max) : 0;
 }

@@ -13,9 +13,11 @@
 
 struct proxy_answer;
 
-/* A new reader (free() it); head_req: the request was a HEAD (no body follows). NULL when
+/* A new reader (pa_free it); head_req: the request was a HEAD (no body follows). NULL when
  * out of memory. */
 struct proxy_answer *pa_new(bool head_req);
+
+void pa_free(struct proxy_answer *a);
 
 enum pa_head { PA_HEAD_OK, PA_HEAD_TOO_LARGE, PA_HEAD_NOT_HTTP, PA_HEAD_TIMEOUT, PA_HEAD_CLOSED };
 /* Read the head from fd (interim 1xx answers but 101 passed over). */

@@ -13,13 +13,16 @@
 #include "http_internal.h"
 
 /* Bounds. */
-#define PROXY_MAX_CONNS    256   /* proxied connections at once, in all */
-#define PROXY_MAX_PER_PORT 64    /* ... and to one port */
-#define PROXY_BUF          65536 /* the upstream's bytes read at a time */
-#define PROXY_HEAD_MAX     65536 /* the upstream's answer head, and the request's */
-#define PROXY_MAX_HEADERS  128   /* header lines of the upstream's answer */
-#define PROXY_PREFIX_MAX   24    /* "/proxy/65535" */
-#define PROXY_MSG          512   /* an error message of the proxy's (an sbxd_err's) */
+#define PROXY_MAX_CONNS    256         /* proxied connections at once, in all */
+#define PROXY_MAX_PER_PORT 64          /* ... and to one port */
+#define PROXY_BUF          65536       /* the upstream's bytes read at a time */
+#define PROXY_HEAD_MAX     65536       /* the upstream's answer head, and the request's */
+#define PROXY_MAX_HEADERS  128         /* header lines of the upstream's answer */
+#define PROXY_PREFIX_MAX   24          /* "/proxy/65535" */
+#define PROXY_BIG          (4 << 20)   /* an answer this long is sent through ... */
+#define PROXY_BIG_BUF      (256 << 10) /* ... a buffer this big (fewer calls, each copying more) */
+#define PROXY_SMALL        8192 /* an answer's body up to this is read whole, sent with its head */
+#define PROXY_MSG          512  /* an error message of the proxy's (an sbxd_err's) */
 
 /* The route: begin (the head is in: check, connect, send the head), body (each piece of
  * the request's body to the upstream), end (the answer's head read and streamed back). */

@@ -78,7 +78,7 @@ static void answer(const uint8_t *p, size_t n, bool head_req)
                 check(total == (size_t)pa_length(a));
         }
     }
-    free(a);
+    pa_free(a);
     close(sv[0]);
     close(sv[1]);
 }
