@@ -691,3 +691,15 @@ void ports_write(struct jsonw *w, const struct port_listener *l)
         jw_str(w, l->why);
     }
 }
+
+void ports_write_list(struct jsonw *w, const struct port_listener *v, size_t n)
+{
+    jw_key(w, "ports");
+    jw_arr_begin(w);
+    for (size_t i = 0; i < n; i++) {
+        jw_obj_begin(w);
+        ports_write(w, &v[i]);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}

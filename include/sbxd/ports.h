@@ -66,6 +66,8 @@ int ports_check_peer(const struct sandbox *sb, int fd, struct sbxd_err *err);
 /* The listener as JSON members (inside an object the caller opened). */
 struct jsonw;
 void ports_write(struct jsonw *w, const struct port_listener *l);
+/* "ports": [each of v as ports_write has it]. */
+void ports_write_list(struct jsonw *w, const struct port_listener *v, size_t n);
 
 /* A connection's far end as the kernel's table has it: the uid owning the socket that
  * accepted a connection made from local port `from` to loopback port `to`. -1 when not found

@@ -24,18 +24,6 @@ struct ports_watch {
     struct events out;
 };
 
-static void write_list(struct jsonw *w, const struct port_listener *v, size_t n)
-{
-    jw_key(w, "ports");
-    jw_arr_begin(w);
-    for (size_t i = 0; i < n; i++) {
-        jw_obj_begin(w);
-        ports_write(w, &v[i]);
-        jw_obj_end(w);
-    }
-    jw_arr_end(w);
-}
-
 static bool same(const struct port_listener *a, const struct port_listener *b)
 {
     return a->port == b->port && a->family == b->family && a->inode == b->inode &&
@@ -88,7 +76,7 @@ static bool ports_watch_next(void *cls, bool ready)
         jw_obj_begin(w);
         jw_key(w, "type");
         jw_str(w, "ports");
-        write_list(w, s->now, s->n);
+        ports_write_list(w, s->now, s->n);
         jw_obj_end(w);
         event_end(&s->out);
         return true;
@@ -161,7 +149,7 @@ enum MHD_Result route_ports(struct server *srv, struct MHD_Connection *c, struct
         struct jsonw w;
         jw_init(&w, 256 + n * 384);
         jw_obj_begin(&w);
-        write_list(&w, v, n);
+        ports_write_list(&w, v, n);
         jw_obj_end(&w);
         free(v);
         return reply_jsonw(c, MHD_HTTP_OK, &w);

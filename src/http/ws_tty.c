@@ -18,7 +18,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <nettle/sha1.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,13 +34,13 @@
 #include "sbxd/base64.h"
 #include "sbxd/jsonw.h"
 #include "sbxd/sandbox.h"
+#include "sbxd/wsaccept.h"
 #include "sbxd/timeutil.h"
 
 #define WS_QUEUE_MAX   (1 << 20) /* output bytes queued for a viewer */
 #define WS_MSG_MAX     (1 << 20) /* a message from the viewer */
 #define WS_READ_CHUNK  32768
 #define WS_STDIN_MS    5000
-#define WS_GUID        "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define WS_WRITERS_MAX 256
 
 /* Who writes to which process: one viewer each. */
@@ -389,18 +388,6 @@ static void tty_upgraded(void *cls, struct MHD_Connection *c, void *req_cls, con
     pthread_attr_destroy(&a);
 }
 
-/* Sec-WebSocket-Accept for key (RFC 6455 4.2.2: base64 of SHA-1 of key and the GUID). */
-static void accept_of(const char *key, char out[32])
-{
-    struct sha1_ctx h;
-    uint8_t d[SHA1_DIGEST_SIZE];
-    sha1_init(&h);
-    sha1_update(&h, strlen(key), (const uint8_t *)key);
-    sha1_update(&h, strlen(WS_GUID), (const uint8_t *)WS_GUID);
-    sha1_digest(&h, sizeof(d), d);
-    out[base64_encode(d, sizeof(d), out)] = '\0';
-}
-
 /* Whether the comma list holds word (case aside). */
 static bool has_token(const char *list, const char *word)
 {
@@ -457,8 +444,8 @@ enum MHD_Result ws_tty_open(struct server *srv, struct MHD_Connection *c, struct
     t->p = p;
     t->off = since;
     struct MHD_Response *r = MHD_create_response_for_upgrade(tty_upgraded, t);
-    char acc[32];
-    accept_of(key, acc);
+    char acc[WS_ACCEPT_LEN + 1];
+    ws_accept_of(key, acc);
     MHD_add_response_header(r, "Upgrade", "websocket");
     MHD_add_response_header(r, "Sec-WebSocket-Accept", acc);
     /* A browser sends its token as the subprotocol "bearer.TOKEN" beside "sbxd.tty": the

@@ -38,14 +38,7 @@ int tool_list_ports(struct mcp_tool_ctx *x, const cJSON *args, struct jsonw *w)
     text_block(w, t.buf, t.len);
     jw_free(&t);
     result_structured(w);
-    jw_key(w, "ports");
-    jw_arr_begin(w);
-    for (size_t i = 0; i < n; i++) {
-        jw_obj_begin(w);
-        ports_write(w, &v[i]);
-        jw_obj_end(w);
-    }
-    jw_arr_end(w);
+    ports_write_list(w, v, n);
     result_end(w, false);
     free(v);
     return 0;

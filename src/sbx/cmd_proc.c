@@ -493,20 +493,10 @@ static double jnum_or(const cJSON *o, const char *key)
 
 int cmd_usage(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    bool json = false;
-    int c;
-    opt_reset();
-    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
-        if (c == 'h')
-            return cmd_print_help(cmd);
-        if (c != 'j')
-            return SBX_USAGE;
-        json = true;
-    }
-    if (optind < argc)
-        return usage_error(cmd->name, "usage takes no arguments");
+    bool json;
+    int done = opt_json_only(cmd, argc, argv, &json);
+    if (done >= 0)
+        return done;
     struct response resp;
     int r = call_json(s, cmd->name, "GET", "/usage", NULL, &resp);
     if (r == SBX_OK && json) {

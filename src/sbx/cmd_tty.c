@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <nettle/sha1.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -20,9 +19,9 @@
 
 #include "sbx.h"
 #include "sbxd/base64.h"
+#include "sbxd/wsaccept.h"
 
 #define DETACH_KEY 0x1d /* Ctrl-] */
-#define WS_GUID    "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 /* ------------------------------------------------------------------ ports */
 
@@ -34,20 +33,10 @@ static const char *str_or(const cJSON *o, const char *k, const char *d)
 
 int cmd_ports(const struct sbx *s, const struct sbx_cmd *cmd, int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    bool json = false;
-    int c;
-    opt_reset();
-    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
-        if (c == 'h')
-            return cmd_print_help(cmd);
-        if (c != 'j')
-            return SBX_USAGE;
-        json = true;
-    }
-    if (optind < argc)
-        return usage_error(cmd->name, "ports takes no arguments");
+    bool json;
+    int done = opt_json_only(cmd, argc, argv, &json);
+    if (done >= 0)
+        return done;
     struct request req = {.method = "GET", .path = "/ports"};
     struct response resp;
     int r = http_perform(s, cmd->name, &req, &resp) < 0 ? SBX_FAIL
@@ -219,7 +208,7 @@ static int handshake(const struct sbx *s, struct term *t, const char *path)
     curl_url_get(u, CURLUPART_PORT, &port, 0);
     curl_url_get(u, CURLUPART_PATH, &base, 0);
     uint8_t nonce[16];
-    char key[32], want[32], req[8192];
+    char key[32], want[WS_ACCEPT_LEN + 1], req[8192];
     if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
         return fail(t->cmd, "no random bytes");
     key[base64_encode(nonce, sizeof(nonce), key)] = '\0';
@@ -280,13 +269,7 @@ static int handshake(const struct sbx *s, struct term *t, const char *path)
         cJSON_Delete(j);
         return r;
     }
-    struct sha1_ctx h;
-    uint8_t d[SHA1_DIGEST_SIZE];
-    sha1_init(&h);
-    sha1_update(&h, strlen(key), (const uint8_t *)key);
-    sha1_update(&h, strlen(WS_GUID), (const uint8_t *)WS_GUID);
-    sha1_digest(&h, sizeof(d), d);
-    want[base64_encode(d, sizeof(d), want)] = '\0';
+    ws_accept_of(key, want);
     const char *acc = strcasestr(head, "\r\nSec-WebSocket-Accept:");
     if (!acc)
         return fail(t->cmd, "the WebSocket answer has no Sec-WebSocket-Accept");

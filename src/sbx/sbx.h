@@ -93,6 +93,9 @@ int cmd_print_help(const struct sbx_cmd *cmd);
 void opt_reset(void);
 int opt_next(const char *cmd, int argc, char **argv, const char *shorts,
              const struct option *longs);
+/* The options of a command that takes --json and nothing else: -1 to go on (*json set);
+ * else the exit status (--help printed: 0; a usage error: SBX_USAGE). */
+int opt_json_only(const struct sbx_cmd *cmd, int argc, char **argv, bool *json);
 
 /* All of sbx's stdin as text into b: at most max bytes (else too_big is the error) and no NUL
  * (else has_nul); SBX_OK or an exit status, after reporting. */

@@ -220,3 +220,22 @@ int read_stdin_all(const char *cmd, struct buf *b, size_t max, const char *too_b
         return fail(cmd, "%s", has_nul);
     return SBX_OK;
 }
+
+int opt_json_only(const struct sbx_cmd *cmd, int argc, char **argv, bool *json)
+{
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    int c;
+    *json = false;
+    opt_reset();
+    while ((c = opt_next(cmd->name, argc, argv, "jh", longs)) != -1) {
+        if (c == 'h')
+            return cmd_print_help(cmd);
+        if (c != 'j')
+            return SBX_USAGE;
+        *json = true;
+    }
+    if (optind < argc)
+        return usage_error(cmd->name, "%s takes no arguments", cmd->name);
+    return -1;
+}
