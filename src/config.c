@@ -480,6 +480,27 @@ static int apply_listen(struct sbxd_config *cfg, const struct opt *o, const char
     return 0;
 }
 
+/* A comma list or a word, within its field; --public-url an http(s) URL or nothing. */
+static int apply_list(struct sbxd_config *cfg, const struct opt *o, char *field, const char *val,
+                      const char *src, struct sbxd_err *err)
+{
+    size_t size = o->max ? (size_t)o->max : 128; /* the field's size */
+    if (strlen(val) >= size) {
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: value too long (%zu bytes at most)", o->flag,
+                  size - 1);
+        return -1;
+    }
+    /* A URL people are handed (MCP's expose_port): a web address or nothing. */
+    if (field == (char *)cfg->public_url && *val && strncmp(val, "http://", 7) != 0 &&
+        strncmp(val, "https://", 8) != 0) {
+        sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not an http:// or https:// URL", o->flag,
+                  val, src);
+        return -1;
+    }
+    snprintf(field, size, "%s", val);
+    return 0;
+}
+
 /* Apply one textual value to its field; on error write one line naming the option. */
 static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, const char *src,
                  uint64_t scale, struct sbxd_err *err)
@@ -525,23 +546,8 @@ static int apply(struct sbxd_config *cfg, const struct opt *o, const char *val, 
         return 0;
     case OPT_CHOICE:
         return apply_choice(o, field, val, src, err);
-    case OPT_LIST: {
-        size_t size = o->max ? (size_t)o->max : 128; /* the field's size */
-        if (strlen(val) >= size) {
-            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: value too long (%zu bytes at most)", o->flag,
-                      size - 1);
-            return -1;
-        }
-        /* A URL people are handed (MCP's expose_port): a web address or nothing. */
-        if (field == (char *)cfg->public_url && *val && strncmp(val, "http://", 7) != 0 &&
-            strncmp(val, "https://", 8) != 0) {
-            sbxd_fail(err, SBXD_E_INVALID, 0, "--%s: '%s'%s is not an http:// or https:// URL",
-                      o->flag, val, src);
-            return -1;
-        }
-        snprintf(field, size, "%s", val);
-        return 0;
-    }
+    case OPT_LIST:
+        return apply_list(cfg, o, field, val, src, err);
     case OPT_USER:
     case OPT_RANGE:
         return apply_pair(cfg, o, field, val, src, err);
