@@ -38,6 +38,7 @@ struct proxy_answer {
     size_t out_len, out_cap;
     char *over;
     size_t over_len, over_off, over_cap;
+    int64_t length;       /* the body's length as the head gave it (-1: none, or chunked) */
     uint64_t direct_left; /* a known length's rest, read without the parser */
     bool direct;
 };
@@ -71,6 +72,8 @@ static int head_add(struct proxy_answer *a, const char *at, size_t n)
 static int on_field(http_parser *p, const char *at, size_t n)
 {
     struct proxy_answer *a = of(p);
+    if (a->head_done)
+        return 0; /* a chunked body's trailers: not passed on */
     if (a->in_value || !a->nheaders) {
         if (a->nheaders == PA_MAX_HEADERS) {
             a->too_big = true;
@@ -88,6 +91,8 @@ static int on_field(http_parser *p, const char *at, size_t n)
 static int on_value(http_parser *p, const char *at, size_t n)
 {
     struct proxy_answer *a = of(p);
+    if (a->head_done)
+        return 0;
     if (!a->nheaders)
         return -1;
     if (!a->in_value) {
@@ -121,9 +126,14 @@ static int on_headers_complete(http_parser *p)
         return 0;
     }
     a->head_done = true;
-    /* A 101 stops the parser at the head's end by itself, every byte of the head counted (a
-     * pause here would leave its last newline for the new protocol). */
-    if (a->status != 101)
+    /* (The parser counts content_length down as the body goes by.) */
+    a->length =
+        (p->flags & F_CHUNKED) || p->content_length == ULLONG_MAX || p->content_length > INT64_MAX
+            ? -1
+            : (int64_t)p->content_length;
+    /* A 101 with its Upgrade stops the parser at the head's end by itself, every byte of the
+     * head counted (a pause here would leave its last newline for the new protocol). */
+    if (a->status != 101 || !p->upgrade)
         http_parser_pause(p, 1);
     /* No body to a HEAD (http-parser knows 204 and 304 itself). */
     return a->head_req ? 1 : 0;
@@ -132,6 +142,8 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct proxy_answer *a = of(p);
+    if (!a->head_done)
+        return 0; /* an interim answer's body (it should have none): not the answer's */
     size_t room = a->out_cap - a->out_len, k = n < room ? n : room;
     memcpy(a->out + a->out_len, at, k);
     a->out_len += k;
@@ -242,6 +254,10 @@ enum pa_head pa_head(struct proxy_answer *a, int fd)
             return PA_HEAD_CLOSED;
     }
     a->out = NULL;
+    /* http-parser takes any three digits ("020" is 20): an answer is 1xx to 5xx; a 101
+     * names the protocol it switches to (RFC 9110 15.2.2: Upgrade and Connection: upgrade). */
+    if (a->status < 100 || a->status > 599 || (a->status == 101 && !a->parser.upgrade))
+        return PA_HEAD_NOT_HTTP;
     return PA_HEAD_OK;
 }
 
@@ -263,10 +279,7 @@ void pa_header(const struct proxy_answer *a, unsigned i, const char **name, cons
 
 int64_t pa_length(const struct proxy_answer *a)
 {
-    if ((a->parser.flags & F_CHUNKED) || a->parser.content_length == ULLONG_MAX ||
-        a->parser.content_length > INT64_MAX)
-        return -1;
-    return (int64_t)a->parser.content_length;
+    return a->length;
 }
 
 void pa_rest(const struct proxy_answer *a, const char **data, size_t *n)
@@ -321,7 +334,7 @@ ssize_t pa_body(struct proxy_answer *a, int fd, char *out, size_t max)
     while (a->out_len == 0 && a->over_len == 0 && !a->done) {
         /* What came with the head parsed, a body of a known length needs the parser no more:
          * its rest is exactly the next bytes of the connection. */
-        if (a->raw_off == a->raw_len && pa_length(a) >= 0 && !a->head_req) {
+        if (a->raw_off == a->raw_len && a->length >= 0 && !a->head_req) {
             a->direct = true;
             a->direct_left = a->parser.content_length; /* what is left of it */
             a->out = NULL;
