@@ -456,6 +456,19 @@ static bool command_uid(const struct sandbox *sb, uid_t uid)
 
 /* Whether a process of pid's tree (pid, its children from /proc's children lists, to a depth
  * and a count) holds the socket inode ino. */
+/* Set once a children list was missing (gVisor has none): then a context's tree is found from
+ * the holder up, by its parents. */
+static bool no_children;
+
+/* The process holding socket ino, by a look through every process's descriptors (bounded);
+ * 0 when none. */
+static pid_t holder_of(unsigned long ino)
+{
+    struct port_listener l = {.inode = ino};
+    find_processes(&l, 1);
+    return l.pid;
+}
+
 static bool tree_holds(pid_t pid, unsigned long ino, int depth, unsigned *budget)
 {
     if (pid <= 0 || !*budget || depth > 8)
@@ -482,8 +495,11 @@ static bool tree_holds(pid_t pid, unsigned long ino, int depth, unsigned *budget
     }
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
     FILE *f = fopen(path, "re");
-    if (!f)
+    if (!f) {
+        if (errno == ENOENT || errno == EINVAL) /* gVisor has no children lists */
+            __atomic_store_n(&no_children, true, __ATOMIC_RELAXED);
         return false;
+    }
     int child;
     bool found = false;
     while (!found && fscanf(f, "%d", &child) == 1)
@@ -501,6 +517,14 @@ static bool context_holds(unsigned long ino)
     for (size_t i = 0; i < n && ino; i++)
         if (tree_holds(pids[i], ino, 0, &budget))
             return true;
+    if (!n || !ino || !__atomic_load_n(&no_children, __ATOMIC_RELAXED))
+        return false;
+    /* Without children lists: the holder, then its parents, against the contexts' own. */
+    pid_t p = holder_of(ino);
+    for (int depth = 0; p > 1 && depth < 64; depth++, p = ports_parent(p))
+        for (size_t i = 0; i < n; i++)
+            if (pids[i] == p)
+                return true;
     return false;
 }
 
@@ -651,6 +675,23 @@ int ports_check_peer(const struct sandbox *sb, int fd, struct sbxd_err *err)
         }
         usleep(2000);
     }
+    /* gVisor's table lists a connection only once it is accepted: one an app has not taken yet
+     * is not there. Then the listeners on the port are looked at again, each of them a command
+     * user's (the window left is the connect's own). */
+    struct port_listener *v;
+    size_t n;
+    bool ok = false;
+    if (ports_list(false, &v, &n, err) == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (v[i].port == sock_port(&peer)) {
+                ok = command_uid(sb, v[i].uid);
+                if (!ok)
+                    break;
+            }
+        free(v);
+    }
+    if (ok)
+        return 0;
     return sbxd_fail(err, SBXD_E_DENIED, 0, "the listener on port %u went away",
                      (unsigned)sock_port(&peer));
 }

@@ -36,6 +36,7 @@ int main(void)
     srunner_add_suite(sr, attacks_suite());
     srunner_add_suite(sr, web_suite());
     srunner_add_suite(sr, usage_suite());
+    srunner_add_suite(sr, ports_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

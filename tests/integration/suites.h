@@ -23,6 +23,7 @@ Suite *reset_suite(void);
 Suite *mcp_suite(void);
 Suite *web_suite(void);
 Suite *usage_suite(void);
+Suite *ports_suite(void);
 Suite *search_suite(void);
 
 #ifdef SBXD_SANITIZED
