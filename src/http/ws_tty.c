@@ -424,6 +424,10 @@ enum MHD_Result ws_tty_open(struct server *srv, struct MHD_Connection *c, struct
     if (!key || strlen(key) != 24 || base64_decode(key, 24, raw) != 16)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, "INVALID_ARGUMENT",
                            "Sec-WebSocket-Key must be 16 bytes in base64");
+    char acc[WS_ACCEPT_LEN + 1];
+    const char *why = ws_accept_of(key, acc);
+    if (why)
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "UNAVAILABLE", "%s", why);
     struct tty *t = calloc(1, sizeof(*t));
     if (!t || pipe2(t->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
         free(t);
@@ -444,8 +448,6 @@ enum MHD_Result ws_tty_open(struct server *srv, struct MHD_Connection *c, struct
     t->p = p;
     t->off = since;
     struct MHD_Response *r = MHD_create_response_for_upgrade(tty_upgraded, t);
-    char acc[WS_ACCEPT_LEN + 1];
-    ws_accept_of(key, acc);
     MHD_add_response_header(r, "Upgrade", "websocket");
     MHD_add_response_header(r, "Sec-WebSocket-Accept", acc);
     /* A browser sends its token as the subprotocol "bearer.TOKEN" beside "sbxd.tty": the

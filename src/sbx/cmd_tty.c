@@ -269,7 +269,9 @@ static int handshake(const struct sbx *s, struct term *t, const char *path)
         cJSON_Delete(j);
         return r;
     }
-    ws_accept_of(key, want);
+    const char *why = ws_accept_of(key, want);
+    if (why)
+        return fail(t->cmd, "%s", why);
     const char *acc = strcasestr(head, "\r\nSec-WebSocket-Accept:");
     if (!acc)
         return fail(t->cmd, "the WebSocket answer has no Sec-WebSocket-Accept");
