@@ -156,6 +156,14 @@ describe('process tools', () => {
     assert.equal(r.isError, true, JSON.stringify(r));
     assert.match(textOf(r), /sbxd's own/);
     ok(await call(c, 'kill_process', { id: st.id }), 'kill');
+    // The signal is sent at once; the listener goes when the process has ended.
+    await untilEnded(c, st.id, 5000);
+    let gone = false;
+    for (let i = 0; i < 100 && !gone; i++) {
+      gone = !ok(await call(c, 'list_ports', {}), 'list_ports').ports.some((p) => p.port === port);
+      if (!gone) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(gone, `port ${port} still listed after its process ended`);
     const none = await call(c, 'expose_port', { port });
     assert.equal(none.isError, true, JSON.stringify(none));
   });
