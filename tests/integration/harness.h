@@ -107,6 +107,8 @@ __attribute__((format(printf, 5, 6))) void http_reqf(const struct daemon *d, str
 
 /* POST /execute with a JSON body; asserts 200 and a JSON object; returns the parsed result
  * (caller frees with cJSON_Delete). */
+/* A loopback port nothing listens on now (bound, then closed). */
+int loopback_free_port(void);
 cJSON *execute(const struct daemon *d, const char *json);
 /* POST /execute {"command": command} on d; asserts its exit code is 0. */
 void run_sh(const struct daemon *d, const char *command);

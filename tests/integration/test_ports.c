@@ -15,18 +15,6 @@
 #include "harness.h"
 #include "suites.h"
 
-/* A loopback port nothing listens on now. */
-static int unused_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 /* The /ports entry of port, or NULL (within r's JSON). */
 static const cJSON *listed(const struct http_resp *r, int port)
 {
@@ -43,7 +31,7 @@ START_TEST(ports_and_the_proxy_reach_a_command_server_only)
 {
     struct daemon d;
     daemon_start(&d, NULL, NULL);
-    int port = unused_port();
+    int port = loopback_free_port();
     char body[256], path[64];
     snprintf(body, sizeof(body),
              "{\"command\":\"echo served > index.html; exec python3 -m http.server %d "
@@ -105,7 +93,7 @@ START_TEST(an_app_slow_to_accept_is_reached)
 {
     struct daemon d;
     daemon_start(&d, NULL, NULL);
-    int port = unused_port();
+    int port = loopback_free_port();
     char body[512], path[64];
     snprintf(body, sizeof(body),
              "{\"command\":\"exec python3 -c \\\"import socket, time\\n"
@@ -156,7 +144,7 @@ START_TEST(a_code_context_kernel_port_is_refused)
     snprintf(path, sizeof(path), "/contexts/%s/execute", jstr(r.json, "id"));
     snprintf(ctx, sizeof(ctx), "/contexts/%s", jstr(r.json, "id"));
     http_resp_free(&r);
-    int port = unused_port();
+    int port = loopback_free_port();
     snprintf(code, sizeof(code),
              "{\"code\":\"import socket\\ns = socket.socket()\\ns.bind(('127.0.0.1', %d))\\n"
              "s.listen()\"}",

@@ -1515,22 +1515,10 @@ START_TEST(ports_lists_listeners)
 }
 END_TEST
 
-/* A loopback port nothing listens on: bound, then closed. */
-static int closed_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 START_TEST(an_unreachable_sbxd_is_one_clear_line)
 {
     char url[64], want[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", closed_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", loopback_free_port());
     snprintf(want, sizeof(want), "sbx: cannot reach sbxd at %s: ", url);
     const char *cmds[][4] = {{"health"}, {"exec", "true"}, {"ls"}, {"get", "x", "-"}, {"ps"}};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
