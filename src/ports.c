@@ -274,33 +274,55 @@ static struct port_listener *by_inode(struct port_listener *v, size_t n, unsigne
     return NULL;
 }
 
+/* Each socket of a descriptor directory ("/proc/PID/fd", "/proc/self/fd") to fn, by its
+ * inode, until fn returns false. Whether the directory could be read. */
+static bool each_socket(const char *dir, bool (*fn)(unsigned long ino, void *arg), void *arg)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    struct dirent *e;
+    bool more = true;
+    while (more && (e = readdir(d))) {
+        char target[64];
+        unsigned long ino;
+        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        if (sscanf(target, "socket:[%lu]", &ino) == 1)
+            more = fn(ino, arg);
+    }
+    closedir(d);
+    return true;
+}
+
+struct scan {
+    pid_t pid;
+    struct port_listener *v;
+    size_t n, *left;
+};
+
+static bool scan_one(unsigned long ino, void *arg)
+{
+    struct scan *sc = arg;
+    struct port_listener *p = by_inode(sc->v, sc->n, ino);
+    if (p && !p->pid) {
+        p->pid = sc->pid;
+        read_cmdline(sc->pid, p->cmdline, sizeof(p->cmdline));
+        (*sc->left)--;
+    }
+    return *sc->left > 0;
+}
+
 /* Look through one process's descriptors for the listeners' sockets; false once each has its
  * process. */
 static bool scan_process(pid_t pid, struct port_listener *v, size_t n, size_t *left)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    if (!d)
-        return true;
-    struct dirent *e;
-    while ((e = readdir(d)) && *left) {
-        char target[64];
-        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
-        if (k <= 0)
-            continue;
-        target[k] = '\0';
-        unsigned long ino;
-        if (sscanf(target, "socket:[%lu]", &ino) != 1)
-            continue;
-        struct port_listener *p = by_inode(v, n, ino);
-        if (p && !p->pid) {
-            p->pid = pid;
-            read_cmdline(pid, p->cmdline, sizeof(p->cmdline));
-            (*left)--;
-        }
-    }
-    closedir(d);
+    struct scan sc = {.pid = pid, .v = v, .n = n, .left = left};
+    each_socket(path, scan_one, &sc);
     return *left > 0;
 }
 
@@ -409,35 +431,32 @@ pid_t ports_parent(pid_t pid)
 /* ---- the sandbox's view: whose listeners, and what the proxy may reach ---- */
 
 /* The socket inodes sbxd holds, sorted (an array to free). */
+struct inodes {
+    unsigned long *v;
+    size_t n, cap;
+};
+
+static bool add_inode(unsigned long ino, void *arg)
+{
+    struct inodes *in = arg;
+    if (in->n == in->cap) {
+        size_t cap = in->cap ? in->cap * 2 : 64;
+        unsigned long *v = realloc(in->v, cap * sizeof(*v));
+        if (!v)
+            return false;
+        in->v = v;
+        in->cap = cap;
+    }
+    in->v[in->n++] = ino;
+    return true;
+}
+
 static unsigned long *own_inodes(size_t *n)
 {
-    *n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return NULL;
-    unsigned long *v = NULL;
-    size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char target[64];
-        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
-        unsigned long ino;
-        if (k <= 0)
-            continue;
-        target[k] = '\0';
-        if (sscanf(target, "socket:[%lu]", &ino) != 1)
-            continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            unsigned long *nv = realloc(v, cap * sizeof(*v));
-            if (!nv)
-                break;
-            v = nv;
-        }
-        v[(*n)++] = ino;
-    }
-    closedir(d);
-    return v;
+    struct inodes in = {0};
+    each_socket("/proc/self/fd", add_inode, &in);
+    *n = in.n;
+    return in.v;
 }
 
 static bool holds(const unsigned long *own, size_t n, unsigned long ino)
@@ -466,6 +485,18 @@ static bool command_uid(const struct sandbox *sb, uid_t uid)
 
 /* Whether a process of pid's tree (pid, its children from /proc's children lists, to a depth
  * and a count) holds the socket inode ino. */
+struct holds_find {
+    unsigned long ino;
+    bool found;
+};
+
+static bool is_ino(unsigned long ino, void *arg)
+{
+    struct holds_find *f = arg;
+    f->found = ino == f->ino;
+    return !f->found;
+}
+
 /* Set once a children list was missing (gVisor has none): then a context's tree is found from
  * the holder up, by its parents. */
 static bool no_children;
@@ -486,23 +517,10 @@ static bool tree_holds(pid_t pid, unsigned long ino, int depth, unsigned *budget
     (*budget)--;
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        bool found = false;
-        while (!found && (e = readdir(d))) {
-            char target[64];
-            unsigned long x;
-            ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof(target) - 1);
-            if (k > 0) {
-                target[k] = '\0';
-                found = sscanf(target, "socket:[%lu]", &x) == 1 && x == ino;
-            }
-        }
-        closedir(d);
-        if (found)
-            return true;
-    }
+    struct holds_find hf = {.ino = ino};
+    each_socket(path, is_ino, &hf);
+    if (hf.found)
+        return true;
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
     FILE *f = fopen(path, "re");
     if (!f) {
