@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -49,6 +50,7 @@
 #include <unistd.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "bench_gvisor.h"
 #include "bench_net.h"
 #include "grpc_client.h"
 #include "process/v1/process.pb-c.h"
@@ -1348,8 +1350,18 @@ static char *const FLOOR_ARGV[] = {(char *)"/bin/true", NULL};
 static char *const COMMAND_ARGV[] = {(char *)"/bin/sh", (char *)"-c", (char *)"echo hi", NULL};
 
 /* One fork + execve(/bin/true) + waitpid: the floor any spawner pays. */
+/* --gvisor: the helper inside the sandbox (bench_gvisor.c), which spawns the floor there. */
+static int g_helper_fd = -1;
+
 static int floor_once(double *dt)
 {
+    if (g_helper_fd >= 0) {
+        char err[160];
+        if (bench_helper_ask(g_helper_fd, "once", dt, err, sizeof err) == 0)
+            return 0;
+        warnx_("%s", err);
+        return -1;
+    }
     return spawn_once(FLOOR_ARGV, dt);
 }
 
@@ -2191,11 +2203,13 @@ static int free_port(void);
 #define NET_KEYS   300
 
 typedef struct {
-    double rps_direct[2], rps_proxy[2]; /* 1 and 16 connections: the median round's */
-    double ratio[2];
+    double rps_direct[2], rps_proxy[2], rps_relay[2];    /* 1 and 16 connections: the median
+                                                          * round's */
+    double ratio[2], relay_ratio[2];                     /* ÷ direct, median rounds */
     double down_direct, down_proxy, up_direct, up_proxy; /* MB/s, best of the rounds */
-    long grew_kb;                                        /* sbxd's RSS during proxied transfers */
-    samples ws, post;                                    /* keystroke to echo, ms */
+    double down_relay, up_relay;
+    long grew_kb;     /* sbxd's RSS during proxied transfers */
+    samples ws, post; /* keystroke to echo, ms */
     bool ok, tty_ok;
 } net_result;
 
@@ -2237,6 +2251,38 @@ static double median3(double *v, int n)
     return v[n / 2];
 }
 
+/* A plain relay to the upstream on port (bench_net.c) in a child of the bench's, and its
+ * target; -1 when it could not start (the relay rows are then left out). */
+static pid_t start_relay(int port, target *relay)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sin;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) < 0 || listen(fd, 1024) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sin, &len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        _exit(bench_relay_serve(fd, port));
+    }
+    close(fd);
+    if (pid > 0)
+        target_local(relay, ntohs(sin.sin_port));
+    return pid;
+}
+
+static void stop_relay(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
 static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res, char *err,
                        size_t errlen)
 {
@@ -2251,8 +2297,10 @@ static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res,
     snprintf(body, sizeof body, "{\"argv\":[\"%s\",\"--upstream\",\"%d\"]}", self, port);
     if (start_process(tg, body, id, sizeof id, err, errlen) < 0)
         return -1;
-    target direct;
+    target direct, relay;
     target_local(&direct, port);
+    /* The plain relay (bench_net.c), a child of the bench's own: the floor of any proxy. */
+    pid_t relay_pid = start_relay(port, &relay);
     char small[64];
     snprintf(small, sizeof small, "/proxy/%d/small", port);
     reqspec via = {"GET", small, NULL, "ok"}, plain = {"GET", "/small", NULL, "ok"};
@@ -2266,6 +2314,7 @@ static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res,
     conn_free(&c);
     if (status != 200) {
         setmsg(err, errlen, "the upstream never answered through the proxy (HTTP %d)", status);
+        stop_relay(relay_pid);
         stop_process(tg, id);
         return -1;
     }
@@ -2273,17 +2322,22 @@ static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res,
     int rounds = quick ? 1 : NET_ROUNDS;
     const int conns[2] = {1, 16};
     for (int k = 0; k < 2; k++) {
-        double rd[NET_ROUNDS], rp[NET_ROUNDS], rr[NET_ROUNDS];
+        double rd[NET_ROUNDS], rp[NET_ROUNDS], rr[NET_ROUNDS], rl[NET_ROUNDS] = {0},
+                                                               rlr[NET_ROUNDS] = {0};
         for (int r = 0; r < rounds && !g_interrupted; r++) {
-            load_result a, b;
+            load_result a, b, l = {0};
             run_load(&direct, &plain, conns[k], secs, &a);
+            if (relay_pid > 0)
+                run_load(&relay, &plain, conns[k], secs, &l);
             run_load(tg, &via, conns[k], secs, &b);
-            if (a.t.errors || b.t.errors)
-                fprintf(stderr, "sbxd-bench: net: %lu and %lu errors, first: %s%s\n", a.t.errors,
-                        b.t.errors, a.t.first, b.t.first);
+            if (a.t.errors || b.t.errors || l.t.errors)
+                fprintf(stderr, "sbxd-bench: net: %lu, %lu and %lu errors, first: %s%s%s\n",
+                        a.t.errors, l.t.errors, b.t.errors, a.t.first, l.t.first, b.t.first);
             rd[r] = a.rps;
             rp[r] = b.rps;
+            rl[r] = l.rps;
             rr[r] = a.rps > 0 ? b.rps / a.rps : 0;
+            rlr[r] = a.rps > 0 ? l.rps / a.rps : 0;
         }
         res->ratio[k] = median3(rr, rounds);
         for (int r = 0; r < rounds; r++)
@@ -2291,6 +2345,10 @@ static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res,
                 res->rps_direct[k] = rd[r];
                 res->rps_proxy[k] = rp[r];
             }
+        res->relay_ratio[k] = median3(rlr, rounds);
+        for (int r = 0; r < rounds; r++)
+            if (rlr[r] == res->relay_ratio[k])
+                res->rps_relay[k] = rl[r];
     }
     /* 256 MiB each way, in turns; sbxd's RSS sampled while it carries them. */
     rss_sampler rs = {.pid = pid};
@@ -2323,8 +2381,17 @@ static int measure_net(const target *tg, pid_t pid, bool quick, net_result *res,
         rs.stop = false;
         if (st == 200 && NET_BIG / 1e6 / t > res->up_proxy)
             res->up_proxy = NET_BIG / 1e6 / t;
+        if (relay_pid <= 0)
+            continue;
+        if (xfer_download(&relay, big, &got, &t, err, errlen) == 200 && got == NET_BIG &&
+            NET_BIG / 1e6 / t > res->down_relay)
+            res->down_relay = NET_BIG / 1e6 / t;
+        if (xfer_upload(&relay, "PUT", "/up", false, NULL, NET_BIG, &t, err, errlen) == 200 &&
+            NET_BIG / 1e6 / t > res->up_relay)
+            res->up_relay = NET_BIG / 1e6 / t;
     }
     res->grew_kb = rs.peak_kb - base;
+    stop_relay(relay_pid);
     stop_process(tg, id);
     res->ok = res->down_proxy > 0 && res->up_proxy > 0;
     /* The terminal: a key to `cat` on a pty, until its echo comes back, over the WebSocket
@@ -2391,6 +2458,13 @@ static pid_t g_sbxd_pid = -1;
 /* sbxd's log (its stderr, JSON lines), appended to by every sbxd started: where the bench
  * learns the port its gRPC listener got, and why a start failed. Outside the workspace. */
 static char g_log_path[96];
+/* --gvisor: sbxd is started inside runsc as the gvisor tier starts it (g_runsc_root: the
+ * directory runsc keeps its state in, and the sandboxes' TMPDIR), with the floor helper
+ * beside it when g_helper_port is set. */
+static char g_runsc_root[96];
+static int g_helper_port;
+static char g_self[4096]; /* sbxd-bench itself: the helper inside the sandbox */
+static double g_ready_timeout_ms = 5000;
 
 static int free_port(void)
 {
@@ -2432,12 +2506,42 @@ static pid_t start_sbxd(const char *path, int port, const char *ws, const char *
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     /* No warm kernel unless `extra` asks for one (a later flag wins): the other rows measure
      * sbxd alone, not a Python kernel starting beside it. */
-    char *argv[12 + SBXD_EXTRA_MAX] = {
+    char *sbxd_argv[12 + SBXD_EXTRA_MAX] = {
         (char *)path,          (char *)"--listen",        listen,      (char *)"--grpc-listen",
         (char *)"127.0.0.1:0", (char *)"--workspace",     (char *)ws,  (char *)"--log-format",
         (char *)"json",        (char *)"--warm-contexts", (char *)"0", NULL};
     for (int i = 0; extra && extra[i] && i < SBXD_EXTRA_MAX; i++)
-        argv[11 + i] = (char *)extra[i];
+        sbxd_argv[11 + i] = (char *)extra[i];
+    /* Under gVisor: runsc do with the gvisor tier's flags (docs/testing-gvisor.md), running a
+     * shell that starts the helper (when asked) and then becomes sbxd, pid 1 of the sandbox. */
+    char rootarg[128], hport[16];
+    snprintf(rootarg, sizeof rootarg, "--root=%s/root", g_runsc_root);
+    snprintf(hport, sizeof hport, "%d", g_helper_port);
+    char *wrap[] = {(char *)"runsc",
+                    rootarg,
+                    (char *)"--rootless",
+                    (char *)"--ignore-cgroups",
+                    (char *)"--network=host",
+                    (char *)"--platform=ptrace",
+                    (char *)"--file-access=shared",
+                    (char *)"do",
+                    (char *)"-force-overlay=false",
+                    (char *)"-quiet",
+                    (char *)"/bin/sh",
+                    (char *)"-c",
+                    (char *)"h=$1; p=$2; shift 2; [ \"$p\" = 0 ] || \"$h\" --spawn-helper "
+                            "\"$p\" & exec \"$@\"",
+                    (char *)"sh",
+                    g_self,
+                    hport};
+    const size_t nwrap = sizeof wrap / sizeof wrap[0];
+    char *argv[sizeof wrap / sizeof wrap[0] + 12 + SBXD_EXTRA_MAX] = {0};
+    size_t k = 0;
+    if (g_runsc_root[0])
+        for (size_t i = 0; i < nwrap; i++)
+            argv[k++] = wrap[i];
+    for (size_t i = 0; sbxd_argv[i]; i++)
+        argv[k++] = sbxd_argv[i];
     pid_t pid = fork();
     if (pid < 0) {
         warnx_("fork: %s", strerror(errno));
@@ -2450,6 +2554,10 @@ static pid_t start_sbxd(const char *path, int port, const char *ws, const char *
         int log = open(g_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         if (log >= 0)
             dup2(log, 2);
+        if (g_runsc_root[0]) {
+            setenv("TMPDIR", g_runsc_root, 1);
+            execvp(argv[0], argv);
+        }
         execv(path, argv);
         _exit(127);
     }
@@ -2649,7 +2757,7 @@ static pid_t start_ready(const char *path, const char *ws, const char *const *ex
     if (pid < 0)
         return -1;
     char why[300];
-    if (wait_ready(pid, *port, t0, 5000, ready_ms, why, sizeof why) != 0) {
+    if (wait_ready(pid, *port, t0, g_ready_timeout_ms, ready_ms, why, sizeof why) != 0) {
         warnx_("%s", why);
         log_warn_last_error();
         if (g_sbxd_pid > 0)
@@ -3741,6 +3849,7 @@ static unsigned only_phases(const char *list)
 static void usage(FILE *f)
 {
     fputs("Usage: sbxd-bench --sbxd PATH [--vs URL] [--seconds N] [--quick] [--only GROUPS]\n"
+          "       sbxd-bench --sbxd PATH --gvisor [--seconds N] [--quick]\n"
           "\n"
           "Starts sbxd (PATH) on a free loopback port with a temporary workspace and its gRPC\n"
           "listener on (--grpc-listen 127.0.0.1:0), measures it and prints one table:\n"
@@ -3784,19 +3893,341 @@ static void usage(FILE *f)
           "                               command of sbxd's) directly, in turns; a terminal's\n"
           "                               key to echo over its WebSocket against POST stdin\n"
           "                               and the output stream\n"
+          "  --gvisor       sbxd inside gVisor (runsc do, the gvisor tier's flags), a table of\n"
+          "                 its own: per backend (the image's, pidns, uid, pgid) /execute on 1\n"
+          "                 client against a floor spawned inside the same sandbox (sh -c 'echo\n"
+          "                 hi', its output drained), interleaved; 16 clients against the\n"
+          "                 sandbox's own rate of 16 threads spawning; 256 MiB PUT and GET\n"
+          "                 /files against dd there; the sandbox's memory against one running\n"
+          "                 sleep; ready time. Needs root and runsc\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
           f);
 }
 
+/* ------------------------------------------------------------------------ */
+/* --gvisor: sbxd inside runsc                                              */
+
+#define GV_BIG (256ull << 20)
+
+/* Every process left of the sandboxes under g_runsc_root (runsc, its gofer, the sentry and
+ * its stubs: their command lines name it, or their parent is one of them), killed. */
+static void gv_kill_leftovers(void)
+{
+    for (int pass = 0; pass < 3; pass++) {
+        DIR *d = opendir("/proc");
+        if (!d)
+            return;
+        struct dirent *e;
+        int killed = 0;
+        while ((e = readdir(d))) {
+            int pid = atoi(e->d_name);
+            if (pid <= 1 || pid == getpid())
+                continue;
+            char path[64], buf[4096];
+            snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+            FILE *f = fopen(path, "re");
+            if (!f)
+                continue;
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            for (size_t i = 0; i < n; i++)
+                if (!buf[i])
+                    buf[i] = ' ';
+            buf[n] = '\0';
+            if (strstr(buf, g_runsc_root) && kill(pid, SIGKILL) == 0)
+                killed++;
+        }
+        closedir(d);
+        if (!killed)
+            return;
+        sleep_us(200000);
+    }
+}
+
+/* A sandbox of the same flags running `sleep`: its sentry's memory, to hold sbxd's against. */
+static long gv_sleep_pss_kb(void)
+{
+    char rootarg[128];
+    snprintf(rootarg, sizeof rootarg, "--root=%s/root", g_runsc_root);
+    pid_t pid = fork();
+    if (pid == 0) {
+        redirect_std_to_null();
+        setenv("TMPDIR", g_runsc_root, 1);
+        execlp("runsc", "runsc", rootarg, "--rootless", "--ignore-cgroups", "--network=host",
+               "--platform=ptrace", "--file-access=shared", "do", "-force-overlay=false", "-quiet",
+               "/bin/sleep", "60", (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0)
+        return -1;
+    long kb = -1, last = -2;
+    /* Up, then settled: two looks 300 ms apart within 2% of each other. */
+    for (int i = 0; i < 50 && !g_interrupted; i++) {
+        sleep_us(300000);
+        kb = bench_sandbox_pss_kb(g_runsc_root);
+        if (kb > 0 && last > 0 && labs(kb - last) * 50 < kb)
+            break;
+        last = kb;
+    }
+    kill(pid, SIGTERM);
+    sleep_us(300000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    gv_kill_leftovers();
+    return kb;
+}
+
+typedef struct {
+    char backend[40]; /* as sbxd reports it: pidns, uid, pgid */
+    bool ok;
+    char why[200];
+    samples ex, floor;
+} gv_backend;
+
+/* sbxd with extra (--isolation B, or none for the image's own choice), its floor helper
+ * beside it; 1-client /execute interleaved with the helper's floor. */
+static pid_t gv_start(const char *sbxd, const char *ws, const char *const *extra, int *port,
+                      double *ready_ms, char *why, size_t whyn)
+{
+    g_helper_port = free_port();
+    pid_t pid = start_ready(sbxd, ws, extra, port, ready_ms, NULL);
+    if (pid < 0) {
+        snprintf(why, whyn, "sbxd did not start (see %s)", g_log_path);
+        gv_kill_leftovers();
+        return -1;
+    }
+    g_helper_fd = bench_helper_connect(g_helper_port, 10000);
+    if (g_helper_fd < 0) {
+        snprintf(why, whyn, "the floor helper inside the sandbox never answered");
+        stop_sbxd(pid, NULL);
+        gv_kill_leftovers();
+        return -1;
+    }
+    return pid;
+}
+
+static void gv_stop(pid_t pid)
+{
+    if (g_helper_fd >= 0)
+        close(g_helper_fd);
+    g_helper_fd = -1;
+    stop_sbxd(pid, NULL);
+    gv_kill_leftovers();
+}
+
+static int gvisor_main(const char *sbxd, bool quick, double seconds)
+{
+    if (system("command -v runsc >/dev/null 2>&1") != 0) {
+        warnx_("--gvisor needs runsc (Debian's runsc package; tools/bench --gvisor installs it)");
+        return 2;
+    }
+    ssize_t sl = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
+    if (sl <= 0) {
+        warnx_("cannot name sbxd-bench itself");
+        return 1;
+    }
+    g_self[sl] = '\0';
+    /* Under /tmp: the sandbox has a /dev/shm of its own, not the host's. */
+    char ws[64];
+    snprintf(ws, sizeof ws, "/tmp/sbxd-bench.XXXXXX");
+    snprintf(g_runsc_root, sizeof g_runsc_root, "/tmp/sbxd-bench-runsc.XXXXXX");
+    if (!mkdtemp(ws) || !mkdtemp(g_runsc_root)) {
+        warnx_("mkdtemp: %s", strerror(errno));
+        return 1;
+    }
+    char rootdir[128];
+    snprintf(rootdir, sizeof rootdir, "%s/root", g_runsc_root);
+    mkdir(rootdir, 0700);
+    snprintf(g_log_path, sizeof g_log_path, "%s.log", ws);
+    g_ready_timeout_ms = 30000;
+    const int iters = quick ? 50 : 200, warm = quick ? 10 : 20, starts = quick ? 3 : 5;
+    const int rounds = quick ? 1 : 3;
+    const double secs = seconds > 0 ? seconds : (quick ? 2 : 4);
+    char version[128];
+    sbxd_version(sbxd, version, sizeof version);
+    printf("sbxd-bench: %s (%s), nproc %d, inside gVisor (runsc do --network=host "
+           "--platform=ptrace --file-access=shared)%s\n",
+           version, sbxd, cpu_count(), quick ? ", --quick" : "");
+    printf("plan: per backend, /execute %d+%d on 1 client, each paired with a floor spawned "
+           "inside the same sandbox; the image's backend: 16 clients x %.3g s against the "
+           "sandbox's own spawn rate (%d rounds), 256 MiB PUT and GET /files against dd there, "
+           "the sandbox's memory against one running sleep, ready x%d\n",
+           warm, iters, secs, rounds, starts);
+    int exit_code = 0;
+    unsigned long errors = 0;
+
+    /* Ready time and idle memory: fresh sandboxes, no helper. */
+    samples ready = {0};
+    long pss_sbxd = -1;
+    for (int i = 0; i < starts && !g_interrupted; i++) {
+        g_helper_port = 0;
+        int port;
+        double rms;
+        pid_t pid = start_ready(sbxd, ws, NULL, &port, &rms, NULL);
+        if (pid < 0) {
+            gv_kill_leftovers();
+            exit_code = 1;
+            goto out;
+        }
+        samples_push(&ready, rms);
+        if (i == starts - 1) {
+            sleep_us(1000000); /* settled */
+            pss_sbxd = bench_sandbox_pss_kb(g_runsc_root);
+        }
+        stop_sbxd(pid, NULL);
+        gv_kill_leftovers();
+    }
+    samples_sort(&ready);
+    long pss_sleep = g_interrupted ? -1 : gv_sleep_pss_kb();
+
+    /* The image's backend (no --isolation), then each other one gVisor offers. */
+    gv_backend be[4] = {0};
+    int nbe = 0;
+    const char *names[] = {NULL, "pidns", "uid", "pgid"};
+    load_result ld[3] = {0};
+    double rate[3] = {0}, lratio[3] = {0};
+    double up_t = 0, down_t = 0, ddw_t = 0, ddr_t = 0;
+    for (int b = 0; b < 4 && !g_interrupted; b++) {
+        const char *extra[] = {"--isolation", names[b], NULL};
+        if (names[b] && nbe && strcmp(names[b], be[0].backend) == 0)
+            continue;
+        gv_backend *g = &be[nbe++];
+        snprintf(g->backend, sizeof g->backend, "%s", names[b] ? names[b] : "?");
+        int port;
+        double rms;
+        pid_t pid = gv_start(sbxd, ws, names[b] ? extra : NULL, &port, &rms, g->why, sizeof g->why);
+        if (pid < 0)
+            continue;
+        target local;
+        target_local(&local, port);
+        if (!names[b])
+            tree_kill_of(&local, g->backend, sizeof g->backend);
+        fprintf(stderr, "sbxd-bench: gVisor, %s: /execute 1 client, %d requests ...\n", g->backend,
+                iters);
+        tally t = {0};
+        run_seq(&local, &REQ_EXEC, warm, iters, &g->ex, &t, &g->floor);
+        errors += t.errors;
+        g->ok = g->ex.n > 0 && g->floor.n > 0;
+        if (b == 0 && !g_interrupted) {
+            char err[200];
+            for (int r = 0; r < rounds && !g_interrupted; r++) {
+                fprintf(stderr, "sbxd-bench: gVisor: 16 clients, round %d ...\n", r + 1);
+                char req[64];
+                snprintf(req, sizeof req, "rate 16 %.3f", secs);
+                if (bench_helper_ask(g_helper_fd, req, &rate[r], err, sizeof err) != 0) {
+                    warnx_("%s", err);
+                    errors++;
+                }
+                run_load(&local, &REQ_EXEC, 16, secs, &ld[r]);
+                errors += ld[r].t.errors;
+                lratio[r] = rate[r] > 0 ? ld[r].rps / rate[r] : 0;
+            }
+            fprintf(stderr, "sbxd-bench: gVisor: 256 MiB PUT and GET /files, dd ...\n");
+            char ddpath[128], req[200];
+            snprintf(ddpath, sizeof ddpath, "%s/gv-dd.bin", ws);
+            for (int r = 0; r < rounds && !g_interrupted; r++) {
+                double tt;
+                uint64_t got;
+                int st = xfer_upload(&local, "PUT", "/files/gv-big.bin", false, NULL, GV_BIG, &tt,
+                                     err, sizeof err);
+                if ((st == 200 || st == 201) && (!up_t || tt < up_t))
+                    up_t = tt;
+                else if (st != 200 && st != 201 && st > 0)
+                    setmsg(err, sizeof err, "PUT /files: HTTP %d", st);
+                snprintf(req, sizeof req, "dd-write %s 256", ddpath);
+                if (bench_helper_ask(g_helper_fd, req, &tt, err, sizeof err) == 0 &&
+                    (!ddw_t || tt / 1e3 < ddw_t))
+                    ddw_t = tt / 1e3;
+                if (xfer_download(&local, "/files/gv-big.bin", &got, &tt, err, sizeof err) == 200 &&
+                    got == GV_BIG && (!down_t || tt < down_t))
+                    down_t = tt;
+                snprintf(req, sizeof req, "dd-read %s", ddpath);
+                if (bench_helper_ask(g_helper_fd, req, &tt, err, sizeof err) == 0 &&
+                    (!ddr_t || tt / 1e3 < ddr_t))
+                    ddr_t = tt / 1e3;
+            }
+            if (!up_t || !down_t || !ddw_t || !ddr_t) {
+                warnx_("gVisor transfers: %s", err);
+                errors++;
+            }
+        }
+        gv_stop(pid);
+    }
+
+    char label[160];
+    for (int i = 0; i < nbe; i++) {
+        gv_backend *g = &be[i];
+        if (!g->ok) {
+            snprintf(label, sizeof label, "/execute under gVisor (%.40s)", g->backend);
+            add_row(label, "", "", "n/a: %.50s", g->why);
+            continue;
+        }
+        double r50 = pct(&g->ex, 50) / pct(&g->floor, 50);
+        double r99 = pct(&g->ex, 99) / pct(&g->floor, 99);
+        snprintf(label, sizeof label, "/execute 1 client p50 / p99 (%.40s%s)", g->backend,
+                 i ? "" : ", the image's");
+        add_row(label, "", "", "%.2f / %.2f ms", pct(&g->ex, 50), pct(&g->ex, 99));
+        add_row("  floor in the sandbox: p50 / p99", "", "", "%.2f / %.2f ms", pct(&g->floor, 50),
+                pct(&g->floor, 99));
+        add_row("  p50 / floor p50", i ? "<= 1.4" : "<= 1.2", yesno(r50 <= (i ? 1.4 : 1.2)), "%.2f",
+                r50);
+        add_row("  p99 / floor p99", "", "", "%.2f", r99);
+    }
+    if (rounds && rate[0] > 0) {
+        double lr[3];
+        memcpy(lr, lratio, sizeof lr);
+        double med = median3(lr, rounds);
+        for (int r = 0; r < rounds; r++)
+            if (lratio[r] == med) {
+                add_row("/execute req/s, 16 clients, under gVisor", "", "",
+                        "%.0f (sandbox spawns %.0f/s)", ld[r].rps, rate[r]);
+                add_row("  / the sandbox's spawn rate, 16 threads", ">= 0.85", yesno(med >= 0.85),
+                        "%.2f", med);
+                break;
+            }
+    }
+    if (up_t && ddw_t)
+        add_row("PUT /files 256 MiB / dd in the sandbox", ">= 0.9", yesno(ddw_t / up_t >= 0.9),
+                "%.2f (%.0f / %.0f MB/s)", ddw_t / up_t, GV_BIG / 1e6 / up_t, GV_BIG / 1e6 / ddw_t);
+    if (down_t && ddr_t)
+        add_row("GET /files 256 MiB / dd in the sandbox", ">= 0.9", yesno(ddr_t / down_t >= 0.9),
+                "%.2f (%.0f / %.0f MB/s)", ddr_t / down_t, GV_BIG / 1e6 / down_t,
+                GV_BIG / 1e6 / ddr_t);
+    if (pss_sbxd > 0 && pss_sleep > 0)
+        add_row("sandbox memory idle (Pss): sbxd / sleep", "", "", "%.1f / %.1f MiB",
+                pss_sbxd / 1024.0, pss_sleep / 1024.0);
+    if (ready.n)
+        add_row("ready time under gVisor (median of fresh starts)", "", "", "%.0f ms",
+                pct(&ready, 50));
+    add_row("errors", "0", yesno(errors == 0), "%lu", errors);
+    printf("\n");
+    print_table();
+    if (errors)
+        exit_code = 1;
+    for (int i = 0; i < nbe; i++) {
+        samples_free(&be[i].ex);
+        samples_free(&be[i].floor);
+    }
+out:
+    samples_free(&ready);
+    gv_kill_leftovers();
+    rm_rf(ws);
+    rm_rf(g_runsc_root);
+    unlink(g_log_path);
+    return exit_code;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--upstream") == 0) /* the net rows' upstream (bench_net.c) */
         return bench_upstream_serve(atoi(argv[2]));
+    if (argc == 3 && strcmp(argv[1], "--spawn-helper") == 0) /* --gvisor's floor (bench_gvisor.c) */
+        return bench_spawn_helper_serve(atoi(argv[2]));
     const char *sbxd = NULL, *vs = NULL;
     double seconds = 0;
-    bool quick = false;
+    bool quick = false, gvisor = false;
     unsigned phases = PH_ALL;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -3806,6 +4237,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--quick") == 0) {
             quick = true;
+        } else if (strcmp(a, "--gvisor") == 0) {
+            gvisor = true;
         } else if (strncmp(a, "--only=", 7) == 0 || (strcmp(a, "--only") == 0 && i + 1 < argc)) {
             const char *v = a[6] == '=' ? a + 7 : argv[++i];
             phases = only_phases(v);
@@ -3870,6 +4303,20 @@ int main(int argc, char **argv)
     target other;
     if (vs && target_from_url(&other, vs) != 0)
         return 2;
+    if (gvisor && (vs || only)) {
+        warnx_("--gvisor has rows of its own: drop --vs and --only");
+        return 2;
+    }
+    if (gvisor) {
+        struct sigaction ga = {0};
+        ga.sa_handler = on_signal;
+        sigemptyset(&ga.sa_mask);
+        sigaction(SIGINT, &ga, NULL);
+        sigaction(SIGTERM, &ga, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        return gvisor_main(sbxd_abs, quick, seconds);
+    }
 
     const int iters = quick ? 100 : 500;
     const int warm = quick ? 20 : 50;
@@ -4455,15 +4902,26 @@ int main(int argc, char **argv)
             add_row(label, "", "", "%.0f (direct %.0f)", nr.rps_proxy[k], nr.rps_direct[k]);
             add_row("  proxy / direct (median round)", ">= 0.7", yesno(nr.ratio[k] >= 0.7), "%.2f",
                     nr.ratio[k]);
+            if (nr.rps_relay[k] > 0) {
+                add_row("  plain relay / direct: any proxy's ceiling here", "", "",
+                        "%.2f (%.0f req/s)", nr.relay_ratio[k], nr.rps_relay[k]);
+                add_row("  proxy / plain relay", "", "", "%.2f", nr.rps_proxy[k] / nr.rps_relay[k]);
+            }
         }
         double dr = nr.down_direct > 0 ? nr.down_proxy / nr.down_direct : 0;
         double ur = nr.up_direct > 0 ? nr.up_proxy / nr.up_direct : 0;
         add_row("/proxy 256 MiB download: MB/s", "", "", "%.0f (direct %.0f)", nr.down_proxy,
                 nr.down_direct);
         add_row("  proxy / direct", ">= 0.8", yesno(dr >= 0.8), "%.2f", dr);
+        if (nr.down_relay > 0)
+            add_row("  plain relay / direct; proxy / relay", "", "", "%.2f; %.2f",
+                    nr.down_relay / nr.down_direct, nr.down_proxy / nr.down_relay);
         add_row("/proxy 256 MiB upload: MB/s", "", "", "%.0f (direct %.0f)", nr.up_proxy,
                 nr.up_direct);
         add_row("  proxy / direct", ">= 0.8", yesno(ur >= 0.8), "%.2f", ur);
+        if (nr.up_relay > 0)
+            add_row("  plain relay / direct; proxy / relay", "", "", "%.2f; %.2f",
+                    nr.up_relay / nr.up_direct, nr.up_proxy / nr.up_relay);
         add_row("  sbxd RSS growth while proxying", "", "", "%ld KiB", nr.grew_kb);
     }
     if (net_ok && nr.tty_ok) {

@@ -208,6 +208,73 @@ int bench_upstream_serve(int port)
     }
 }
 
+/* ---- a plain relay: what any proxy costs here ---- */
+
+/* A byte relay, no HTTP at all: a thread per client connection, one upstream connection each,
+ * poll() on both and read()/write() through 64 KiB. What it gets against the upstream directly
+ * is the most any user-space proxy could get on this machine, which shares its cores between
+ * the client, the proxy and the upstream. */
+struct relay_conn {
+    int fd, upstream_port;
+};
+
+static void *relay_main(void *arg)
+{
+    struct relay_conn rc = *(struct relay_conn *)arg;
+    free(arg);
+    int one = 1, up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)rc.upstream_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char *buf = malloc(65536);
+    if (up >= 0 && buf && connect(up, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct pollfd p[2] = {{.fd = rc.fd, .events = POLLIN}, {.fd = up, .events = POLLIN}};
+        for (;;) {
+            if (poll(p, 2, -1) < 0 && errno != EINTR)
+                break;
+            for (int i = 0; i < 2; i++) {
+                if (!p[i].revents)
+                    continue;
+                ssize_t k = read(p[i].fd, buf, 65536);
+                if (k <= 0 || up_send(p[1 - i].fd, buf, (size_t)k) < 0)
+                    goto out;
+            }
+        }
+    }
+out:
+    free(buf);
+    if (up >= 0)
+        close(up);
+    close(rc.fd);
+    return NULL;
+}
+
+int bench_relay_serve(int listen_fd, int upstream_port)
+{
+    int one = 1;
+    for (;;) {
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return 1;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct relay_conn *c = malloc(sizeof(*c));
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (!c || (c->fd = fd, c->upstream_port = upstream_port,
+                   pthread_create(&t, &at, relay_main, c) != 0)) {
+            close(fd);
+            free(c);
+        }
+        pthread_attr_destroy(&at);
+    }
+}
+
 /* ---- a terminal's echo over its WebSocket ---- */
 
 static double now_ms_(void)

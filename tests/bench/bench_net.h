@@ -10,6 +10,10 @@
 /* Serve on 127.0.0.1:port until killed (sbxd-bench --upstream PORT). */
 int bench_upstream_serve(int port);
 
+/* Relay every connection accepted on listen_fd to 127.0.0.1:upstream_port, byte for byte,
+ * until killed: the floor of what a proxy costs (the net rows' "plain relay"). */
+int bench_relay_serve(int listen_fd, int upstream_port);
+
 /* n keys to process id's terminal on sbxd's port, each timed until its echo comes back (ms
  * into lat): over GET /processes/ID/tty's WebSocket, or over POST /processes/ID/stdin and a
  * followed output stream. How many were timed; err says why when fewer than n. */

@@ -1,0 +1,353 @@
+/*
+ * bench_gvisor.c - what sbxd-bench --gvisor needs beside its HTTP client: the floor helper
+ * that runs inside the same gVisor sandbox as sbxd, and the memory of a sandbox.
+ *
+ * The helper (sbxd-bench --spawn-helper PORT, started next to sbxd inside the sandbox, as
+ * root, outside every confinement of sbxd's) answers one line per request on a loopback
+ * connection:
+ *   once              a bare fork + exec of sh -c 'echo hi', its stdout a pipe drained to the
+ *                     end, and wait: "OK MS"
+ *   rate T SECS       T threads doing that back to back for SECS seconds: "OK SPAWNS/S"
+ *   dd-write PATH MIB dd of MIB MiB of zeros to PATH (fsync'ed, as sbxd's uploads are):
+ *                     "OK MS"
+ *   dd-read PATH      dd of PATH to /dev/null: "OK MS"
+ * and "ERR why" when one fails. The bench interleaves "once" with its requests to sbxd, so
+ * both see the same machine. A benchmark fixture, not part of sbxd.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_gvisor.h"
+
+extern char **environ;
+
+static double mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* fork + exec argv, its stdout into a pipe read to the end, wait: 0 when it exited 0. */
+static int run_drained(char *const *argv)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(p[1], 1);
+        execve(argv[0], argv, environ);
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[4096];
+    while (read(p[0], buf, sizeof(buf)) > 0) {
+    }
+    close(p[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static char *const ECHO_ARGV[] = {(char *)"/bin/sh", (char *)"-c", (char *)"echo hi", NULL};
+
+struct rate_arg {
+    double end;
+    long n;
+    bool failed;
+};
+
+static void *rate_main(void *p)
+{
+    struct rate_arg *a = p;
+    while (mono_ms() < a->end) {
+        if (run_drained(ECHO_ARGV) != 0) {
+            a->failed = true;
+            break;
+        }
+        if (mono_ms() <= a->end)
+            a->n++;
+    }
+    return NULL;
+}
+
+static void answer(int fd, const char *line)
+{
+    size_t n = strlen(line);
+    while (n) {
+        ssize_t k = send(fd, line, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;
+        line += k;
+        n -= (size_t)k;
+    }
+}
+
+static void serve_line(int fd, char *line)
+{
+    char out[128], path[512];
+    int threads = 0, mib = 0;
+    double secs = 0;
+    if (strcmp(line, "once") == 0) {
+        double t0 = mono_ms();
+        if (run_drained(ECHO_ARGV) == 0)
+            snprintf(out, sizeof(out), "OK %.6f\n", mono_ms() - t0);
+        else
+            snprintf(out, sizeof(out), "ERR sh -c 'echo hi' failed\n");
+    } else if (sscanf(line, "rate %d %lf", &threads, &secs) == 2 && threads > 0 && threads <= 64 &&
+               secs > 0 && secs <= 60) {
+        struct rate_arg a[64];
+        pthread_t t[64];
+        double end = mono_ms() + secs * 1e3, t0 = mono_ms();
+        int started = 0;
+        for (int i = 0; i < threads; i++) {
+            a[i] = (struct rate_arg){.end = end};
+            if (pthread_create(&t[i], NULL, rate_main, &a[i]) == 0)
+                started++;
+            else
+                break;
+        }
+        long n = 0;
+        bool failed = started != threads;
+        for (int i = 0; i < started; i++) {
+            pthread_join(t[i], NULL);
+            n += a[i].n;
+            failed |= a[i].failed;
+        }
+        double dt = (mono_ms() - t0) / 1e3;
+        if (failed)
+            snprintf(out, sizeof(out), "ERR a spawn failed\n");
+        else
+            snprintf(out, sizeof(out), "OK %.3f\n", (double)n / (dt > secs ? dt : secs));
+    } else if (sscanf(line, "dd-write %511s %d", path, &mib) == 2 && mib > 0 && mib <= 4096) {
+        char of[540], count[32];
+        snprintf(of, sizeof(of), "of=%s", path);
+        snprintf(count, sizeof(count), "count=%d", mib);
+        char *argv[] = {(char *)"/bin/dd",    (char *)"if=/dev/zero", of,  (char *)"bs=1M", count,
+                        (char *)"conv=fsync", (char *)"status=none",  NULL};
+        double t0 = mono_ms();
+        if (run_drained(argv) == 0)
+            snprintf(out, sizeof(out), "OK %.3f\n", mono_ms() - t0);
+        else
+            snprintf(out, sizeof(out), "ERR dd failed\n");
+    } else if (sscanf(line, "dd-read %511s", path) == 1) {
+        char in[540];
+        snprintf(in, sizeof(in), "if=%s", path);
+        char *argv[] = {(char *)"/bin/dd",     in,  (char *)"of=/dev/null", (char *)"bs=1M",
+                        (char *)"status=none", NULL};
+        double t0 = mono_ms();
+        if (run_drained(argv) == 0)
+            snprintf(out, sizeof(out), "OK %.3f\n", mono_ms() - t0);
+        else
+            snprintf(out, sizeof(out), "ERR dd failed\n");
+    } else {
+        snprintf(out, sizeof(out), "ERR unknown request\n");
+    }
+    answer(fd, out);
+}
+
+int bench_spawn_helper_serve(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0) {
+        perror("sbxd-bench --spawn-helper");
+        return 1;
+    }
+    for (;;) {
+        int fd = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return 1;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        char buf[1024];
+        size_t len = 0;
+        for (;;) {
+            ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+            if (k <= 0)
+                break;
+            len += (size_t)k;
+            char *nl;
+            while ((nl = memchr(buf, '\n', len))) {
+                *nl = '\0';
+                serve_line(fd, buf);
+                len -= (size_t)(nl + 1 - buf);
+                memmove(buf, nl + 1, len);
+            }
+            if (len == sizeof(buf) - 1)
+                break; /* a line too long */
+        }
+        close(fd);
+    }
+}
+
+/* ---- the bench's side ---- */
+
+int bench_helper_connect(int port, double timeout_ms)
+{
+    double end = mono_ms() + timeout_ms;
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            return fd;
+        }
+        if (fd >= 0)
+            close(fd);
+        if (mono_ms() > end)
+            return -1;
+        usleep(20000);
+    }
+}
+
+int bench_helper_ask(int fd, const char *request, double *value, char *err, size_t errlen)
+{
+    char line[600];
+    int n = snprintf(line, sizeof(line), "%s\n", request);
+    if (n <= 0 || (size_t)n >= sizeof(line) || send(fd, line, (size_t)n, MSG_NOSIGNAL) != n) {
+        snprintf(err, errlen, "cannot ask the helper: %s", strerror(errno));
+        return -1;
+    }
+    size_t len = 0;
+    for (;;) {
+        ssize_t k = recv(fd, line + len, sizeof(line) - 1 - len, 0);
+        if (k <= 0) {
+            snprintf(err, errlen, "the helper closed its connection");
+            return -1;
+        }
+        len += (size_t)k;
+        line[len] = '\0';
+        if (memchr(line, '\n', len))
+            break;
+        if (len == sizeof(line) - 1) {
+            snprintf(err, errlen, "the helper's answer is too long");
+            return -1;
+        }
+    }
+    if (sscanf(line, "OK %lf", value) == 1)
+        return 0;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(err, errlen, "the helper: %s", line);
+    return -1;
+}
+
+/* The Pss of one process (smaps_rollup), KiB; 0 when it cannot be read. */
+static long pss_kb(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "Pss: %ld", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static int parent_of(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    int ppid = -1;
+    if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+        return -1;
+    return ppid;
+}
+
+static bool cmdline_has(int pid, const char *what, const char *what2)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[n] = '\0';
+    return strstr(buf, what) && (!what2 || strstr(buf, what2));
+}
+
+long bench_sandbox_pss_kb(const char *tag)
+{
+    /* The sentry: "runsc-sandbox ... boot", naming tag (the sandbox's --root); then its
+     * descendants (the ptrace platform's stubs, where the sandbox's processes run). */
+    int pids[4096], n = 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int all[32768], nall = 0;
+    while ((e = readdir(d)) && nall < (int)(sizeof(all) / sizeof(all[0]))) {
+        int pid = atoi(e->d_name);
+        if (pid > 0)
+            all[nall++] = pid;
+    }
+    closedir(d);
+    for (int i = 0; i < nall && n < 4096; i++)
+        if (cmdline_has(all[i], "runsc-sandbox", tag) && cmdline_has(all[i], " boot", NULL))
+            pids[n++] = all[i];
+    if (!n)
+        return -1;
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int i = 0; i < nall && n < 4096; i++) {
+            int pp = parent_of(all[i]);
+            bool in = false, parent_in = false;
+            for (int j = 0; j < n; j++) {
+                in |= pids[j] == all[i];
+                parent_in |= pids[j] == pp;
+            }
+            if (!in && parent_in) {
+                pids[n++] = all[i];
+                grew = true;
+            }
+        }
+    }
+    long kb = 0;
+    for (int i = 0; i < n; i++)
+        kb += pss_kb(pids[i]);
+    return kb;
+}
