@@ -2255,11 +2255,10 @@ static double median3(double *v, int n)
  * target; -1 when it could not start (the relay rows are then left out). */
 static pid_t start_relay(int port, target *relay)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = bench_listen(0, 1024);
+    struct sockaddr_in sin;
     socklen_t len = sizeof sin;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) < 0 || listen(fd, 1024) < 0 ||
-        getsockname(fd, (struct sockaddr *)&sin, &len) < 0) {
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&sin, &len) < 0) {
         if (fd >= 0)
             close(fd);
         return -1;
@@ -4307,16 +4306,15 @@ int main(int argc, char **argv)
         warnx_("--gvisor has rows of its own: drop --vs and --only");
         return 2;
     }
-    if (gvisor) {
-        struct sigaction ga = {0};
-        ga.sa_handler = on_signal;
-        sigemptyset(&ga.sa_mask);
-        sigaction(SIGINT, &ga, NULL);
-        sigaction(SIGTERM, &ga, NULL);
-        signal(SIGPIPE, SIG_IGN);
-        setvbuf(stdout, NULL, _IOLBF, 0);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (gvisor)
         return gvisor_main(sbxd_abs, quick, seconds);
-    }
 
     const int iters = quick ? 100 : 500;
     const int warm = quick ? 20 : 50;
@@ -4326,14 +4324,6 @@ int main(int argc, char **argv)
     const double exec_secs = seconds > 0 ? seconds : (quick ? 1 : 4);
     const double health_secs = seconds > 0 ? seconds : (quick ? 1 : 3);
     const int exec_clients = 16, health_clients = 8;
-
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
 
     /* On tmpfs where there is one: the transfers then measure sbxd, not the disk (every
      * upload is fsync'ed before its rename). */

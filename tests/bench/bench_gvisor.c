@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "bench_gvisor.h"
+#include "bench_net.h"
 
 extern char **environ;
 
@@ -168,24 +169,15 @@ static void serve_line(int fd, char *line)
 
 int bench_spawn_helper_serve(int port)
 {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0) {
+    int s = bench_listen(port, 16);
+    if (s < 0) {
         perror("sbxd-bench --spawn-helper");
         return 1;
     }
     for (;;) {
-        int fd = accept4(s, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
+        int fd = bench_accept(s);
+        if (fd < 0)
             return 1;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         char buf[1024];
         size_t len = 0;
         for (;;) {

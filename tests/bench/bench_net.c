@@ -170,26 +170,47 @@ out:
     return NULL;
 }
 
-int bench_upstream_serve(int port)
+int bench_listen(int port, int backlog)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
-    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 1024) < 0) {
+    if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, backlog) < 0) {
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    return s;
+}
+
+int bench_accept(int s)
+{
+    for (;;) {
+        int fd = accept4(s, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            return fd;
+        }
+        if (errno != EINTR && errno != ECONNABORTED)
+            return -1;
+    }
+}
+
+int bench_upstream_serve(int port)
+{
+    int s = bench_listen(port, 1024);
+    if (s < 0) {
         perror("sbxd-bench --upstream");
         return 1;
     }
     for (;;) {
-        int fd = accept4(s, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
+        int fd = bench_accept(s);
+        if (fd < 0)
             return 1;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         struct up_conn *c = calloc(1, sizeof(*c));
         if (!c) {
             close(fd);
@@ -252,15 +273,10 @@ out:
 
 int bench_relay_serve(int listen_fd, int upstream_port)
 {
-    int one = 1;
     for (;;) {
-        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
+        int fd = bench_accept(listen_fd);
+        if (fd < 0)
             return 1;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         struct relay_conn *c = malloc(sizeof(*c));
         pthread_t t;
         pthread_attr_t at;

@@ -7,6 +7,13 @@
 
 #include <stddef.h>
 
+/* A listening socket on 127.0.0.1:port (0: any free port), or -1. */
+int bench_listen(int port, int backlog);
+
+/* The next connection on listening socket s, with TCP_NODELAY; -1 when accept fails for
+ * good. */
+int bench_accept(int s);
+
 /* Serve on 127.0.0.1:port until killed (sbxd-bench --upstream PORT). */
 int bench_upstream_serve(int port);
 
