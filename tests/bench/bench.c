@@ -2528,11 +2528,12 @@ static pid_t start_sbxd(const char *path, int port, const char *ws, const char *
                     (char *)"-quiet",
                     (char *)"/bin/sh",
                     (char *)"-c",
-                    (char *)"h=$1; p=$2; shift 2; [ \"$p\" = 0 ] || \"$h\" --spawn-helper "
-                            "\"$p\" & exec \"$@\"",
+                    (char *)"h=$1; p=$2; d=$3; shift 3; [ \"$p\" = 0 ] || \"$h\" "
+                            "--spawn-helper \"$p\" \"$d\" & exec \"$@\"",
                     (char *)"sh",
                     g_self,
-                    hport};
+                    hport,
+                    (char *)ws};
     const size_t nwrap = sizeof wrap / sizeof wrap[0];
     char *argv[sizeof wrap / sizeof wrap[0] + 12 + SBXD_EXTRA_MAX] = {0};
     size_t k = 0;
@@ -4124,8 +4125,7 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
                 lratio[r] = rate[r] > 0 ? ld[r].rps / rate[r] : 0;
             }
             fprintf(stderr, "sbxd-bench: gVisor: 256 MiB PUT and GET /files, dd ...\n");
-            char ddpath[128], req[200];
-            snprintf(ddpath, sizeof ddpath, "%s/gv-dd.bin", ws);
+            char req[200];
             for (int r = 0; r < rounds && !g_interrupted; r++) {
                 double tt;
                 uint64_t got;
@@ -4135,14 +4135,14 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
                     up_t = tt;
                 else if (st != 200 && st != 201 && st > 0)
                     setmsg(err, sizeof err, "PUT /files: HTTP %d", st);
-                snprintf(req, sizeof req, "dd-write %s 256", ddpath);
+                snprintf(req, sizeof req, "dd-write gv-dd.bin 256");
                 if (bench_helper_ask(g_helper_fd, req, &tt, err, sizeof err) == 0 &&
                     (!ddw_t || tt / 1e3 < ddw_t))
                     ddw_t = tt / 1e3;
                 if (xfer_download(&local, "/files/gv-big.bin", &got, &tt, err, sizeof err) == 200 &&
                     got == GV_BIG && (!down_t || tt < down_t))
                     down_t = tt;
-                snprintf(req, sizeof req, "dd-read %s", ddpath);
+                snprintf(req, sizeof req, "dd-read gv-dd.bin");
                 if (bench_helper_ask(g_helper_fd, req, &tt, err, sizeof err) == 0 &&
                     (!ddr_t || tt / 1e3 < ddr_t))
                     ddr_t = tt / 1e3;
@@ -4222,8 +4222,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--upstream") == 0) /* the net rows' upstream (bench_net.c) */
         return bench_upstream_serve(atoi(argv[2]));
-    if (argc == 3 && strcmp(argv[1], "--spawn-helper") == 0) /* --gvisor's floor (bench_gvisor.c) */
-        return bench_spawn_helper_serve(atoi(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "--spawn-helper") == 0) /* --gvisor's floor (bench_gvisor.c) */
+        return bench_spawn_helper_serve(atoi(argv[2]), argv[3]);
     const char *sbxd = NULL, *vs = NULL;
     double seconds = 0;
     bool quick = false, gvisor = false;

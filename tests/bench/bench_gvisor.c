@@ -2,15 +2,17 @@
  * bench_gvisor.c - what sbxd-bench --gvisor needs beside its HTTP client: the floor helper
  * that runs inside the same gVisor sandbox as sbxd, and the memory of a sandbox.
  *
- * The helper (sbxd-bench --spawn-helper PORT, started next to sbxd inside the sandbox, as
- * root, outside every confinement of sbxd's) answers one line per request on a loopback
- * connection:
+ * The helper (sbxd-bench --spawn-helper PORT DIR, started next to sbxd inside the sandbox,
+ * as root, outside every confinement of sbxd's) answers one line per request on the first
+ * loopback connection it gets, the bench's, made before any command runs; then it stops
+ * listening, so that no command of the sandbox's can ask it anything:
  *   once              a bare fork + exec of sh -c 'echo hi', its stdout a pipe drained to the
  *                     end, and wait: "OK MS"
  *   rate T SECS       T threads doing that back to back for SECS seconds: "OK SPAWNS/S"
- *   dd-write PATH MIB dd of MIB MiB of zeros to PATH (fsync'ed, as sbxd's uploads are):
+ *   dd-write NAME MIB dd of MIB MiB of zeros to DIR/NAME (fsync'ed, as sbxd's uploads are):
  *                     "OK MS"
- *   dd-read PATH      dd of PATH to /dev/null: "OK MS"
+ *   dd-read NAME      dd of DIR/NAME to /dev/null: "OK MS"
+ * NAME: a file name (letters, digits, '-', '_' and '.', not first), never a path.
  * and "ERR why" when one fails. The bench interleaves "once" with its requests to sbxd, so
  * both see the same machine. A benchmark fixture, not part of sbxd.
  */
@@ -104,9 +106,25 @@ static void answer(int fd, const char *line)
     }
 }
 
+/* The directory dd-write and dd-read name files in (--spawn-helper's DIR). */
+static const char *helper_dir;
+
+/* DIR/name into path when name is a plain file name; false otherwise. */
+static bool helper_path(const char *name, char *path, size_t len)
+{
+    size_t n = strlen(name);
+    if (!n || n > 64 || name[0] == '.' ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789-_.") != n)
+        return false;
+    int k = snprintf(path, len, "%s/%s", helper_dir, name);
+    return k > 0 && (size_t)k < len;
+}
+
 static void serve_line(int fd, char *line)
 {
-    char out[128], path[512];
+    char out[128], name[80], path[600];
     int threads = 0, mib = 0;
     double secs = 0;
     if (strcmp(line, "once") == 0) {
@@ -140,8 +158,9 @@ static void serve_line(int fd, char *line)
             snprintf(out, sizeof(out), "ERR a spawn failed\n");
         else
             snprintf(out, sizeof(out), "OK %.3f\n", (double)n / (dt > secs ? dt : secs));
-    } else if (sscanf(line, "dd-write %511s %d", path, &mib) == 2 && mib > 0 && mib <= 4096) {
-        char of[540], count[32];
+    } else if (sscanf(line, "dd-write %79s %d", name, &mib) == 2 && mib > 0 && mib <= 4096 &&
+               helper_path(name, path, sizeof(path))) {
+        char of[620], count[32];
         snprintf(of, sizeof(of), "of=%s", path);
         snprintf(count, sizeof(count), "count=%d", mib);
         char *argv[] = {(char *)"/bin/dd",    (char *)"if=/dev/zero", of,  (char *)"bs=1M", count,
@@ -151,8 +170,8 @@ static void serve_line(int fd, char *line)
             snprintf(out, sizeof(out), "OK %.3f\n", mono_ms() - t0);
         else
             snprintf(out, sizeof(out), "ERR dd failed\n");
-    } else if (sscanf(line, "dd-read %511s", path) == 1) {
-        char in[540];
+    } else if (sscanf(line, "dd-read %79s", name) == 1 && helper_path(name, path, sizeof(path))) {
+        char in[620];
         snprintf(in, sizeof(in), "if=%s", path);
         char *argv[] = {(char *)"/bin/dd",     in,  (char *)"of=/dev/null", (char *)"bs=1M",
                         (char *)"status=none", NULL};
@@ -167,36 +186,37 @@ static void serve_line(int fd, char *line)
     answer(fd, out);
 }
 
-int bench_spawn_helper_serve(int port)
+int bench_spawn_helper_serve(int port, const char *dir)
 {
-    int s = bench_listen(port, 16);
+    helper_dir = dir;
+    int s = bench_listen(port, 1);
     if (s < 0) {
         perror("sbxd-bench --spawn-helper");
         return 1;
     }
+    int fd = bench_accept(s);
+    close(s); /* one client, the bench's */
+    if (fd < 0)
+        return 1;
+    char buf[1024];
+    size_t len = 0;
     for (;;) {
-        int fd = bench_accept(s);
-        if (fd < 0)
-            return 1;
-        char buf[1024];
-        size_t len = 0;
-        for (;;) {
-            ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
-            if (k <= 0)
-                break;
-            len += (size_t)k;
-            char *nl;
-            while ((nl = memchr(buf, '\n', len))) {
-                *nl = '\0';
-                serve_line(fd, buf);
-                len -= (size_t)(nl + 1 - buf);
-                memmove(buf, nl + 1, len);
-            }
-            if (len == sizeof(buf) - 1)
-                break; /* a line too long */
+        ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        char *nl;
+        while ((nl = memchr(buf, '\n', len))) {
+            *nl = '\0';
+            serve_line(fd, buf);
+            len -= (size_t)(nl + 1 - buf);
+            memmove(buf, nl + 1, len);
         }
-        close(fd);
+        if (len == sizeof(buf) - 1)
+            break; /* a line too long */
     }
+    close(fd);
+    return 0;
 }
 
 /* ---- the bench's side ---- */

@@ -7,14 +7,14 @@
 
 #include <stddef.h>
 
-/* Serve the helper's requests on 127.0.0.1:port until killed (sbxd-bench --spawn-helper
- * PORT). */
-int bench_spawn_helper_serve(int port);
+/* Serve the helper's requests on 127.0.0.1:port, to its first client only, dd's files in dir
+ * (sbxd-bench --spawn-helper PORT DIR). */
+int bench_spawn_helper_serve(int port, const char *dir);
 
 /* A connection to the helper on port, tried until timeout_ms; -1 when none came. */
 int bench_helper_connect(int port, double timeout_ms);
 
-/* One request to the helper ("once", "rate T SECS", "dd-write PATH MIB", "dd-read PATH") and
+/* One request to the helper ("once", "rate T SECS", "dd-write NAME MIB", "dd-read NAME") and
  * its figure into value; -1 with err on failure. */
 int bench_helper_ask(int fd, const char *request, double *value, char *err, size_t errlen);
 
