@@ -23,6 +23,12 @@
  * next spawn; about the most of the daemon's memory a command's memory_peak_bytes may wrongly
  * include (see spawn.c). */
 #define SBXD_PEAK_SLACK_KB 512
+/* Where that reset cannot be had (gVisor): how far (KiB) the daemon's all-time peak may be
+ * above its current size for a command still to share its memory until execve, and so the
+ * most a command's memory_peak_bytes floor may be above the daemon's current size. Above
+ * it, commands are copies (spawn_peak.c). The daemon's first requests alone take it ~2 MiB
+ * above its size at rest under gVisor. */
+#define SBXD_SHARED_PEAK_SLACK_KB 4096
 
 /* RLIMIT_STACK of every command (soft and hard): the usual 8 MiB default, made firm. */
 #define SBXD_CHILD_STACK (8ULL * 1024 * 1024)

@@ -37,9 +37,11 @@ NO_SANITIZE int spawn_child_main(void *arg);
 NO_SANITIZE int spawn_close_span(unsigned lo, unsigned hi);
 
 /* spawn_peak.c: open clear_refs (spawn_init); reset the peak before a spawn if it grew;
- * whether children share the daemon's memory until execve (CLONE_VM). */
+ * whether that reset works (then children always share the daemon's memory); whether the
+ * next child shares the daemon's memory until execve (CLONE_VM), looked at each spawn. */
 void spawn_peak_init(void);
 void spawn_peak_reset_if_grown(void);
+bool spawn_peak_resets(void);
 bool spawn_vm_shared(void);
 
 /* spawn_probe.c: the clone flags of a command's namespaces, whether they include a user

@@ -341,7 +341,7 @@ void spawn_pool_start(const struct harden_plan *h, unsigned max_running, int roo
 {
     /* Only where children share our memory, and only for a daemon that may enter the
      * slots' namespaces (not one that needs a user namespace for them). */
-    if (!spawn_vm_shared() || spawn_ns_userns() || pool.running ||
+    if (!spawn_peak_resets() || spawn_ns_userns() || pool.running ||
         fstat(rootfd, &slot_workspace_st) < 0 || strlen(workspace) >= sizeof(slot_workspace))
         return;
     snprintf(slot_workspace, sizeof(slot_workspace), "%s", workspace);

@@ -265,9 +265,10 @@ START_TEST(memory_peak_is_not_inflated_by_earlier_requests)
     r = run("{\"command\":\"true\"}");
     double after = jnum(r, "memory_peak_bytes");
     cJSON_Delete(r);
-    /* The bug this guards against adds the ~14 MB the daemon held. Under gVisor children are
-     * copies of the daemon (no clear_refs, see spawn.c), so their floor is its current
-     * resident size, which moves by about a megabyte from one request to the next. */
+    /* The bug this guards against adds the ~14 MB the daemon held. Under gVisor (no
+     * clear_refs, see spawn_peak.c) the first command shares the daemon's memory and its
+     * floor is the daemon's peak so far; after the large request that peak is far above the
+     * daemon's size, so the next command is a copy, whose floor is that size: no higher. */
     double slack = (under_gvisor() ? 2 : 1) * 1024 * 1024;
     ck_assert_msg(after < before + slack, "peak %.0f after, %.0f before", after, before);
 }
