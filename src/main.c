@@ -136,14 +136,15 @@ static int open_baseline(const char *path, const char *workspace)
 }
 
 /* Under memory pressure the kernel should kill a command (1000), never sbxd: lower our own
- * score where allowed (only with CAP_SYS_RESOURCE). Returns the score in force. */
-static int protect_daemon(void)
+ * score where allowed (only with CAP_SYS_RESOURCE) and where the kernel's OOM killer weighs
+ * it (scored). Returns the score in force. */
+static int protect_daemon(bool scored)
 {
     int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
     if (fd < 0)
         return 0;
     char buf[16] = "";
-    if (write(fd, SBXD_DAEMON_OOM_SCORE_ADJ, strlen(SBXD_DAEMON_OOM_SCORE_ADJ)) < 0) {
+    if (scored && write(fd, SBXD_DAEMON_OOM_SCORE_ADJ, strlen(SBXD_DAEMON_OOM_SCORE_ADJ)) < 0) {
         /* not allowed: keep what we have */
     }
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
@@ -330,7 +331,8 @@ static void log_isolation(const struct sbxd_config *cfg, const struct isolation 
         LOG_S("ipc", iso->ipcns_ok ? d.ipc : iso->ipcns_why),
         LOG_S("pidns", iso->pidns_ok ? (iso->pidns_userns ? "userns" : "direct") : iso->pidns_why),
         LOG_S("uid_range", iso->uid_ok ? cfg->uid_range : iso->uid_why),
-        LOG_B("clone3", iso->clone3), LOG_B("pidfd", iso->pidfd), LOG_B("seccomp", harden->seccomp),
+        LOG_B("clone3", iso->clone3), LOG_B("pidfd", iso->pidfd),
+        LOG_B("oom_scored", iso->oom_scored), LOG_B("seccomp", harden->seccomp),
         LOG_I("landlock", harden->landlock_abi), LOG_S("user", d.user));
 }
 
@@ -369,7 +371,8 @@ static int setup_isolation(const struct sbxd_config *cfg, int rootfd, const char
     }
     log_isolation(cfg, iso, harden);
     harden->pidns_own_proc = iso->pidns_own_proc;
-    harden->daemon_oom_score_adj = protect_daemon();
+    harden->oom_adjust = iso->oom_scored;
+    harden->daemon_oom_score_adj = protect_daemon(iso->oom_scored);
     return 0;
 }
 

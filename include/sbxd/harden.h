@@ -23,11 +23,12 @@ struct harden_plan {
     bool drop_caps;     /* clear ambient, inheritable, permitted, effective */
     bool drop_bounding; /* the daemon's bounding set was emptied at start: commands inherit it */
     bool seccomp;       /* the deny-list could be built and is installed */
-    int daemon_oom_score_adj;       /* sbxd's own, for /healthz (main.c sets it) */
-    bool pidns;                     /* commands start under a PID namespace's init */
-    bool pidns_own_proc;            /* ... with /proc of their own (main.c sets it) */
-    bool group_share;               /* uid isolation: umask 002, files shared through the gid */
-    struct sock_fprog filter;       /* the deny-list, loaded on spawning threads */
+    int daemon_oom_score_adj; /* sbxd's own, for /healthz (main.c sets it) */
+    bool oom_adjust;          /* commands get oom_score_adj 1000 (isolation's oom_scored; main.c) */
+    bool pidns;               /* commands start under a PID namespace's init */
+    bool pidns_own_proc;      /* ... with /proc of their own (main.c sets it) */
+    bool group_share;         /* uid isolation: umask 002, files shared through the gid */
+    struct sock_fprog filter; /* the deny-list, loaded on spawning threads */
     struct sock_fprog filter_init;  /* pidns: the rest of it, loaded by each init */
     struct sock_fprog filter_nonet; /* sockets of AF_UNIX only, stacked per command */
     /* An IPC namespace per command: the filter lets clone make one only when its child_tid and

@@ -74,6 +74,10 @@ struct isolation {
     bool ipcns_ok;
     char ipcns_why[160];
     bool clone3, clone_into_cgroup, pidfd;
+    /* Whether the kernel's OOM killer weighs oom_score_adj: a child at 1000 shows a score.
+     * gVisor has no OOM killer of its own (the host's sees the sandbox as one process), and
+     * there neither the commands' score nor the daemon's is written. */
+    bool oom_scored;
     struct uid_slots slots; /* ISO_KILL_UID */
     unsigned required;      /* ISO_REQ_* */
     int degraded;           /* atomic: 1, a required mechanism failed at run time (until it

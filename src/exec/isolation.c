@@ -89,6 +89,30 @@ static void probe_syscalls(struct isolation *iso)
         close(fd);
 }
 
+/* A child raises its oom_score_adj to 1000 and reads its oom_score: any kernel whose OOM
+ * killer weighs the adjustment shows a score then (1000 or more); gVisor shows 0. Only a
+ * score of 0 read back says "none": a /proc that cannot be read keeps the writes. */
+static bool probe_oom_scored(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "1000", 4) != 4)
+            _exit(0);
+        close(fd);
+        char buf[32] = "";
+        fd = open("/proc/self/oom_score", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        _exit(n > 0 && atoi(buf) == 0 ? 3 : 0);
+    }
+    int st = 0;
+    if (pid < 0)
+        return true;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+}
+
 /*
  * sbxd as root runs every command as --user: setgroups, setresgid and setresuid in the child
  * (harden.c), which take CAP_SETGID and CAP_SETUID. A root without them (capsh --drop, setpriv
@@ -184,6 +208,7 @@ int isolation_setup(struct isolation *iso, const struct sbxd_config *cfg, struct
     const char *mode = cfg->isolation;
     bool any = strcmp(mode, "auto") == 0;
     probe_syscalls(iso);
+    iso->oom_scored = probe_oom_scored();
     /* The cgroup probe claims sbxd's cgroup (it moves the daemon into a leaf): only when
      * cgroups may be used. */
     if (any || strcmp(mode, "cgroup") == 0)

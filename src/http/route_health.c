@@ -102,8 +102,12 @@ static void write_isolation(struct jsonw *w, const struct server *srv)
     jw_str(w, h->switch_user ? "none" : "inherited");
     jw_key(w, "nice");
     jw_int(w, SBXD_COMMAND_NICE);
+    /* null: the kernel has no OOM killer that weighs it (gVisor), and it is not written. */
     jw_key(w, "oom_score_adj");
-    jw_int(w, 1000);
+    if (h->oom_adjust)
+        jw_int(w, 1000);
+    else
+        jw_null(w);
     jw_key(w, "daemon_oom_score_adj");
     jw_int(w, h->daemon_oom_score_adj);
     jw_key(w, "fds");
