@@ -3898,8 +3898,11 @@ static void usage(FILE *f)
           "                 client against a floor spawned inside the same sandbox (sh -c 'echo\n"
           "                 hi', its output drained), interleaved; 16 clients against the\n"
           "                 sandbox's own rate of 16 threads spawning; 256 MiB PUT and GET\n"
-          "                 /files against dd there; the sandbox's memory against one running\n"
-          "                 sleep; ready time. Needs root and runsc\n"
+          "                 /files against dd there; with a warm kernel kept, gRPC Execute and\n"
+          "                 MCP run_command against /execute in turns, bash contexts (POST\n"
+          "                 /contexts, x=$((x+1))) and python ones (warm POST /contexts, x += 1);\n"
+          "                 the sandbox's memory against one running sleep; ready time. Needs\n"
+          "                 root and runsc\n"
           "  --help         this text\n"
           "\n"
           "Exit status: 0 if every request got a 200, 1 on errors, 2 on bad usage.\n",
@@ -3989,10 +3992,10 @@ typedef struct {
 /* sbxd with extra (--isolation B, or none for the image's own choice), its floor helper
  * beside it; 1-client /execute interleaved with the helper's floor. */
 static pid_t gv_start(const char *sbxd, const char *ws, const char *const *extra, int *port,
-                      double *ready_ms, char *why, size_t whyn)
+                      double *ready_ms, int *grpc_port, char *why, size_t whyn)
 {
     g_helper_port = free_port();
-    pid_t pid = start_ready(sbxd, ws, extra, port, ready_ms, NULL);
+    pid_t pid = start_ready(sbxd, ws, extra, port, ready_ms, grpc_port);
     if (pid < 0) {
         snprintf(why, whyn, "sbxd did not start (see %s)", g_log_path);
         gv_kill_leftovers();
@@ -4015,6 +4018,122 @@ static void gv_stop(pid_t pid)
     g_helper_fd = -1;
     stop_sbxd(pid, NULL);
     gv_kill_leftovers();
+}
+
+/* The other fronts and the contexts inside gVisor, on one sbxd of the image's backend with a
+ * warm kernel: gRPC Execute and MCP tools/call run_command against /execute (in turns, as on
+ * the host), bash contexts (POST /contexts, x=$((x+1))), python (a warm POST /contexts,
+ * x += 1). */
+typedef struct {
+    grpc_vs_rest grpc, mcp;
+    ctx_result bash;
+    samples py_create, py_exec;
+    char py_why[160];
+    unsigned long errors;
+} gv_fronts;
+
+static void gv_measure_fronts(const char *sbxd, const char *ws, bool quick, gv_fronts *fr)
+{
+    static const char *const warm[] = {"--warm-contexts", "1", NULL};
+    int port, gport;
+    double rms;
+    char why[200], err[300] = "";
+    pid_t pid = gv_start(sbxd, ws, warm, &port, &rms, &gport, why, sizeof why);
+    if (pid < 0) {
+        warnx_("gVisor fronts: %s", why);
+        fr->errors++;
+        return;
+    }
+    target local, glocal;
+    target_local(&local, port);
+    target_local(&glocal, gport);
+    /* The warm kernel starts first (seconds under gVisor): not beside the other rows. */
+    conn c;
+    conn_init(&c, &local, IO_TIMEOUT_S * 2);
+    int status = 0;
+    if (http_do(&c, "GET", "/kernels", NULL, &status) != 0 || status != 200 ||
+        !strstr(c.body, "\"language\":\"python\""))
+        setmsg(fr->py_why, sizeof fr->py_why, "no python kernel (python3-ipykernel?)");
+    else if (!wait_warm(&c))
+        setmsg(fr->py_why, sizeof fr->py_why, "no warm kernel ready within 60 s");
+    const int rounds = quick ? 3 : 5, warmup = 10, iters = quick ? 30 : 100;
+    tally rt = {0}, ot = {0};
+    fprintf(stderr, "sbxd-bench: gVisor: gRPC Execute and /execute, %d rounds of %d ...\n", rounds,
+            iters);
+    measure_grpc_vs_rest(&local, &glocal, rounds, warmup, iters, &fr->grpc, &rt, &ot);
+    fprintf(stderr, "sbxd-bench: gVisor: MCP tools/call and /execute, %d rounds of %d ...\n",
+            rounds, iters);
+    measure_mcp_vs_rest(&local, rounds, warmup, iters, &fr->mcp, &rt, &ot);
+    fr->errors += rt.errors + ot.errors;
+    fprintf(stderr, "sbxd-bench: gVisor: bash contexts ...\n");
+    measure_contexts(&local, pid, quick ? 5 : 20, warmup, quick ? 50 : 200, &fr->bash, err,
+                     sizeof err);
+    if (!fr->bash.ok && !g_interrupted) {
+        warnx_("gVisor bash contexts: %s", err);
+        fr->errors++;
+    }
+    /* Python: warm POST /contexts (each once a warm kernel is ready), then x += 1 in one. */
+    char id[64], path[128];
+    if (fr->py_why[0]) {
+        warnx_("gVisor python contexts: none measured: %s", fr->py_why);
+    } else {
+        fprintf(stderr, "sbxd-bench: gVisor: python: warm POST /contexts, x += 1 ...\n");
+        py_result py = {0};
+        bool made = false;
+        if (py_warm(&c, quick ? 3 : 10, &py, err, sizeof err) == 0 && wait_warm(&c) &&
+            (made = py_create(&c, id, sizeof id, err, sizeof err) >= 0)) {
+            snprintf(path, sizeof path, "/contexts/%s/execute", id);
+            samples w = {0};
+            if (!py_exec(&c, path, "{\"code\":\"x = 0\"}", NULL, err, sizeof err) ||
+                py_series(&c, path, warmup, &w, err, sizeof err) != 0 ||
+                py_series(&c, path, quick ? 50 : 200, &fr->py_exec, err, sizeof err) != 0)
+                fr->errors++;
+            samples_free(&w);
+        } else if (!g_interrupted) {
+            fr->errors++;
+        }
+        if (made)
+            py_delete(&c, id);
+        fr->py_create = py.warm_create;
+        samples_sort(&fr->py_create);
+        samples_sort(&fr->py_exec);
+        if (err[0])
+            warnx_("gVisor python contexts: %s", err);
+    }
+    conn_free(&c);
+    gv_stop(pid);
+}
+
+static void gv_fronts_rows(gv_fronts *fr)
+{
+    grpc_vs_rest *v[2] = {&fr->grpc, &fr->mcp};
+    const char *name[2] = {"gRPC Execute", "MCP tools/call run_command"};
+    char label[160];
+    for (int i = 0; i < 2; i++) {
+        if (!v[i]->rounds)
+            continue;
+        snprintf(label, sizeof label, "%s p50 under gVisor; /execute's", name[i]);
+        add_row(label, "", "", "%.2f; %.2f ms", v[i]->grpc_p50, v[i]->rest_p50);
+        add_row("  / /execute, median of the rounds", "", "", "%.2f", gvr_ratio(v[i]));
+    }
+    if (fr->bash.ok) {
+        add_row("bash context under gVisor: POST /contexts p50", "", "", "%.2f ms",
+                pct(&fr->bash.create, 50));
+        add_row("  x=$((x+1)) p50 / p99", "", "", "%.2f / %.2f ms", pct(&fr->bash.exec, 50),
+                pct(&fr->bash.exec, 99));
+    }
+    if (fr->py_why[0]) {
+        add_row("python context under gVisor", "", "", "n/a: %.60s", fr->py_why);
+    } else if (fr->py_create.n && fr->py_exec.n) {
+        add_row("python context under gVisor: warm POST /contexts p50", "", "", "%.2f ms",
+                pct(&fr->py_create, 50));
+        add_row("  x += 1 p50 / p99", "", "", "%.2f / %.2f ms", pct(&fr->py_exec, 50),
+                pct(&fr->py_exec, 99));
+    }
+    samples_free(&fr->bash.create);
+    samples_free(&fr->bash.exec);
+    samples_free(&fr->py_create);
+    samples_free(&fr->py_exec);
 }
 
 static int gvisor_main(const char *sbxd, bool quick, double seconds)
@@ -4052,8 +4171,9 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
            version, sbxd, cpu_count(), quick ? ", --quick" : "");
     printf("plan: per backend, /execute %d+%d on 1 client, each paired with a floor spawned "
            "inside the same sandbox; the image's backend: 16 clients x %.3g s against the "
-           "sandbox's own spawn rate (%d rounds), 256 MiB PUT and GET /files against dd there, "
-           "the sandbox's memory against one running sleep, ready x%d\n",
+           "sandbox's own spawn rate (%d rounds), 256 MiB PUT and GET /files against dd there; "
+           "then (a warm kernel kept) gRPC Execute and MCP run_command against /execute, bash "
+           "and python contexts; the sandbox's memory against one running sleep, ready x%d\n",
            warm, iters, secs, rounds, starts);
     int exit_code = 0;
     unsigned long errors = 0;
@@ -4097,7 +4217,8 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
         snprintf(g->backend, sizeof g->backend, "%s", names[b] ? names[b] : "?");
         int port;
         double rms;
-        pid_t pid = gv_start(sbxd, ws, names[b] ? extra : NULL, &port, &rms, g->why, sizeof g->why);
+        pid_t pid =
+            gv_start(sbxd, ws, names[b] ? extra : NULL, &port, &rms, NULL, g->why, sizeof g->why);
         if (pid < 0)
             continue;
         target local;
@@ -4155,6 +4276,11 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
         gv_stop(pid);
     }
 
+    gv_fronts fr = {0};
+    if (!g_interrupted)
+        gv_measure_fronts(sbxd, ws, quick, &fr);
+    errors += fr.errors;
+
     char label[160];
     for (int i = 0; i < nbe; i++) {
         gv_backend *g = &be[i];
@@ -4194,6 +4320,7 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
         add_row("GET /files 256 MiB / dd in the sandbox", ">= 0.9", yesno(ddr_t / down_t >= 0.9),
                 "%.2f (%.0f / %.0f MB/s)", ddr_t / down_t, GV_BIG / 1e6 / down_t,
                 GV_BIG / 1e6 / ddr_t);
+    gv_fronts_rows(&fr);
     if (pss_sbxd > 0 && pss_sleep > 0)
         add_row("sandbox memory idle (Pss): sbxd / sleep", "", "", "%.1f / %.1f MiB",
                 pss_sbxd / 1024.0, pss_sleep / 1024.0);
