@@ -4208,7 +4208,7 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
     const char *names[] = {NULL, "pidns", "uid", "pgid"};
     load_result ld[3] = {0};
     double rate[3] = {0}, lratio[3] = {0};
-    double up_t = 0, down_t = 0, ddw_t = 0, ddr_t = 0;
+    double up_t = 0, down_t = 0, ddw_t = 0, ddr_t = 0, pup_t = 0, pdown_t = 0;
     for (int b = 0; b < 4 && !g_interrupted; b++) {
         const char *extra[] = {"--isolation", names[b], NULL};
         if (names[b] && nbe && strcmp(names[b], be[0].backend) == 0)
@@ -4267,8 +4267,17 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
                 if (bench_helper_ask(g_helper_fd, req, &tt, err, sizeof err) == 0 &&
                     (!ddr_t || tt / 1e3 < ddr_t))
                     ddr_t = tt / 1e3;
+                /* What any server there could do with the same bytes over the same network. */
+                if (bench_helper_plain(g_helper_fd, false, "gv-plain.bin", GV_BIG, &tt, err,
+                                       sizeof err) == 0 &&
+                    (!pup_t || tt < pup_t))
+                    pup_t = tt;
+                if (bench_helper_plain(g_helper_fd, true, "gv-big.bin", GV_BIG, &tt, err,
+                                       sizeof err) == 0 &&
+                    (!pdown_t || tt < pdown_t))
+                    pdown_t = tt;
             }
-            if (!up_t || !down_t || !ddw_t || !ddr_t) {
+            if (!up_t || !down_t || !ddw_t || !ddr_t || !pup_t || !pdown_t) {
                 warnx_("gVisor transfers: %s", err);
                 errors++;
             }
@@ -4316,10 +4325,20 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
     if (up_t && ddw_t)
         add_row("PUT /files 256 MiB / dd in the sandbox", ">= 0.9", yesno(ddw_t / up_t >= 0.9),
                 "%.2f (%.0f / %.0f MB/s)", ddw_t / up_t, GV_BIG / 1e6 / up_t, GV_BIG / 1e6 / ddw_t);
+    if (up_t && pup_t && ddw_t) {
+        add_row("  a plain receiver there / dd", "", "", "%.2f (%.0f MB/s)", ddw_t / pup_t,
+                GV_BIG / 1e6 / pup_t);
+        add_row("  PUT / the plain receiver", "", "", "%.2f", pup_t / up_t);
+    }
     if (down_t && ddr_t)
         add_row("GET /files 256 MiB / dd in the sandbox", ">= 0.9", yesno(ddr_t / down_t >= 0.9),
                 "%.2f (%.0f / %.0f MB/s)", ddr_t / down_t, GV_BIG / 1e6 / down_t,
                 GV_BIG / 1e6 / ddr_t);
+    if (down_t && pdown_t && ddr_t) {
+        add_row("  a plain sender there / dd", "", "", "%.2f (%.0f MB/s)", ddr_t / pdown_t,
+                GV_BIG / 1e6 / pdown_t);
+        add_row("  GET / the plain sender", "", "", "%.2f", pdown_t / down_t);
+    }
     gv_fronts_rows(&fr);
     if (pss_sbxd > 0 && pss_sleep > 0)
         add_row("sandbox memory idle (Pss): sbxd / sleep", "", "", "%.1f / %.1f MiB",

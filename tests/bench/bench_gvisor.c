@@ -12,7 +12,13 @@
  *   dd-write NAME MIB dd of MIB MiB of zeros to DIR/NAME (fsync'ed, as sbxd's uploads are):
  *                     "OK MS"
  *   dd-read NAME      dd of DIR/NAME to /dev/null: "OK MS"
- * NAME: a file name (letters, digits, '-', '_' and '.', not first), never a path.
+ *   net-send NAME PORT  a plain sender: connects to 127.0.0.1:PORT (the bench's, outside the
+ *                     sandbox) and sendfile()s DIR/NAME whole, then closes: "OK MS"
+ *   net-recv NAME PORT  a plain receiver: connects, reads to EOF through 1 MiB into DIR/NAME,
+ *                     fsync, closes: "OK MS"
+ * NAME: a file name (letters, digits, '-', '_' and '.', not first), never a path. The plain
+ * sender and receiver are what any server in the sandbox could do at best with the same bytes
+ * over the same network: the ceiling of sbxd's GET and PUT /files there.
  * and "ERR why" when one fails. The bench interleaves "once" with its requests to sbxd, so
  * both see the same machine. A benchmark fixture, not part of sbxd.
  */
@@ -27,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,10 +130,60 @@ static bool helper_path(const char *name, char *path, size_t len)
     return k > 0 && (size_t)k < len;
 }
 
+/* A connection to the bench's port on the loopback; -1 when refused. */
+static int connect_bench(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* net-send / net-recv: 0 when the bytes went whole (and, received, reached the disk). */
+static int plain_transfer(bool send_it, const char *path, int port)
+{
+    int file = send_it ? open(path, O_RDONLY | O_CLOEXEC)
+                       : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = file >= 0 ? connect_bench(port) : -1;
+    int rc = fd >= 0 ? 0 : -1;
+    if (!rc && send_it) {
+        struct stat st;
+        off_t off = 0;
+        rc = fstat(file, &st);
+        while (!rc && off < st.st_size)
+            if (sendfile(fd, file, &off, (size_t)(st.st_size - off)) <= 0)
+                rc = -1;
+    } else if (!rc) {
+        char *buf = malloc(1 << 20);
+        ssize_t k = buf ? 1 : -1;
+        while (k > 0 && (k = recv(fd, buf, 1 << 20, 0)) > 0)
+            for (ssize_t w = 0; w < k;) {
+                ssize_t n = write(file, buf + w, (size_t)(k - w));
+                if (n <= 0) {
+                    k = -1;
+                    break;
+                }
+                w += n;
+            }
+        rc = k == 0 && fsync(file) == 0 ? 0 : -1;
+        free(buf);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (file >= 0)
+        close(file);
+    return rc;
+}
+
 static void serve_line(int fd, char *line)
 {
     char out[128], name[80], path[600];
-    int threads = 0, mib = 0;
+    int threads = 0, mib = 0, port = 0;
     double secs = 0;
     if (strcmp(line, "once") == 0) {
         double t0 = mono_ms();
@@ -180,6 +238,14 @@ static void serve_line(int fd, char *line)
             snprintf(out, sizeof(out), "OK %.3f\n", mono_ms() - t0);
         else
             snprintf(out, sizeof(out), "ERR dd failed\n");
+    } else if ((sscanf(line, "net-send %79s %d", name, &port) == 2 ||
+                sscanf(line, "net-recv %79s %d", name, &port) == 2) &&
+               port > 0 && port < 65536 && helper_path(name, path, sizeof(path))) {
+        double t0 = mono_ms();
+        if (plain_transfer(line[4] == 's', path, port) == 0)
+            snprintf(out, sizeof(out), "OK %.3f\n", mono_ms() - t0);
+        else
+            snprintf(out, sizeof(out), "ERR %s failed\n", line[4] == 's' ? "net-send" : "net-recv");
     } else {
         snprintf(out, sizeof(out), "ERR unknown request\n");
     }
@@ -242,7 +308,7 @@ int bench_helper_connect(int port, double timeout_ms)
     }
 }
 
-int bench_helper_ask(int fd, const char *request, double *value, char *err, size_t errlen)
+static int helper_send(int fd, const char *request, char *err, size_t errlen)
 {
     char line[600];
     int n = snprintf(line, sizeof(line), "%s\n", request);
@@ -250,6 +316,12 @@ int bench_helper_ask(int fd, const char *request, double *value, char *err, size
         snprintf(err, errlen, "cannot ask the helper: %s", strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+static int helper_answer(int fd, double *value, char *err, size_t errlen)
+{
+    char line[600];
     size_t len = 0;
     for (;;) {
         ssize_t k = recv(fd, line + len, sizeof(line) - 1 - len, 0);
@@ -271,6 +343,69 @@ int bench_helper_ask(int fd, const char *request, double *value, char *err, size
     line[strcspn(line, "\n")] = '\0';
     snprintf(err, errlen, "the helper: %s", line);
     return -1;
+}
+
+int bench_helper_ask(int fd, const char *request, double *value, char *err, size_t errlen)
+{
+    return helper_send(fd, request, err, errlen) < 0 ? -1 : helper_answer(fd, value, err, errlen);
+}
+
+int bench_helper_plain(int fd, bool to_bench, const char *name, uint64_t bytes, double *secs,
+                       char *err, size_t errlen)
+{
+    int s = bench_listen(0, 1);
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    if (s < 0 || getsockname(s, (struct sockaddr *)&a, &alen) < 0) {
+        snprintf(err, errlen, "cannot listen: %s", strerror(errno));
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    char req[160];
+    snprintf(req, sizeof(req), "%s %s %d", to_bench ? "net-send" : "net-recv", name,
+             ntohs(a.sin_port));
+    if (helper_send(fd, req, err, errlen) < 0) {
+        close(s);
+        return -1;
+    }
+    int c = bench_accept(s);
+    close(s);
+    if (c < 0) {
+        snprintf(err, errlen, "the helper never connected");
+        return -1;
+    }
+    char *buf = calloc(1, 1 << 20);
+    uint64_t moved = 0;
+    double t0 = mono_ms();
+    if (buf && to_bench) {
+        ssize_t k;
+        while ((k = recv(c, buf, 1 << 20, 0)) > 0)
+            moved += (uint64_t)k;
+    } else if (buf) {
+        while (moved < bytes) {
+            size_t n = bytes - moved < (1 << 20) ? (size_t)(bytes - moved) : (1 << 20);
+            ssize_t k = send(c, buf, n, MSG_NOSIGNAL);
+            if (k <= 0)
+                break;
+            moved += (uint64_t)k;
+        }
+        shutdown(c, SHUT_WR);
+        while (recv(c, buf, 1 << 20, 0) > 0) { /* its close: the bytes are on disk */
+        }
+    }
+    *secs = (mono_ms() - t0) / 1e3;
+    free(buf);
+    close(c);
+    double ms;
+    if (helper_answer(fd, &ms, err, errlen) < 0)
+        return -1;
+    if (moved != bytes) {
+        snprintf(err, errlen, "%s moved %llu of %llu bytes", to_bench ? "net-send" : "net-recv",
+                 (unsigned long long)moved, (unsigned long long)bytes);
+        return -1;
+    }
+    return 0;
 }
 
 /* The Pss of one process (smaps_rollup), KiB; 0 when it cannot be read. */
