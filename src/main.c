@@ -476,10 +476,13 @@ static int start_core(struct daemon *d, struct sbxd_err *err)
 {
     const struct sbxd_config *cfg = &d->cfg;
     /* After protect_daemon: the pool's thread and its inits inherit its settings. */
-    if (d->iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&d->iso, NULL, 0))
+    if (d->iso.tree_kill == ISO_KILL_PIDNS && !isolation_degraded(&d->iso, NULL, 0)) {
         spawn_pool_start(&d->harden,
                          (unsigned)(cfg->max_running + cfg->max_processes + cfg->max_contexts),
                          d->rootfd, d->workspace);
+        if (!spawn_ns_slots())
+            spawn_ns_maker_start();
+    }
     contain_choose(&d->iso); /* the backend's implementation, once (contain.h) */
     /* The directories anybody may write, which a reset sweeps, found meanwhile (reset.h). */
     struct reset_env renv = {.rootfd = d->rootfd,

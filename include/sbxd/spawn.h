@@ -106,6 +106,9 @@ bool spawn_ipcns_check(const struct harden_plan *h, bool pidns, char *why, size_
  */
 void spawn_pool_start(const struct harden_plan *h, unsigned max_running, int rootfd,
                       const char *workspace);
+/* Where no slot serves (spawn_ns_slots() false): start the thread that clones one-command
+ * inits sharing the daemon's memory (spawn_init.c), from a thread with no seccomp filter. */
+void spawn_ns_maker_start(void);
 void spawn_pool_stop(void);
 bool spawn_ns_slots(void); /* whether PID-namespace commands run in slots */
 void spawn_ns_end(struct spawn_ns_slot *sl, unsigned use);

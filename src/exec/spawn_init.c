@@ -298,6 +298,13 @@ static void maker_start(void)
     pthread_attr_destroy(&attr);
 }
 
+/* Started by main (a thread with no filter yet: the maker loads the spawning threads' filter
+ * once, where a thread started from a spawning thread would inherit it and load it again). */
+void spawn_ns_maker_start(void)
+{
+    pthread_once(&maker.once, maker_start);
+}
+
 /* Through the maker: the init's pid, or -1 with *e (false: no maker, start it like fork). */
 static bool maker_ask(const struct spawn_spec *spec, pid_t *pid_slot, long *pid, int *e)
 {
