@@ -1,6 +1,7 @@
 // The background process tools: start_process, send_input, process_output, kill_process.
 
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 
 import { call, closeClient, daemonFor, hostProcs, textOf, waitFor, wrapWords } from './lib.mjs';
@@ -135,7 +136,15 @@ describe('process tools', () => {
   });
 
   it('list_ports and expose_port: a server a process started, and what it may not expose', async () => {
-    const port = 20000 + Math.floor(Math.random() * 20000);
+    // A port free now (a random one may be an outgoing connection's, in the ephemeral range).
+    const port = await new Promise((resolve, reject) => {
+      const s = net.createServer();
+      s.once('error', reject);
+      s.listen(0, '127.0.0.1', () => {
+        const p = s.address().port;
+        s.close(() => resolve(p));
+      });
+    });
     const st = ok(await call(c, 'start_process',
       { command: `python3 -m http.server ${port} --bind 127.0.0.1` }), 'start');
     let mine;

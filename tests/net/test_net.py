@@ -325,7 +325,7 @@ class Proxy(NetCase):
                 t0 = time.monotonic()
                 st, _, b = self.call("GET", self.prefix + "/index.html", timeout=10)
                 times.append(time.monotonic() - t0)
-                self.assertEqual(st, 200)
+                self.assertEqual(st, 200, b)
             times.sort()
             print("\nproxy: beside 64 slow clients, GET p50 %.2f ms, max %.2f ms" %
                   (times[10] * 1000, times[-1] * 1000))
