@@ -720,8 +720,13 @@ START_TEST(reset_kills_a_fork_runner)
     alive = alive ? alive : daemon_procs_with(&d, "forkrun");
     if (!under_gvisor() && strcmp(backend, "uid") != 0)
         kill_uid(test_uid());
-    /* (Under pgid the runner is a stray: nothing but its uid follows it.) */
-    bool counted = processes >= 1 && (strcmp(backend, "pgid") != 0 || strays >= 1);
+    /* (Under pgid the runner is a stray: nothing but its uid follows it.) Under gVisor a fork
+     * completes even when its parent is stopped or killed during it (its clone does not look at
+     * pending signals), so the freeze of the uid is not atomic there: the runner's newest
+     * process may outrun a pass and be ended by the helper's kill(-1, SIGKILL) before any look
+     * saw it alive, and then it is not counted (docs/api.md, strays). */
+    bool counted =
+        processes >= 1 && (strcmp(backend, "pgid") != 0 || strays >= 1 || under_gvisor());
     ck_assert_msg(alive == 0 && files == 0 && counted,
                   "%s: after the reset (processes %u, strays %u), %d of the runner alive, %d "
                   "entries in the workspace",
