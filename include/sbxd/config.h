@@ -76,6 +76,7 @@ struct sbxd_config {
     uint64_t idle_timeout_ms;
     uint64_t request_timeout_ms;
     uint64_t max_header_bytes;
+    uint64_t connection_memory;
     /* Not an option: the bearer token in force (main loads it), NULL or "" for none. */
     const char *token;
     /* Not an option: the environment commands start from (main builds it from pass_env). */

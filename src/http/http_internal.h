@@ -391,12 +391,6 @@ enum MHD_Result route_legacy_exists(struct server *srv, struct MHD_Connection *c
 /* JSON text of a listing made ahead of the client, and handed to libmicrohttpd, at a time. */
 #define SBXD_LIST_CHUNK (16 * 1024)
 
-/* libmicrohttpd's memory per connection: headers and the read buffer a body arrives
- * through. 32 KiB (its default) caps an upload at ~200 MB/s in 16 KiB reads; 256 KiB
- * reaches ~1.1 GB/s on loopback, and is touched only by connections that carry bodies
- * (tools/mhd-patches: a kept-alive connection idle for 500 ms gives its pages back). */
-#define SBXD_CONN_MEMORY (256 * 1024)
-
 /* Lingering close (accept.c): sockets read and dropped from at once, and for how long. */
 #define SBXD_LINGER_MAX  256
 #define SBXD_LINGER_MS   2000

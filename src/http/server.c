@@ -507,8 +507,9 @@ struct server *server_start(const struct sbxd_config *cfg, struct sandbox *sb, s
         (unsigned)((cfg->idle_timeout_ms + 999) / 1000),
         /* A bound above what guard_admit lets in: libmicrohttpd never refuses one of those. */
         MHD_OPTION_CONNECTION_LIMIT, server_conn_hard_limit(cfg) + 16,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SBXD_CONN_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK,
-        keep_escapes, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, srv, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_memory,
+        MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_seen,
+        srv, MHD_OPTION_END);
     if (!srv->mhd) {
         sbxd_fail_errno(err, SBXD_E_INTERNAL, errno, "cannot start the HTTP server");
         server_stop(srv);

@@ -1001,7 +1001,8 @@ END_TEST
 START_TEST(oversized_heads_on_kept_connections_are_json_431)
 {
     struct daemon d;
-    daemon_start(&d, NULL, NULL);
+    const char *args[] = {"--connection-memory", "256KiB", NULL};
+    daemon_start(&d, args, NULL);
     static const size_t pieces[] = {1, 700, 4096, 65536};
     size_t huge_len = 300 * 1024; /* over the 256 KiB buffer */
     char *huge = malloc(huge_len);
@@ -1042,8 +1043,37 @@ START_TEST(oversized_heads_on_kept_connections_are_json_431)
         ck_assert_msg(header_has(r, "Content-Type: application/json"), "round %d: head:\n%s", i,
                       r->head);
         ck_assert_str_eq(body_code(r, code, sizeof(code)), "HEADERS_TOO_LARGE");
+        ck_assert_msg(strstr(r->body, "connection buffer"), "round %d: %s", i, r->body);
         close(fd);
     }
+    free(r);
+    free(huge);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
+/* The connection's memory is 1 MiB by default (uploads arrive in reads of 512 KiB): a head of
+ * 300 KiB fits in it, and the answer is sbxd's own 431, which names --max-header-bytes. */
+START_TEST(the_default_connection_memory_holds_a_300k_head)
+{
+    struct daemon d;
+    daemon_start(&d, NULL, NULL);
+    size_t huge_len = 300 * 1024;
+    char *huge = malloc(huge_len);
+    memset(huge, 'h', huge_len);
+    struct raw *r = malloc(sizeof(*r));
+    char code[64];
+    int fd = raw_connect(&d, NULL);
+    ck_assert_int_ge(fd, 0);
+    const char *line = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Huge: ";
+    ck_assert_int_eq(send_all(fd, line, strlen(line)), 0);
+    ck_assert_int_eq(send_all(fd, huge, huge_len), 0);
+    ck_assert_int_eq(send_all(fd, "\r\n\r\n", 4), 0);
+    ck_assert_int_eq(raw_read(fd, r, 5000), 0);
+    ck_assert_msg(r->status == 431, "HTTP %d, head:\n%s", r->status, r->head);
+    ck_assert_str_eq(body_code(r, code, sizeof(code)), "HEADERS_TOO_LARGE");
+    ck_assert_msg(strstr(r->body, "--max-header-bytes"), "%s", r->body);
+    close(fd);
     free(r);
     free(huge);
     ck_assert(daemon_stop_clean(&d, 10000));
@@ -1163,6 +1193,7 @@ Suite *hardening_suite(void)
     tcase_add_test(tc, early_answer_survives_a_client_that_sends_everything_first);
     tcase_add_test(tc, oversized_head_is_431);
     tcase_add_test(tc, oversized_heads_on_kept_connections_are_json_431);
+    tcase_add_test(tc, the_default_connection_memory_holds_a_300k_head);
     tcase_add_test(tc, every_route_limits_its_body);
     tcase_add_test(tc, idle_connection_is_closed);
     suite_add_tcase(s, tc);
