@@ -3201,6 +3201,21 @@ static int warm_ready_of(conn *c)
     return k ? atoi(k + strlen("\"warm_ready\":")) : -1;
 }
 
+/* Whether GET /kernels lists a python kernel; why not in why (a failed GET, or none). */
+static bool has_python_kernel(conn *c, char *why, size_t whylen)
+{
+    int status = 0;
+    if (http_do(c, "GET", "/kernels", NULL, &status) != 0 || status != 200) {
+        setmsg(why, whylen, "GET /kernels: %d", status);
+        return false;
+    }
+    if (!strstr(c->body, "\"language\":\"python\"")) {
+        setmsg(why, whylen, "no python kernel (python3-ipykernel?)");
+        return false;
+    }
+    return true;
+}
+
 /* Until GET /kernels says a warm kernel is ready (a start takes ~1 s; 60 s at most). */
 static bool wait_warm(conn *c)
 {
@@ -3262,16 +3277,9 @@ static bool py_exec(conn *c, const char *path, const char *body, const char *exp
  * it has no python kernel, 0, or -1 with err. */
 static int py_cold(conn *c, pid_t pid, int n, py_result *res, char *err, size_t errlen)
 {
-    int status = 0;
     char id[64], ids[CTX_IDLE][64];
-    if (http_do(c, "GET", "/kernels", NULL, &status) != 0 || status != 200) {
-        setmsg(res->why, sizeof res->why, "GET /kernels: %d", status);
+    if (!has_python_kernel(c, res->why, sizeof res->why))
         return 1;
-    }
-    if (!strstr(c->body, "\"language\":\"python\"")) {
-        setmsg(res->why, sizeof res->why, "no python kernel (python3-ipykernel?)");
-        return 1;
-    }
     sleep_us(100000);
     res->rss_fresh = vmrss_kb(pid);
     fprintf(stderr, "sbxd-bench: python: %d cold POST /contexts (--warm-contexts 0) ...\n", n);
@@ -4050,11 +4058,7 @@ static void gv_measure_fronts(const char *sbxd, const char *ws, bool quick, gv_f
     /* The warm kernel starts first (seconds under gVisor): not beside the other rows. */
     conn c;
     conn_init(&c, &local, IO_TIMEOUT_S * 2);
-    int status = 0;
-    if (http_do(&c, "GET", "/kernels", NULL, &status) != 0 || status != 200 ||
-        !strstr(c.body, "\"language\":\"python\""))
-        setmsg(fr->py_why, sizeof fr->py_why, "no python kernel (python3-ipykernel?)");
-    else if (!wait_warm(&c))
+    if (has_python_kernel(&c, fr->py_why, sizeof fr->py_why) && !wait_warm(&c))
         setmsg(fr->py_why, sizeof fr->py_why, "no warm kernel ready within 60 s");
     const int rounds = quick ? 3 : 5, warmup = 10, iters = quick ? 30 : 100;
     tally rt = {0}, ot = {0};

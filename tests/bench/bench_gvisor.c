@@ -130,26 +130,12 @@ static bool helper_path(const char *name, char *path, size_t len)
     return k > 0 && (size_t)k < len;
 }
 
-/* A connection to the bench's port on the loopback; -1 when refused. */
-static int connect_bench(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
-}
-
 /* net-send / net-recv: 0 when the bytes went whole (and, received, reached the disk). */
 static int plain_transfer(bool send_it, const char *path, int port)
 {
     int file = send_it ? open(path, O_RDONLY | O_CLOEXEC)
                        : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int fd = file >= 0 ? connect_bench(port) : -1;
+    int fd = file >= 0 ? bench_helper_connect(port, 0) : -1; /* one try: the bench listens */
     int rc = fd >= 0 ? 0 : -1;
     if (!rc && send_it) {
         struct stat st;

@@ -1080,6 +1080,46 @@ START_TEST(the_default_connection_memory_holds_a_300k_head)
 }
 END_TEST
 
+/* A kept-alive connection right after a small request holds little of its memory: the library
+ * wrote zeros over its whole read buffer (half the connection's memory) at every request whose
+ * bytes were all taken, so 100 such connections held 9 MiB with 256 KiB each (94 KiB per
+ * connection), 34 MiB with 1 MiB each; about 15 KiB each now (tools/mhd-patches). Measured
+ * before the 500 ms after which an idle connection gives its memory back. */
+START_TEST(a_busy_connection_holds_little_memory)
+{
+    if (under_gvisor() || getenv("ASAN_OPTIONS")) {
+        printf("busy connections' memory: skipped (%s)\n",
+               under_gvisor() ? "gVisor accounts a sandboxed sbxd's memory its own way"
+                              : "the sanitizers' own memory");
+        return;
+    }
+    struct daemon d;
+    daemon_start(&d, NULL, NULL);
+    enum { N = 100 };
+    int fds[N];
+    struct raw *r = malloc(sizeof(*r));
+    const char *req = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\n\r\n";
+    long base = daemon_rss_kb(&d);
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(&d, NULL);
+        ck_assert_int_ge(fds[i], 0);
+        ck_assert_int_eq(send_all(fds[i], req, strlen(req)), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(raw_read(fds[i], r, 5000), 0);
+        ck_assert_int_eq(r->status, 200);
+    }
+    long grown = daemon_rss_kb(&d) - base;
+    printf("busy connections' memory: %d connections, +%ld KiB (%.1f KiB each)\n", N, grown,
+           (double)grown / N);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(r);
+    ck_assert_msg(grown < N * 48, "%d connections after one request each hold %ld KiB", N, grown);
+    ck_assert(daemon_stop_clean(&d, 10000));
+}
+END_TEST
+
 /* Every route that takes a body has a limit: 413 with a JSON error, and nothing written. */
 START_TEST(every_route_limits_its_body)
 {
@@ -1194,6 +1234,7 @@ Suite *hardening_suite(void)
     tcase_add_test(tc, oversized_head_is_431);
     tcase_add_test(tc, oversized_heads_on_kept_connections_are_json_431);
     tcase_add_test(tc, the_default_connection_memory_holds_a_300k_head);
+    tcase_add_test(tc, a_busy_connection_holds_little_memory);
     tcase_add_test(tc, every_route_limits_its_body);
     tcase_add_test(tc, idle_connection_is_closed);
     suite_add_tcase(s, tc);
