@@ -269,8 +269,9 @@ static const struct opt opts[] = {
     {"connection-memory", "SIZE", "SBXD_CONNECTION_MEMORY", NULL, 0, "1MiB", OPT_SIZE,
      OFF(connection_memory), 256 * 1024, 16 * 1024 * 1024,
      "The HTTP library's memory per connection: a request's head, and the read buffer (half "
-     "of it) an upload arrives through. Resident only as far as a read fills it; given back "
-     "after 500 ms idle. Larger reads make uploads faster where each read is costly (gVisor)."},
+     "of it) an upload arrives through. Resident as far as reads fill it (under gVisor all "
+     "of it) while the connection is busy, given back after 500 ms idle. Larger reads make "
+     "uploads faster where each read is costly (gVisor)."},
     {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
      "Log lines on stderr: json (one object per line) or text."},
 };
