@@ -266,7 +266,7 @@ static const struct opt opts[] = {
     {"max-header-bytes", "SIZE", "SBXD_MAX_HEADER_BYTES", NULL, 0, "32KiB", OPT_SIZE,
      OFF(max_header_bytes), 1024, 96 * 1024,
      "Largest request head (request line and headers); 431 beyond."},
-    {"connection-memory", "SIZE", "SBXD_CONNECTION_MEMORY", NULL, 0, "1MiB", OPT_SIZE,
+    {"connection-memory", "SIZE", "SBXD_CONNECTION_MEMORY", NULL, 0, "256KiB", OPT_SIZE,
      OFF(connection_memory), 256 * 1024, 16 * 1024 * 1024,
      "The HTTP library's memory per connection: a request's head, and the read buffer (half "
      "of it) an upload arrives through. Resident as far as reads fill it (under gVisor all "
