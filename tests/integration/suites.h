@@ -27,9 +27,11 @@ Suite *ports_suite(void);
 Suite *search_suite(void);
 
 #ifdef SBXD_SANITIZED
-#define SLOW 3.0 /* sanitizer builds are slower: scale time bounds */
+#define SANITIZED 1   /* sbxd and the tests are built with ASan and UBSan */
+#define SLOW      3.0 /* sanitizer builds are slower: scale time bounds */
 #else
-#define SLOW 1.0
+#define SANITIZED 0
+#define SLOW      1.0
 #endif
 
 #endif

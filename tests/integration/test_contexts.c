@@ -930,9 +930,13 @@ START_TEST(kernel_refuses_code_from_the_sandbox)
     cJSON *o = run_text(&g_sbxd, id, "import os\nos.getpid()", 0);
     cJSON_Delete(o);
     /* Every loopback port that listens, sent an execute_request under a made-up key; and
-     * every process's stdin (the kernel's connection file) and environment read. */
+     * every process's stdin (the kernel's connection file) and environment read. It cannot
+     * hang: stdin is opened without blocking (a pipe's would wait for a writer), the zmq
+     * context is ended without lingering, and a Python traceback is printed if it still
+     * runs after 20 s (sbxd ends it at 40 s, with what it printed). */
     const char *attack =
-        "import glob, hmac, json, hashlib, os, time, zmq\n"
+        "import faulthandler, glob, hmac, json, hashlib, os, time, zmq\n"
+        "faulthandler.dump_traceback_later(20)\n"
         "ports = set()\n"
         "for f in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
         "    try:\n"
@@ -956,18 +960,25 @@ START_TEST(kernel_refuses_code_from_the_sandbox)
         "    for signature in (sig, b''):\n"
         "        s.send_multipart([b'<IDS|MSG>', signature, h, b'{}', b'{}', c])\n"
         "time.sleep(1)\n"
+        "ctx.destroy(linger=0)\n"
         "leaks = 0\n"
         "for f in glob.glob('/proc/[0-9]*/fd/0') + glob.glob('/proc/[0-9]*/environ'):\n"
         "    try:\n"
-        "        leaks += b'hmac-sha256' in open(f, 'rb').read(65536)\n"
+        "        fd = os.open(f, os.O_RDONLY | os.O_NONBLOCK)\n"
+        "        try:\n"
+        "            leaks += b'hmac-sha256' in os.read(fd, 65536)\n"
+        "        finally:\n"
+        "            os.close(fd)\n"
         "    except OSError:\n"
         "        pass\n"
-        "print(len(ports), leaks)\n";
+        "print(len(ports), leaks, flush=True)\n"
+        "faulthandler.cancel_dump_traceback_later()\n";
     cJSON *req = cJSON_CreateObject();
     cJSON *argv = cJSON_AddArrayToObject(req, "argv");
     cJSON_AddItemToArray(argv, cJSON_CreateString("python3"));
     cJSON_AddItemToArray(argv, cJSON_CreateString("-c"));
     cJSON_AddItemToArray(argv, cJSON_CreateString(attack));
+    cJSON_AddNumberToObject(req, "timeout_ms", 40000);
     char *body = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
     cJSON *e = execute(&g_sbxd, body);

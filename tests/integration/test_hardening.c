@@ -1088,7 +1088,7 @@ END_TEST
  * before the 500 ms after which an idle connection gives its memory back. */
 START_TEST(a_busy_connection_holds_little_memory)
 {
-    if (under_gvisor() || getenv("ASAN_OPTIONS")) {
+    if (under_gvisor() || SANITIZED) {
         printf("busy connections' memory: skipped (%s)\n",
                under_gvisor() ? "gVisor commits private memory in chunks of up to 2 MiB: a busy "
                                 "connection there holds its whole buffer"
