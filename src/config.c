@@ -269,9 +269,10 @@ static const struct opt opts[] = {
     {"connection-memory", "SIZE", "SBXD_CONNECTION_MEMORY", NULL, 0, "256KiB", OPT_SIZE,
      OFF(connection_memory), 256 * 1024, 16 * 1024 * 1024,
      "The HTTP library's memory per connection: a request's head, and the read buffer (half "
-     "of it) an upload arrives through. Resident as far as reads fill it (under gVisor all "
-     "of it) while the connection is busy, given back after 500 ms idle. Larger reads make "
-     "uploads faster where each read is costly (gVisor)."},
+     "of it) a small body arrives through; a body of 512 KiB or more arrives in reads of up "
+     "to 1 MiB through one of four buffers shared by all connections. Resident as far as "
+     "reads fill it (under gVisor all of it) while the connection is busy, given back after "
+     "500 ms idle."},
     {"log-format", "FMT", "SBXD_LOG_FORMAT", NULL, 0, "json", OPT_LOGFMT, OFF(log_format), 0, 0,
      "Log lines on stderr: json (one object per line) or text."},
 };
