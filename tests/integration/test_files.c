@@ -1011,7 +1011,8 @@ static long sbxd_writes(const struct daemon *d)
  * part without a Content-Type, the whole body announced by Content-Length) is written as a
  * multipart PUT of the same bytes is: in as few write(2) calls, each a piece of the body as
  * libmicrohttpd read it, never a copy cut into small writes. A write per 4 KiB would be 4096
- * calls here; both routes take about one per 128 KiB. */
+ * calls here; both routes take one per read, of up to 1 MiB (tools/mhd-patches/0005), as
+ * much as the socket holds at the time: 16 to 90 calls, as the client and sbxd race. */
 START_TEST(sdk_upload_writes_as_put_does)
 {
     if (under_gvisor()) {
@@ -1043,7 +1044,8 @@ START_TEST(sdk_upload_writes_as_put_does)
     http_resp_free(&r);
     long w2 = sbxd_writes(&g_sbxd);
     long upload = w1 - w0, put = w2 - w1;
-    ck_assert_msg(upload <= 2 * put + 32 && upload <= (long)(clen >> 14),
+    printf("uploads: 16 MiB in %ld writes by POST /upload, %ld by a multipart PUT\n", upload, put);
+    ck_assert_msg(upload <= (long)(clen >> 16) && put <= (long)(clen >> 16),
                   "POST /upload made %ld writes for 16 MiB, a multipart PUT %ld", upload, put);
     r = req(&g_sbxd, "GET", "/files/sdk/new.bin", NULL, NULL, 0);
     ck_assert_int_eq(r.status, 200);
