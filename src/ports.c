@@ -365,16 +365,24 @@ int ports_list(bool with_procs, struct port_listener **out, size_t *n, struct sb
 
 struct peer_find {
     uint16_t from, to;
-    bool found;
+    bool found, half_open;
     uid_t uid;
 };
 
+/* A connection still in SYN_RECV on the listener's side is half-open: a request the kernel
+ * keeps for the listener, no socket of anyone's yet, which its tables name uid 0. That is
+ * where a connection waits while the accept queue is full, and under TCP_DEFER_ACCEPT until
+ * its first bytes: its owner is the listener's, which the caller then looks at. */
 static bool match_peer(const struct tcp_line *t, void *arg)
 {
     struct peer_find *f = arg;
     if ((t->state != TCP_ESTABLISHED && t->state != TCP_SYN_RECV) || t->lport != f->to ||
         t->rport != f->from || !is_loopback(t))
         return true;
+    if (t->state == TCP_SYN_RECV) {
+        f->half_open = true;
+        return true;
+    }
     f->found = true;
     f->uid = t->uid;
     return false;
@@ -403,7 +411,7 @@ int ports_peer_uid(int family, uint16_t from, uint16_t to, uid_t *uid)
     tcp_each((1u << TCP_ESTABLISHED) | (1u << TCP_SYN_RECV), match_peer, &f);
 out:
     if (!f.found)
-        return -1;
+        return f.half_open ? 1 : -1;
     *uid = f.uid;
     return 0;
 }
@@ -694,18 +702,22 @@ int ports_check_peer(const struct sandbox *sb, int fd, struct sbxd_err *err)
     /* The far end is in the table once the handshake is done, which may be a moment after
      * connect returned. */
     for (int i = 0; i < 40; i++) {
-        if (ports_peer_uid(me.ss_family, sock_port(&me), sock_port(&peer), &uid) == 0) {
+        int found = ports_peer_uid(me.ss_family, sock_port(&me), sock_port(&peer), &uid);
+        if (found == 0) {
             if (command_uid(sb, uid))
                 return 0;
             return sbxd_fail(err, SBXD_E_DENIED, 0,
                              "port %u was taken by uid %u, not a command user",
                              (unsigned)sock_port(&peer), (unsigned)uid);
         }
+        if (found == 1)
+            break; /* half-open: the listener's */
         usleep(2000);
     }
-    /* gVisor's table lists a connection only once it is accepted: one an app has not taken yet
-     * is not there. Then the listeners on the port are looked at again, each of them a command
-     * user's (the window left is the connect's own). */
+    /* A connection half-open on the listener's side (a full accept queue, TCP_DEFER_ACCEPT) is
+     * the listener's, and gVisor's table lists a connection only once it is accepted: one an
+     * app has not taken yet is not there. Then the listeners on the port are looked at again,
+     * each of them a command user's (the window left is the connect's own). */
     struct port_listener *v;
     size_t n;
     bool ok = false;

@@ -71,7 +71,9 @@ void ports_write_list(struct jsonw *w, const struct port_listener *v, size_t n);
 
 /* A connection's far end as the kernel's table has it: the uid owning the socket that
  * accepted a connection made from local port `from` to loopback port `to`. -1 when not found
- * (the listener closed meanwhile). The proxy's check that it reached a command user's server,
+ * (the listener closed meanwhile), 1 when the connection is still half-open on the listener's
+ * side (SYN_RECV: a full accept queue, TCP_DEFER_ACCEPT), owned by nobody yet but the
+ * listener. The proxy's check that it reached a command user's server,
  * made after the connect so that a port changing hands between the look and the connect
  * cannot lead it elsewhere. */
 int ports_peer_uid(int family, uint16_t from, uint16_t to, uid_t *uid);

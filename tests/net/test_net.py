@@ -391,6 +391,18 @@ class Forbidden(NetCase):
             self.assertEqual(st, 403, b)
             self.assertIn("sbxd's own", json.loads(b)["message"])
 
+    def test_an_app_that_defers_accept_is_reached(self):
+        """A listener with TCP_DEFER_ACCEPT (nginx's `listen ... deferred`) leaves a connection
+        half-open until its first bytes, owned by no process: the kernel names it uid 0. The
+        proxy's look at who took its connection then lets the port's listeners decide; it
+        answered 403 "taken by uid 0". A full accept queue leaves the same half-open state
+        (the slowloris case below once met it)."""
+        port, _ = self.serve("upstream.py", "127.0.0.1", "--defer-accept")
+        for _ in range(3):
+            st, _, b = self.call("GET", "/proxy/%d/headers" % port, headers={"Connection": "close"})
+            self.assertEqual(st, 200, b)
+            self.assertEqual(json.loads(b)["path"], "/headers")
+
     def test_a_root_listener_is_403(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

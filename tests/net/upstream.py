@@ -1,14 +1,17 @@
 """A command's web app for the net tier, run by sbxd as the command user:
 
-    python3 upstream.py PORT [ADDRESS]
+    python3 upstream.py PORT [ADDRESS] [--defer-accept]
 
 GET /headers answers the request's path, headers and the port it came from as JSON; GET /redirect a 302 to /login
 with a cookie whose Path is /app; GET or HEAD of a file serves it from the working directory;
 POST or PUT /upload reads the body (Content-Length or chunked) and answers "BYTES SHA256".
+--defer-accept: the listener has TCP_DEFER_ACCEPT (nginx's `listen ... deferred`): a connection
+is accepted only once its first bytes arrive, half-open and nobody's until then.
 """
 import hashlib
 import http.server
 import json
+import socket
 import sys
 
 
@@ -67,6 +70,15 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     do_PUT = do_POST
 
 
-addr = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
-http.server.ThreadingHTTPServer.allow_reuse_address = True
-http.server.ThreadingHTTPServer((addr, int(sys.argv[1])), Handler).serve_forever()
+class Server(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+
+    def server_bind(self):
+        if "--defer-accept" in sys.argv:
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
+        super().server_bind()
+
+
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+addr = args[1] if len(args) > 1 else "127.0.0.1"
+Server((addr, int(args[0])), Handler).serve_forever()
