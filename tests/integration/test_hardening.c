@@ -873,6 +873,28 @@ START_TEST(flood_from_many_addresses_leaves_health_answering)
 }
 END_TEST
 
+/* A request head on fd: line (the request line and headers, ending in an unfinished header
+ * line), then len bytes of that header's value and the head's end. The first 64 KiB go in
+ * pieces of piece bytes, a pause after each of the first 16, when piece is not 0. Whether it
+ * all went (sbxd may answer and close before the end). */
+static bool send_huge_head(int fd, const char *line, size_t len, size_t piece)
+{
+    char *huge = malloc(len);
+    ck_assert_ptr_nonnull(huge);
+    memset(huge, 'h', len);
+    bool sent = send_all(fd, line, strlen(line)) == 0;
+    size_t off = 0;
+    for (int k = 0; sent && piece && off + piece <= len && off < 65536; k++) {
+        sent = send_all(fd, huge + off, piece) == 0;
+        off += piece;
+        if (k < 16)
+            usleep(500);
+    }
+    sent = sent && send_all(fd, huge + off, len - off) == 0 && send_all(fd, "\r\n\r\n", 4) == 0;
+    free(huge);
+    return sent;
+}
+
 /* An answer given before the body is read (413 here, 401 below) reaches a client that sends
  * its whole body before it reads, as Python's http.client does: sbxd reads and drops the rest
  * for a while before it closes, instead of resetting the connection under its answer. */
@@ -967,24 +989,16 @@ START_TEST(oversized_head_is_431)
     ck_assert_int_eq(r.status, 200);
     /* A head larger than the connection's whole buffer: the same JSON 431, read by a client
      * that sent all of it first. */
-    size_t huge_len = 3 << 20; /* over --connection-memory (256 KiB by default) */
-    char *huge = malloc(huge_len + 16);
-    memcpy(huge, "X-Huge: ", 8);
-    memset(huge + 8, 'h', huge_len - 8);
-    memcpy(huge + huge_len, "\r\n", 3);
     int fd = raw_connect(&d, NULL);
     ck_assert_int_ge(fd, 0);
-    const char *line = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\n";
-    ck_assert_int_eq(send_all(fd, line, strlen(line)), 0);
-    ck_assert_int_eq(send_all(fd, huge, huge_len + 2), 0);
-    ck_assert_int_eq(send_all(fd, "\r\n", 2), 0);
+    /* 3 MiB: over --connection-memory (256 KiB by default) */
+    ck_assert(send_huge_head(fd, "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Huge: ", 3 << 20, 0));
     struct raw *rh = malloc(sizeof(*rh));
     ck_assert_int_eq(raw_read(fd, rh, 5000), 0);
     ck_assert_int_eq(rh->status, 431);
     ck_assert_msg(header_has(rh, "Content-Type: application/json"), "head:\n%s", rh->head);
     ck_assert_str_eq(body_code(rh, code, sizeof(code)), "HEADERS_TOO_LARGE");
     free(rh);
-    free(huge);
     close(fd);
     char *t = scrape(&d, NULL);
     ck_assert_double_eq(metric(t, "sbxd_limit_rejections_total{limit=\"max_header_bytes\"}"), 1);
@@ -1003,9 +1017,6 @@ START_TEST(oversized_heads_on_kept_connections_are_json_431)
     struct daemon d;
     daemon_start(&d, NULL, NULL); /* --connection-memory 256KiB, the default */
     static const size_t pieces[] = {1, 700, 4096, 65536};
-    size_t huge_len = 300 * 1024; /* over the 256 KiB buffer */
-    char *huge = malloc(huge_len);
-    memset(huge, 'h', huge_len);
     char first[8192], pad[3001];
     memset(pad, 'q', sizeof(pad) - 1);
     pad[sizeof(pad) - 1] = '\0';
@@ -1024,19 +1035,9 @@ START_TEST(oversized_heads_on_kept_connections_are_json_431)
         const char *line = i & 1 ? "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Fold: a\r\n b\r\n"
                                    "X-Huge: "
                                  : "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Huge: ";
-        ck_assert_int_eq(send_all(fd, line, strlen(line)), 0);
-        /* The first 64 KiB in pieces (a pause after each of the first 16), then the rest. */
-        size_t piece = pieces[i % 4], off = 0;
-        bool sent = true;
-        for (int k = 0; sent && off < 65536; k++) {
-            sent = send_all(fd, huge + off, piece) == 0;
-            off += piece;
-            if (k < 16)
-                usleep(500);
-        }
-        if (sent)
-            sent =
-                send_all(fd, huge + off, huge_len - off) == 0 && send_all(fd, "\r\n\r\n", 4) == 0;
+        /* 300 KiB, over the 256 KiB buffer; the first 64 KiB in pieces. (sbxd may answer
+         * before the end.) */
+        (void)send_huge_head(fd, line, 300 * 1024, pieces[i % 4]);
         ck_assert_int_eq(raw_read(fd, r, 5000), 0);
         ck_assert_msg(r->status == 431, "round %d: HTTP %d, head:\n%s", i, r->status, r->head);
         ck_assert_msg(header_has(r, "Content-Type: application/json"), "round %d: head:\n%s", i,
@@ -1046,12 +1047,11 @@ START_TEST(oversized_heads_on_kept_connections_are_json_431)
         close(fd);
     }
     free(r);
-    free(huge);
     ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
 
-/* --connection-memory 1MiB (uploads in reads of 512 KiB): a head of 300 KiB fits in it, and
+/* --connection-memory 1MiB: a head of 300 KiB fits in it, and
  * the answer is sbxd's own 431, which names --max-header-bytes (with the default 256 KiB it is
  * the library's, "too large for the connection buffer": the option takes effect). */
 START_TEST(a_larger_connection_memory_holds_a_300k_head)
@@ -1059,24 +1059,17 @@ START_TEST(a_larger_connection_memory_holds_a_300k_head)
     struct daemon d;
     const char *args[] = {"--connection-memory", "1MiB", NULL};
     daemon_start(&d, args, NULL);
-    size_t huge_len = 300 * 1024;
-    char *huge = malloc(huge_len);
-    memset(huge, 'h', huge_len);
     struct raw *r = malloc(sizeof(*r));
     char code[64];
     int fd = raw_connect(&d, NULL);
     ck_assert_int_ge(fd, 0);
-    const char *line = "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Huge: ";
-    ck_assert_int_eq(send_all(fd, line, strlen(line)), 0);
-    ck_assert_int_eq(send_all(fd, huge, huge_len), 0);
-    ck_assert_int_eq(send_all(fd, "\r\n\r\n", 4), 0);
+    ck_assert(send_huge_head(fd, "GET /healthz HTTP/1.1\r\nHost: sbxd\r\nX-Huge: ", 300 * 1024, 0));
     ck_assert_int_eq(raw_read(fd, r, 5000), 0);
     ck_assert_msg(r->status == 431, "HTTP %d, head:\n%s", r->status, r->head);
     ck_assert_str_eq(body_code(r, code, sizeof(code)), "HEADERS_TOO_LARGE");
     ck_assert_msg(strstr(r->body, "--max-header-bytes"), "%s", r->body);
     close(fd);
     free(r);
-    free(huge);
     ck_assert(daemon_stop_clean(&d, 10000));
 }
 END_TEST
