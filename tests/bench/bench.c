@@ -880,6 +880,65 @@ static bool on_count(void *arg, const char *d, size_t n)
     return true;
 }
 
+/* Streamed output: how soon a command's write reaches the client (runs streamed `date +%s%N;
+ * sleep 0.2`: the client's clock when the stdout event arrives minus the time printed), and how
+ * fast a text file of size bytes streams as a command's stdout in NDJSON events against a GET
+ * of it, in turns, best of STREAM_ROUNDS each. The producer is cat (128 KiB writes), not a
+ * pipeline such as `yes | head`: on two cores that measures the producer's processes (at the
+ * commands' nice 10) competing with sbxd and the client, not the stream. The errors. */
+typedef struct {
+    samples lag;
+    double ndjson_mbs, get_mbs;
+    uint64_t size;
+} stream_result;
+
+static unsigned long measure_stream(const target *tg, int runs, uint64_t size, stream_result *s)
+{
+    unsigned long errors = 0;
+    char serr[256] = "";
+    s->size = size;
+    for (int i = 0; i < runs && !g_interrupted; i++) {
+        first_event f = {0};
+        if (stream_exec(tg, "{\"command\":\"date +%s%N; sleep 0.2\"}", on_first, &f, serr,
+                        sizeof serr) == 0 &&
+            f.seen)
+            samples_push(&s->lag, f.lag_ms);
+        else
+            errors++;
+    }
+    samples_sort(&s->lag);
+    if (put_text(tg, "/files/bench-stream.txt", size, serr, sizeof serr) / 100 != 2) {
+        warnx_("streamed output: the text file: %s", serr[0] ? serr : "not stored");
+        return errors + 1;
+    }
+    for (int r = 0; r < STREAM_ROUNDS && !g_interrupted && !errors; r++) {
+        stream_count sc = {0};
+        double t0 = now_ms();
+        if (stream_exec(tg, "{\"command\":\"cat bench-stream.txt\"}", on_count, &sc, serr,
+                        sizeof serr) == 0 &&
+            sc.exit_seen) {
+            double mbs = (double)size / 1e6 / ((now_ms() - t0) / 1e3);
+            if (mbs > s->ndjson_mbs)
+                s->ndjson_mbs = mbs;
+        } else {
+            warnx_("streamed output: %s", serr[0] ? serr : "no exit event");
+            errors++;
+        }
+        uint64_t got = 0;
+        double secs = 0;
+        if (xfer_download(tg, "/files/bench-stream.txt", &got, &secs, serr, sizeof serr) == 200 &&
+            got == size) {
+            double mbs = (double)size / 1e6 / secs;
+            if (mbs > s->get_mbs)
+                s->get_mbs = mbs;
+        } else {
+            warnx_("GET of the streamed file: %s", serr);
+            errors++;
+        }
+    }
+    return errors;
+}
+
 typedef struct {
     double up_mbs, down_mbs; /* MB/s (10^6 bytes) */
     long up_growth_kb, down_growth_kb;
@@ -3917,6 +3976,30 @@ static void usage(FILE *f)
           f);
 }
 
+/* The rows of measure_stream, their labels headed by what ("stream", or where it ran). */
+static void stream_rows(stream_result *s, const char *what)
+{
+    char lbl[128];
+    if (s->lag.n) {
+        snprintf(lbl, sizeof lbl, "%s: first write -> event p50", what);
+        add_row(lbl, "<= 50 ms", yesno(pct(&s->lag, 50) <= 50), "%.3f ms", pct(&s->lag, 50));
+        snprintf(lbl, sizeof lbl, "%s: first write -> event p99", what);
+        add_row(lbl, "", "", "%.3f ms", pct(&s->lag, 99));
+    }
+    if (s->ndjson_mbs > 0) {
+        snprintf(lbl, sizeof lbl, "%s: %" PRIu64 " MiB of stdout as NDJSON (cat)", what,
+                 s->size >> 20);
+        add_row(lbl, "", "", "%.0f MB/s", s->ndjson_mbs);
+        /* Against sending the same file (sendfile): the stream's cost over I/O. */
+        if (s->get_mbs > 0) {
+            add_row("  GET /files of that file", "", "", "%.0f MB/s", s->get_mbs);
+            add_row("  / GET /files of that file", ">= 0.5",
+                    yesno(s->ndjson_mbs / s->get_mbs >= 0.5), "%.2f", s->ndjson_mbs / s->get_mbs);
+        }
+    }
+    samples_free(&s->lag);
+}
+
 /* ------------------------------------------------------------------------ */
 /* --gvisor: sbxd inside runsc                                              */
 
@@ -4175,7 +4258,8 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
            version, sbxd, cpu_count(), quick ? ", --quick" : "");
     printf("plan: per backend, /execute %d+%d on 1 client, each paired with a floor spawned "
            "inside the same sandbox; the image's backend: 16 clients x %.3g s against the "
-           "sandbox's own spawn rate (%d rounds), 256 MiB PUT and GET /files against dd there; "
+           "sandbox's own spawn rate (%d rounds), 256 MiB PUT and GET /files against dd there, "
+           "streamed output (first-event lag, 256 MiB of NDJSON against a GET of it); "
            "then (a warm kernel kept) gRPC Execute and MCP run_command against /execute, bash "
            "and python contexts; the sandbox's memory against one running sleep, ready x%d\n",
            warm, iters, secs, rounds, starts);
@@ -4213,6 +4297,7 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
     load_result ld[3] = {0};
     double rate[3] = {0}, lratio[3] = {0};
     double up_t = 0, down_t = 0, ddw_t = 0, ddr_t = 0, pup_t = 0, pdown_t = 0;
+    stream_result sr = {0};
     for (int b = 0; b < 4 && !g_interrupted; b++) {
         const char *extra[] = {"--isolation", names[b], NULL};
         if (names[b] && nbe && strcmp(names[b], be[0].backend) == 0)
@@ -4285,6 +4370,8 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
                 warnx_("gVisor transfers: %s", err);
                 errors++;
             }
+            fprintf(stderr, "sbxd-bench: gVisor: streamed output ...\n");
+            errors += measure_stream(&local, quick ? 20 : 100, GV_BIG, &sr);
         }
         gv_stop(pid);
     }
@@ -4343,6 +4430,7 @@ static int gvisor_main(const char *sbxd, bool quick, double seconds)
                 GV_BIG / 1e6 / pdown_t);
         add_row("  GET / the plain sender", "", "", "%.2f", pdown_t / down_t);
     }
+    stream_rows(&sr, "stream under gVisor");
     gv_fronts_rows(&fr);
     if (pss_sbxd > 0 && pss_sleep > 0)
         add_row("sandbox memory idle (Pss): sbxd / sleep", "", "", "%.1f / %.1f MiB",
@@ -4773,61 +4861,15 @@ int main(int argc, char **argv)
             crashed = true;
     }
     /* Streaming: how soon a write reaches the client, and how fast output streams. */
-    samples lag = {0};
-    double stream_mbs = 0, stream_get_mbs = 0;
-    const uint64_t ssize = quick ? 32ULL << 20 : 256ULL << 20;
+    stream_result sr = {0};
     if ((phases & PH_STREAM) && !crashed && !g_interrupted) {
         int runs = quick ? 20 : 100;
+        uint64_t ssize = quick ? 32ULL << 20 : 256ULL << 20;
         fprintf(stderr,
                 "sbxd-bench: streamed /execute: first-event lag x%d, %" PRIu64
                 " MiB of output ...\n",
                 runs, ssize >> 20);
-        char serr[256] = "";
-        for (int i = 0; i < runs && !g_interrupted; i++) {
-            first_event f = {0};
-            if (stream_exec(&local, "{\"command\":\"date +%s%N; sleep 0.2\"}", on_first, &f, serr,
-                            sizeof serr) == 0 &&
-                f.seen)
-                samples_push(&lag, f.lag_ms);
-            else
-                total_errors++;
-        }
-        samples_sort(&lag);
-        /* The same bytes two ways, in turns, best of STREAM_ROUNDS each: a text file streamed
-         * as a command's stdout (`cat`, which writes 128 KiB at a time) in NDJSON events, and
-         * the file itself by GET (sendfile). The producer is cat, not a pipeline such as
-         * `yes | head`: on two cores that measures the producer's processes (at the commands'
-         * nice 10) competing with sbxd and the client, not the stream. */
-        if (put_text(&local, "/files/bench-stream.txt", ssize, serr, sizeof serr) / 100 != 2) {
-            warnx_("streamed output: the text file: %s", serr[0] ? serr : "not stored");
-            total_errors++;
-        }
-        for (int r = 0; r < STREAM_ROUNDS && !g_interrupted && !total_errors; r++) {
-            stream_count sc = {0};
-            double t0 = now_ms();
-            if (stream_exec(&local, "{\"command\":\"cat bench-stream.txt\"}", on_count, &sc, serr,
-                            sizeof serr) == 0 &&
-                sc.exit_seen) {
-                double mbs = (double)ssize / 1e6 / ((now_ms() - t0) / 1e3);
-                if (mbs > stream_mbs)
-                    stream_mbs = mbs;
-            } else {
-                warnx_("streamed output: %s", serr[0] ? serr : "no exit event");
-                total_errors++;
-            }
-            uint64_t got = 0;
-            double secs = 0;
-            if (xfer_download(&local, "/files/bench-stream.txt", &got, &secs, serr, sizeof serr) ==
-                    200 &&
-                got == ssize) {
-                double mbs = (double)ssize / 1e6 / secs;
-                if (mbs > stream_get_mbs)
-                    stream_get_mbs = mbs;
-            } else {
-                warnx_("GET of the streamed file: %s", serr);
-                total_errors++;
-            }
-        }
+        total_errors += measure_stream(&local, runs, ssize, &sr);
         if (!child_alive(pid, &crash_st))
             crashed = true;
     }
@@ -5110,25 +5152,7 @@ int main(int argc, char **argv)
                 usage.p50);
     }
     {
-        if (lag.n) {
-            add_row("stream: first write -> event p50", "<= 50 ms", yesno(pct(&lag, 50) <= 50),
-                    "%.3f ms", pct(&lag, 50));
-            add_row("stream: first write -> event p99", "", "", "%.3f ms", pct(&lag, 99));
-        }
-        if (stream_mbs > 0) {
-            char lbl[96];
-            snprintf(lbl, sizeof lbl, "stream: %" PRIu64 " MiB of stdout as NDJSON (cat)",
-                     ssize >> 20);
-            add_row(lbl, "", "", "%.0f MB/s", stream_mbs);
-            /* Against sending the same file (sendfile): the stream's cost over I/O. */
-            if (stream_get_mbs > 0) {
-                add_row("  GET /files of that file", "", "", "%.0f MB/s", stream_get_mbs);
-                add_row("  / GET /files of that file", ">= 0.5",
-                        yesno(stream_mbs / stream_get_mbs >= 0.5), "%.2f",
-                        stream_mbs / stream_get_mbs);
-            }
-        }
-        samples_free(&lag);
+        stream_rows(&sr, "stream");
         if (xf.ok) {
             char lbl[96];
             snprintf(lbl, sizeof lbl, "upload %" PRIu64 " MiB, PUT /files", xsize >> 20);
