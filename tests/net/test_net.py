@@ -629,10 +629,15 @@ class Browser(NetCase):
         srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         profile = os.path.join(self.d.tmp, "chromium")
+        # Its temporary files (a directory for its singleton's socket) go with the profile:
+        # killed, it removes none of them.
+        tmp = os.path.join(self.d.tmp, "chromium-tmp")
+        os.makedirs(tmp, exist_ok=True)
         br = subprocess.Popen([exe, "--headless=new", "--no-sandbox", "--disable-gpu",
                                "--no-first-run", "--user-data-dir=" + profile,
                                "http://127.0.0.1:%d/" % srv.server_address[1]],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, TMPDIR=tmp))
         try:
             self.assertTrue(got.wait(60), "the page reported nothing within 60 s")
         finally:
