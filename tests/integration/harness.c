@@ -896,6 +896,20 @@ int daemon_wait_no_procs(const struct daemon *d, const char *marker, int ms)
     return n;
 }
 
+int send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
 long daemon_rss_kb(const struct daemon *d)
 {
     return under_gvisor() ? sandbox_daemon_value(d, "rss_kb") : proc_rss_kb(d->pid);

@@ -182,6 +182,8 @@ int daemon_wait_tree_empty(const struct daemon *d, const char *marker, int ms);
 /* Wait up to ms for each of the pids to be gone (or a zombie). Returns how many live. */
 int wait_pids_gone(const pid_t *pids, int n, int ms);
 long daemon_rss_kb(const struct daemon *d);
+/* Send all n bytes on a socket (no SIGPIPE): 0, or -1 when the peer is gone. */
+int send_all(int fd, const char *s, size_t n);
 int daemon_fd_count(const struct daemon *d);
 int daemon_oom_score_adj(const struct daemon *d);
 /* Whether a process with the daemon's credentials may lower its oom_score_adj (tried in a

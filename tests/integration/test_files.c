@@ -791,14 +791,6 @@ static long answer_next(struct answers *a)
     return status;
 }
 
-static void send_whole(int s, const char *p, size_t n)
-{
-    for (ssize_t k; n; p += k, n -= (size_t)k) {
-        k = send(s, p, n, MSG_NOSIGNAL);
-        ck_assert_msg(k > 0, "send: %s", strerror(errno));
-    }
-}
-
 static size_t put_head(char *out, size_t cap, const char *name, size_t n)
 {
     int k = snprintf(out, cap, "PUT /files/%s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
@@ -830,7 +822,7 @@ START_TEST(large_bodies_arrive_whole_and_their_buffers_go_back)
     len += (size_t)snprintf(all + len, cap - len, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     struct answers *ans = calloc(1, sizeof(*ans));
     ans->s = raw_send(&d, all, 1);
-    send_whole(ans->s, all + 1, len - 1);
+    ck_assert_int_eq(send_all(ans->s, all + 1, len - 1), 0);
     ck_assert_int_eq(answer_next(ans), 201);
     ck_assert_int_eq(answer_next(ans), 201);
     ck_assert_int_eq(answer_next(ans), 200);
@@ -851,13 +843,13 @@ START_TEST(large_bodies_arrive_whole_and_their_buffers_go_back)
         snprintf(name, sizeof(name), "six-%d", i);
         size_t hl = put_head(head, sizeof(head), name, n);
         s[i] = raw_send(&d, head, hl);
-        send_whole(s[i], body, first);
+        ck_assert_int_eq(send_all(s[i], body, first), 0);
         free(body);
     }
     usleep(200000);
     for (int i = 0; i < N; i++) {
         char *body = body_make(10 + i, n);
-        send_whole(s[i], body + first, n - first);
+        ck_assert_int_eq(send_all(s[i], body + first, n - first), 0);
         free(body);
     }
     for (int i = 0; i < N; i++) {
@@ -875,7 +867,7 @@ START_TEST(large_bodies_arrive_whole_and_their_buffers_go_back)
     for (int i = 0; i < 4; i++) {
         size_t hl = put_head(head, sizeof(head), "cut", 4u << 20);
         s[i] = raw_send(&d, head, hl);
-        send_whole(s[i], part, 3u << 19);
+        ck_assert_int_eq(send_all(s[i], part, 3u << 19), 0);
     }
     usleep(300000);
     for (int i = 0; i < 4; i++)

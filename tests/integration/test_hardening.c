@@ -55,20 +55,6 @@ static int raw_connect(const struct daemon *d, const char *src)
     return fd;
 }
 
-static int send_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        s += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Read one response: until its Content-Length is in, or the peer closes, or timeout_ms. */
 static int raw_read(int fd, struct raw *r, int timeout_ms)
 {
